@@ -1,0 +1,111 @@
+#include "io/files.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace octodiff {
+namespace {
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+}  // namespace
+
+MappedFile::MappedFile(const std::filesystem::path& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("cannot open '", path.string(), "': ", errno_text(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    fail("cannot read '", path.string(), "': ", errno_text(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail("'", path.string(), "' is not a regular file");
+  }
+  size_ = static_cast<uint64_t>(st.st_size);
+  if (size_ > 0) {
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int e = errno;
+      ::close(fd);
+      fail("cannot map '", path.string(), "': ", errno_text(e));
+    }
+    data_ = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+std::vector<uint8_t> read_file_bytes(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot open '", path.string(), "'");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) fail("cannot read '", path.string(), "'");
+  return bytes;
+}
+
+std::string read_text_file(const std::filesystem::path& path) {
+  auto bytes = read_file_bytes(path);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+AtomicFile::AtomicFile(const std::filesystem::path& path) : path_(path) {
+  static std::atomic<unsigned> counter{0};
+  std::ostringstream name;
+  name << "." << path.filename().string() << ".tmp-" << ::getpid() << "-" << counter++;
+  temp_ = path.parent_path() / name.str();
+  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail("cannot write '", path.string(), "': ", errno_text(errno));
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(temp_.c_str());
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("cannot write '", path_.string(), "': ", errno_text(errno));
+    }
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+void AtomicFile::commit() {
+  if (::fsync(fd_) != 0) fail("cannot write '", path_.string(), "': ", errno_text(errno));
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    fail("cannot write '", path_.string(), "': ", errno_text(errno));
+  }
+  fd_ = -1;
+  if (::rename(temp_.c_str(), path_.c_str()) != 0)
+    fail("cannot write '", path_.string(), "': ", errno_text(errno));
+  committed_ = true;
+}
+
+void write_file_atomic(const std::filesystem::path& path, const void* data, size_t bytes) {
+  AtomicFile f(path);
+  f.write(data, bytes);
+  f.commit();
+}
+
+}  // namespace octodiff

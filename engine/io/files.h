@@ -1,0 +1,53 @@
+// Files: read-only memory maps, and atomic writes (temporary file + rename) with clear errors.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace octodiff {
+
+class MappedFile {
+ public:
+  explicit MappedFile(const std::filesystem::path& path);  // throws octodiff::Error
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  const uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+std::vector<uint8_t> read_file_bytes(const std::filesystem::path& path);
+std::string read_text_file(const std::filesystem::path& path);
+
+// Writes a file so that it either appears complete or not at all. Write with `write`, then
+// `commit()`; destroying an uncommitted AtomicFile removes the temporary file. Every failure
+// (full disk, missing folder, permissions) throws octodiff::Error naming the path and reason.
+class AtomicFile {
+ public:
+  explicit AtomicFile(const std::filesystem::path& path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t bytes);
+  int fd() const { return fd_; }  // for libraries that want a FILE*/fd; see commit()
+  const std::filesystem::path& temp_path() const { return temp_; }
+  void commit();
+
+ private:
+  std::filesystem::path path_, temp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+void write_file_atomic(const std::filesystem::path& path, const void* data, size_t bytes);
+
+}  // namespace octodiff

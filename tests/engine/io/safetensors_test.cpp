@@ -1,0 +1,186 @@
+// The safetensors reader against well-formed and hostile files: every rule of the format is
+// enforced with a message naming the problem, and nothing crashes (run under ASan/UBSan too).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "test_support.h"
+
+using namespace octodiff;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string le64(uint64_t n) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>(n >> (8 * i));
+  return s;
+}
+
+fs::path write_raw(const fs::path& dir, const std::string& name, const std::string& bytes) {
+  fs::path p = dir / name;
+  std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return p;
+}
+
+// A file with the given header text and `data_bytes` zero bytes of data.
+fs::path with_header(const fs::path& dir, const std::string& name, const std::string& header,
+                     size_t data_bytes) {
+  return write_raw(dir, name, le64(header.size()) + header + std::string(data_bytes, '\0'));
+}
+
+// Expects open() to throw an octodiff::Error whose message contains `needle`.
+void expect_rejected(const fs::path& p, const std::string& needle) {
+  try {
+    SafetensorsFile::open(p);
+    ADD_FAILURE() << p << " was accepted";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    std::printf("[rejected] %s -> %s\n", p.filename().c_str(), msg.c_str());
+    EXPECT_NE(msg.find(needle), std::string::npos) << "message: " << msg;
+    EXPECT_NE(msg.find(p.string()), std::string::npos) << "message does not name the file: " << msg;
+  }
+}
+
+}  // namespace
+
+TEST(Safetensors, RoundTripsAndReadsGoldens) {
+  auto dir = test::temp_dir("safetensors_roundtrip");
+  Tensor a = Tensor::from_vector({2, 3}, {1, 2, 3, 4, 5, 6});
+  Tensor b = Tensor::from_vector({1}, {-7.5f});
+  write_safetensors_f32(dir / "x.safetensors", {{"a", a}, {"b", b}}, {{"format", "pt"}});
+  auto f = SafetensorsFile::open(dir / "x.safetensors");
+  EXPECT_EQ(f->tensors().size(), 2u);
+  EXPECT_EQ(f->metadata().at("format"), "pt");
+  Tensor a2 = f->to_f32("a");
+  EXPECT_EQ(a2.shape(), (Shape{2, 3}));
+  EXPECT_EQ(a2[5], 6.0f);
+  EXPECT_EQ(f->to_f32("b")[0], -7.5f);
+
+  auto tok = SafetensorsFile::open(test::tiny_sd_dir() / "goldens" / "tokenizer.safetensors");
+  auto ids = tok->to_i64("input_ids");
+  EXPECT_EQ(ids.size(), 15u * 77u);
+  EXPECT_EQ(ids[77], 998);  // row 1 starts with <|startoftext|>
+}
+
+TEST(Safetensors, ConvertsHalfPrecision) {
+  auto dir = test::temp_dir("safetensors_half");
+  std::vector<TensorToWrite> list;
+  list.push_back({"h", DType::F16, {2}, [](uint8_t* d, size_t) {
+                    uint16_t v[2] = {0x3c00, 0xc000};  // 1, -2
+                    std::memcpy(d, v, 4);
+                  }});
+  list.push_back({"bf", DType::BF16, {1}, [](uint8_t* d, size_t) {
+                    uint16_t v = 0x4040;  // 3
+                    std::memcpy(d, &v, 2);
+                  }});
+  write_safetensors(dir / "h.safetensors", list);
+  auto f = SafetensorsFile::open(dir / "h.safetensors");
+  Tensor h = f->to_f32("h");
+  EXPECT_EQ(h[0], 1.0f);
+  EXPECT_EQ(h[1], -2.0f);
+  EXPECT_EQ(f->to_f32("bf")[0], 3.0f);
+}
+
+TEST(Safetensors, RejectsHostileFiles) {
+  auto dir = test::temp_dir("safetensors_hostile");
+  const std::string ok = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+
+  expect_rejected(write_raw(dir, "empty.safetensors", ""), "too short");
+  expect_rejected(write_raw(dir, "short.safetensors", "abc"), "too short");
+  // Truncated: the data section is shorter than the tensors claim.
+  expect_rejected(with_header(dir, "truncated.safetensors", ok, 5), "truncated");
+  // Header length larger than the file.
+  expect_rejected(write_raw(dir, "hdr_past_end.safetensors", le64(4096) + ok), "larger than the file");
+  // Header length above the 100 MB limit.
+  expect_rejected(write_raw(dir, "hdr_huge.safetensors", le64(200'000'000) + ok), "exceeds");
+  expect_rejected(write_raw(dir, "hdr_max.safetensors", le64(~uint64_t{0}) + ok), "exceeds");
+  // Not JSON / not an object / invalid UTF-8.
+  expect_rejected(with_header(dir, "notjson.safetensors", "{this is not json}", 0), "JSON");
+  expect_rejected(with_header(dir, "array.safetensors", "[1,2,3]", 0), "JSON object");
+  expect_rejected(with_header(dir, "badutf8.safetensors", "{\"\xff\xfe\":1}", 0), "JSON");
+  // Unknown dtype, missing fields, negative or fractional dims.
+  expect_rejected(with_header(dir, "dtype.safetensors",
+                              R"({"a":{"dtype":"F31","shape":[2],"data_offsets":[0,8]}})", 8),
+                  "unknown dtype");
+  expect_rejected(with_header(dir, "noshape.safetensors", R"({"a":{"dtype":"F32","data_offsets":[0,8]}})", 8),
+                  "no shape");
+  expect_rejected(with_header(dir, "negdim.safetensors",
+                              R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8),
+                  "negative");
+  // Shape/dtype disagreeing with the byte range.
+  expect_rejected(with_header(dir, "mismatch.safetensors",
+                              R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,8]}})", 8),
+                  "span 8 bytes");
+  // Overflowing shapes.
+  expect_rejected(with_header(dir, "overflow.safetensors",
+                              R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})",
+                              8),
+                  "overflow");
+  // Overlapping ranges, gaps, leftover bytes, reversed offsets, duplicates.
+  expect_rejected(with_header(dir, "overlap.safetensors",
+                              R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},
+                                  "b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                              12),
+                  "overlaps");
+  expect_rejected(with_header(dir, "gap.safetensors",
+                              R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},
+                                  "b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+                              12),
+                  "gap");
+  expect_rejected(with_header(dir, "leftover.safetensors", ok, 16), "belong to no tensor");
+  expect_rejected(with_header(dir, "reversed.safetensors",
+                              R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", 8),
+                  "end before");
+  expect_rejected(with_header(dir, "dup.safetensors",
+                              R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},
+                                  "a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                              8),
+                  "twice");
+  expect_rejected(with_header(dir, "meta.safetensors", R"({"__metadata__":{"k":1}})", 0), "not a string");
+  // Pickles are refused without being read as anything else.
+  expect_rejected(write_raw(dir, "model.ckpt", "PK\x03\x04 whatever"), "pickle");
+  expect_rejected(write_raw(dir, "pickle.safetensors", std::string("\x80\x02}q\x00.", 6)), "pickle");
+}
+
+TEST(Safetensors, MissingTensorAndWrongDTypeAreNamed) {
+  auto dir = test::temp_dir("safetensors_missing");
+  write_safetensors_f32(dir / "m.safetensors", {{"present", Tensor::zeros({1})}});
+  auto f = SafetensorsFile::open(dir / "m.safetensors");
+  try {
+    f->get("absent.weight");
+    ADD_FAILURE() << "missing tensor accepted";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("absent.weight"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("m.safetensors"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(f->to_i64("present"), Error);
+}
+
+TEST(Safetensors, TruncatedCopiesOfARealFileAreRejected) {
+  // Every prefix length of a real model file must be rejected cleanly, never crash.
+  auto dir = test::temp_dir("safetensors_prefix");
+  auto bytes = [&] {
+    std::ifstream in(test::tiny_sd_dir() / "text_encoder" / "model.safetensors", std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }();
+  ASSERT_GT(bytes.size(), 1000u);
+  for (size_t len : {size_t{0}, size_t{7}, size_t{8}, size_t{100}, size_t{1000}, bytes.size() / 2, bytes.size() - 1}) {
+    auto p = write_raw(dir, "cut_" + std::to_string(len) + ".safetensors", bytes.substr(0, len));
+    EXPECT_THROW(SafetensorsFile::open(p), Error) << "prefix " << len;
+  }
+  // Flipping header bytes must never crash either.
+  for (size_t i = 8; i < 200; i += 7) {
+    std::string b = bytes;
+    b[i] = static_cast<char>(b[i] ^ 0x5a);
+    auto p = write_raw(dir, "flip.safetensors", b);
+    try {
+      SafetensorsFile::open(p);
+    } catch (const Error&) {
+    }
+  }
+}

@@ -1,0 +1,38 @@
+// Shared helpers for the engine tests: where the data is, and how parity is measured.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "core/tensor.h"
+
+namespace octodiff::test {
+
+// tests/data in the source tree (copied reference data; always present).
+std::filesystem::path data_dir();
+// tests/data/tiny-sd
+std::filesystem::path tiny_sd_dir();
+// A fresh empty directory for this test's outputs (removed at the next run).
+std::filesystem::path temp_dir(const std::string& name);
+
+struct Diff {
+  double max_abs = 0;       // max |a - b|
+  double ref_scale = 0;     // max |b|
+  int64_t worst_index = -1;
+  bool shapes_match = true;
+};
+
+Diff diff(const float* actual, const float* reference, int64_t n);
+Diff diff(const Tensor& actual, const Tensor& reference);
+
+// The project's parity bar: max abs error <= rel * max(1, max|reference|). Prints the error
+// (always, so the test log shows it) and fails the test when it is over.
+void expect_parity(const std::string& label, const Tensor& actual, const Tensor& reference,
+                   double rel = 1e-4);
+// Absolute tolerance variant (e.g. pipeline images within 1e-3).
+void expect_close_abs(const std::string& label, const Tensor& actual, const Tensor& reference,
+                      double abs_tol);
+
+}  // namespace octodiff::test
