@@ -1,0 +1,56 @@
+// GEMM: C = A · B (+ bias, + residual, or += C), with B a weight matrix packed once.
+//
+// A is an activation matrix (row-major, M × K, row stride lda). B is a weight given either as
+// K × N (row-major) or, as torch stores Linear weights, N × K ("transposed"); pack_b copies it
+// into the panel layout the micro-kernels read, once, when a model is compiled. Threads split
+// M×N tiles only; every output element is accumulated by one thread in a fixed K order, so the
+// result is bit-identical for any thread count.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+namespace octodiff::kernels {
+
+class PackedMatrix {
+ public:
+  PackedMatrix() = default;
+  int64_t K() const { return K_; }
+  int64_t N() const { return N_; }
+  bool empty() const { return data_ == nullptr; }
+  const float* data() const { return data_.get(); }
+  size_t bytes() const { return bytes_; }
+
+  // Implementation detail of the kernels: panel width and element layout.
+  int panel_width() const { return nr_; }
+  float* mutable_data() { return data_.get(); }
+
+ private:
+  friend PackedMatrix pack_b(const float* b, int64_t K, int64_t N, bool transposed);
+  friend PackedMatrix allocate_packed(int64_t K, int64_t N);
+  int64_t K_ = 0, N_ = 0;
+  int nr_ = 0;
+  size_t bytes_ = 0;
+  std::shared_ptr<float> data_;
+};
+
+// transposed == false: b is K × N row-major (b[k*N + n]).
+// transposed == true:  b is N × K row-major (b[n*K + k]), e.g. a torch Linear weight (out, in).
+PackedMatrix pack_b(const float* b, int64_t K, int64_t N, bool transposed);
+
+struct Epilogue {
+  const float* bias = nullptr;      // N values added to every row
+  const float* residual = nullptr;  // M × N (row stride ldr) added after the bias
+  int64_t ldr = 0;
+  bool accumulate = false;          // C += A·B instead of C = A·B
+};
+
+// C[M × N] (row stride ldc) = A[M × K] (row stride lda) · B, then the epilogue.
+void gemm(const float* a, int64_t M, int64_t lda, const PackedMatrix& b, float* c, int64_t ldc,
+          const Epilogue& epilogue = {});
+
+// Plain C = A · Bᵀ for two activation matrices (A: M × K, B: N × K), used where no packing pays.
+void gemm_abt(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+              int64_t M, int64_t N, int64_t K);
+
+}  // namespace octodiff::kernels
