@@ -1,0 +1,118 @@
+// Schedulers: PNDM, DDIM, LMS, DPM-Solver++ and Euler as pure step functions over explicit state.
+//
+// As in diffusers, a scheduler object holds only configuration and tables; everything that
+// changes during sampling lives in a SchedulerState value. `step` takes the state and returns
+// the next one — it never mutates its inputs — so a pipeline can keep one state per device and
+// a test can replay any step.
+//
+// Two semantics exist (see spec/schedulers.md):
+//   Flax      — diffusers' Flax schedulers as FlaxStableDiffusionPipeline drives them: PNDM runs
+//               N model calls and stops at t=1, timesteps are truncated to int32 before the
+//               UNet/scale_model_input/step, DPM-Solver steps to training timestep 0.
+//   Diffusers — the PyTorch schedulers of diffusers 0.31 as StableDiffusionPipeline drives them
+//               (PNDM runs N+1 calls, float timesteps for LMS/Euler, DPM-Solver ends at sigma 0);
+//               this is what the goldens were computed with.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace octodiff {
+
+enum class SchedulerKind { Pndm, Ddim, Lms, DpmSolverPP, Euler };
+enum class SchedulerSemantics { Flax, Diffusers };
+enum class PredictionType { Epsilon, VPrediction, Sample };
+enum class TimestepSpacing { Leading, Linspace, Trailing };
+
+// "pndm", "ddim", "lms", "dpm++" (also "dpmpp2m", "dpm"), "euler"; throws octodiff::Error listing
+// the valid names otherwise.
+SchedulerKind parse_scheduler_kind(const std::string& name);
+std::string scheduler_name(SchedulerKind kind);  // canonical CLI name ("dpm++", ...)
+std::string scheduler_class_name(SchedulerKind kind);  // diffusers class, e.g. "PNDMScheduler"
+
+// Configuration as diffusers' `Cls.from_config(scheduler_config.json)` builds it: keys present
+// in the file override the defaults of the class `kind` (not of the class the file names), and
+// unknown keys are ignored.
+struct SchedulerConfig {
+  int num_train_timesteps = 1000;
+  double beta_start = 0.0001;
+  double beta_end = 0.02;
+  std::string beta_schedule = "linear";  // linear | scaled_linear | squaredcos_cap_v2
+  std::vector<double> trained_betas;     // overrides beta_schedule when non-empty
+  bool set_alpha_to_one = true;
+  bool skip_prk_steps = false;
+  int steps_offset = 0;
+  bool clip_sample = true;
+  double clip_sample_range = 1.0;
+  PredictionType prediction_type = PredictionType::Epsilon;
+  TimestepSpacing timestep_spacing = TimestepSpacing::Leading;
+  int solver_order = 2;            // DPM-Solver
+  bool lower_order_final = true;   // DPM-Solver
+  std::string algorithm_type = "dpmsolver++";
+  std::string solver_type = "midpoint";
+
+  static SchedulerConfig defaults(SchedulerKind kind);
+  // Parses scheduler_config.json text; throws octodiff::Error for malformed JSON or values.
+  static SchedulerConfig from_json(const std::string& json_text, SchedulerKind kind);
+};
+
+struct SchedulerState {
+  std::vector<double> timesteps;  // the grid as the scheduler stores it (may be fractional)
+  std::vector<double> sigmas;     // LMS/Euler/DPM (diffusers): per-step sigmas, last = final
+  int num_inference_steps = 0;
+  int step_index = 0;             // number of completed step() calls
+  // Multistep history (PNDM ets, LMS derivatives, DPM model outputs), newest last.
+  std::vector<Tensor> history;
+  std::vector<double> history_t;  // the timestep/sigma each history entry belongs to
+  Tensor cur_sample;              // PNDM: the sample the current interval started from
+  int lower_order_nums = 0;       // DPM-Solver
+};
+
+struct StepResult {
+  Tensor prev_sample;
+  Tensor pred_original_sample;  // x0 estimate (undefined for schedulers that do not form one)
+  SchedulerState state;
+};
+
+class Scheduler {
+ public:
+  virtual ~Scheduler() = default;
+
+  static std::unique_ptr<Scheduler> create(SchedulerKind kind, const SchedulerConfig& config,
+                                           SchedulerSemantics semantics);
+
+  virtual SchedulerKind kind() const = 0;
+  SchedulerSemantics semantics() const { return semantics_; }
+  const SchedulerConfig& config() const { return config_; }
+  const std::vector<float>& alphas_cumprod() const { return alphas_cumprod_; }
+
+  // State for N inference steps (throws octodiff::Error for N < 1 or N > num_train_timesteps).
+  virtual SchedulerState set_timesteps(int num_inference_steps) const = 0;
+
+  // The factor the pipeline multiplies the initial noise by.
+  virtual double init_noise_sigma(const SchedulerState& state) const = 0;
+
+  // Number of model (UNet) calls the pipeline makes for this state (Flax PNDM: N; torch: N+1).
+  virtual int num_model_calls(const SchedulerState& state) const = 0;
+
+  // The timestep passed to the UNet for call i (already truncated to an integer under Flax).
+  virtual double model_timestep(const SchedulerState& state, int i) const = 0;
+
+  // Scales the model input for call i (identity for PNDM/DDIM/DPM; 1/sqrt(σ²+1) for LMS/Euler).
+  virtual Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const = 0;
+
+  // One denoising step for call i: pure function of (state, model output, timestep, sample).
+  virtual StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
+                          const Tensor& sample) const = 0;
+
+ protected:
+  Scheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
+  SchedulerConfig config_;
+  SchedulerSemantics semantics_;
+  std::vector<float> betas_, alphas_cumprod_;  // f32 tables, as diffusers keeps them
+};
+
+}  // namespace octodiff
