@@ -1,0 +1,81 @@
+#include "io/weight_source.h"
+
+#include "core/error.h"
+
+namespace octodiff {
+
+void WeightSource::add(const std::string& name, Entry entry) {
+  if (entries_.count(name))
+    fail(description_, ": tensor '", name, "' is provided twice (", entries_[name].origin, " and ",
+         entry.origin, ")");
+  entries_[name] = std::move(entry);
+}
+
+const Shape& WeightSource::shape_of(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) fail("tensor '", name, "' is missing from ", description_);
+  return it->second.shape;
+}
+
+DType WeightSource::stored_dtype(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) fail("tensor '", name, "' is missing from ", description_);
+  return it->second.record->dtype;
+}
+
+std::vector<std::string> WeightSource::names() const {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : entries_) out.push_back(k);
+  return out;
+}
+
+Tensor WeightSource::take(const std::string& name, const Shape& expected) {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) fail("tensor '", name, "' is missing from ", description_);
+  const Entry& e = it->second;
+  if (e.shape != expected)
+    fail("tensor '", name, "' in ", description_, " has shape ", shape_str(e.shape), ", expected ",
+         shape_str(expected), " (does the config.json match the weights?)");
+  Tensor t = e.file->to_f32(*e.record);
+  if (e.transform) t = e.transform(t);
+  if (t.shape() != expected)
+    fail("internal: transform of '", name, "' gave ", shape_str(t.shape()));
+  taken_.insert(name);
+  return t;
+}
+
+Tensor WeightSource::take_if_present(const std::string& name, const Shape& expected) {
+  if (!has(name)) return Tensor();
+  return take(name, expected);
+}
+
+void WeightSource::finish() const {
+  std::vector<std::string> left;
+  for (const auto& [name, e] : entries_)
+    if (!taken_.count(name) && !ignored_.count(name)) left.push_back(e.origin);
+  if (left.empty()) return;
+  std::string list;
+  for (size_t i = 0; i < left.size() && i < 10; ++i) list += (i ? ", '" : "'") + left[i] + "'";
+  if (left.size() > 10) list += cat(" and ", left.size() - 10, " more");
+  fail(description_, " has ", left.size(), " unexpected tensor", left.size() == 1 ? "" : "s", ": ",
+       list, " (is this a different model architecture than its config.json says?)");
+}
+
+std::shared_ptr<WeightSource> weights_from_safetensors(const std::vector<std::filesystem::path>& files,
+                                                       const std::string& description) {
+  auto src = std::make_shared<WeightSource>(description);
+  for (const auto& path : files) {
+    auto f = SafetensorsFile::open(path);
+    for (const auto& rec : f->tensors()) {
+      WeightSource::Entry e;
+      e.file = f;
+      e.record = &rec;
+      e.shape = rec.shape;
+      e.origin = rec.name;
+      src->add(rec.name, e);
+    }
+  }
+  return src;
+}
+
+}  // namespace octodiff

@@ -1,0 +1,138 @@
+#include "models/autoencoder_kl.h"
+
+#include "core/device.h"
+#include "core/error.h"
+#include "kernels/tensor_ops.h"
+
+namespace octodiff {
+namespace {
+
+constexpr float kVaeEps = 1e-6f;  // every VAE GroupNorm (diffusers hard-codes it)
+
+std::string idx(const std::string& prefix, int i) { return prefix + "." + std::to_string(i); }
+
+}  // namespace
+
+AutoencoderKL::Coder AutoencoderKL::load_mid(WeightSource& w, const std::string& p, const VaeConfig& c,
+                                             Coder coder) {
+  const int64_t C = c.block_out_channels.back(), G = c.norm_num_groups;
+  coder.mid_resnet_0 = ResnetBlock2D::load(w, p + ".mid_block.resnets.0", C, C, 0, G, kVaeEps);
+  if (c.mid_block_add_attention) coder.mid_attention = VaeAttention::load(w, p + ".mid_block.attentions.0", C, G);
+  coder.mid_resnet_1 = ResnetBlock2D::load(w, p + ".mid_block.resnets.1", C, C, 0, G, kVaeEps);
+  return coder;
+}
+
+AutoencoderKL AutoencoderKL::load(WeightSource& w, const VaeConfig& c, bool with_encoder) {
+  AutoencoderKL vae;
+  vae.config_ = c;
+  const auto& boc = c.block_out_channels;
+  const int n = static_cast<int>(boc.size());
+  const int64_t G = c.norm_num_groups, L = c.latent_channels;
+
+  // Decoder.
+  Coder dec;
+  if (c.use_post_quant_conv) vae.post_quant_conv_ = Linear::load(w, "post_quant_conv", L, L, true, true);
+  dec.conv_in = Conv2d::load_same(w, "decoder.conv_in", L, boc[n - 1], 3);
+  dec = load_mid(w, "decoder", c, std::move(dec));
+  int64_t prev = boc[n - 1];
+  for (int i = 0; i < n; ++i) {
+    const std::string p = idx("decoder.up_blocks", i);
+    const int64_t out = boc[n - 1 - i];
+    Level level;
+    for (int j = 0; j < c.layers_per_block + 1; ++j)
+      level.resnets.push_back(ResnetBlock2D::load(w, idx(p + ".resnets", j), j == 0 ? prev : out, out, 0, G, kVaeEps));
+    if (i < n - 1) level.upsample = Upsample2D::load(w, p + ".upsamplers.0", out);
+    prev = out;
+    dec.levels.push_back(std::move(level));
+  }
+  dec.norm_out = GroupNorm::load(w, "decoder.conv_norm_out", boc[0], G, kVaeEps);
+  dec.conv_out = Conv2d::load_same(w, "decoder.conv_out", boc[0], c.out_channels, 3);
+  vae.decoder_ = std::move(dec);
+
+  // Encoder (optional: text-to-image never needs it).
+  if (with_encoder && w.has("encoder.conv_in.weight")) {
+    Coder enc;
+    enc.conv_in = Conv2d::load_same(w, "encoder.conv_in", c.in_channels, boc[0], 3);
+    int64_t in = boc[0];
+    for (int i = 0; i < n; ++i) {
+      const std::string p = idx("encoder.down_blocks", i);
+      Level level;
+      for (int j = 0; j < c.layers_per_block; ++j)
+        level.resnets.push_back(ResnetBlock2D::load(w, idx(p + ".resnets", j), j == 0 ? in : boc[i], boc[i], 0, G, kVaeEps));
+      if (i < n - 1) level.downsample = load_downsample(w, p + ".downsamplers.0", boc[i], /*padding=*/0);
+      in = boc[i];
+      enc.levels.push_back(std::move(level));
+    }
+    enc = load_mid(w, "encoder", c, std::move(enc));
+    enc.norm_out = GroupNorm::load(w, "encoder.conv_norm_out", boc[n - 1], G, kVaeEps);
+    enc.conv_out = Conv2d::load_same(w, "encoder.conv_out", boc[n - 1], 2 * L, 3);
+    if (c.use_quant_conv) vae.quant_conv_ = Linear::load(w, "quant_conv", 2 * L, 2 * L, true, true);
+    vae.encoder_ = std::move(enc);
+  } else {
+    for (const auto& name : w.names())
+      if (name.rfind("encoder.", 0) == 0 || name.rfind("quant_conv.", 0) == 0) w.ignore(name);
+  }
+  w.finish();
+  return vae;
+}
+
+Tensor AutoencoderKL::run_mid(const Coder& coder, Tensor x) const {
+  x = coder.mid_resnet_0(x, nullptr);
+  if (coder.mid_attention) x = (*coder.mid_attention)(x);
+  return coder.mid_resnet_1(x, nullptr);
+}
+
+Tensor AutoencoderKL::decode_nhwc(const Tensor& z) const {
+  if (z.rank() != 4 || z.dim(3) != config_.latent_channels)
+    fail("VAE decoder input has shape ", shape_str(z.shape()), ", expected N × h × w × ", config_.latent_channels);
+  Tensor x = post_quant_conv_ ? (*post_quant_conv_)(z) : z;
+  x = decoder_.conv_in(x);
+  check_cancelled();
+  x = run_mid(decoder_, x);
+  for (const Level& level : decoder_.levels) {
+    for (const auto& r : level.resnets) {
+      check_cancelled();
+      x = r(x, nullptr);
+    }
+    if (level.upsample) x = (*level.upsample)(x);
+  }
+  return decoder_.conv_out(decoder_.norm_out(x, /*silu=*/true));
+}
+
+Tensor AutoencoderKL::decode(const Tensor& z) const {
+  if (z.rank() != 4) fail("VAE decoder input must be N × C × h × w, got ", shape_str(z.shape()));
+  Tensor zn = Tensor::empty({z.dim(0), z.dim(2), z.dim(3), z.dim(1)});
+  kernels::nchw_to_nhwc(z.data(), z.dim(0), z.dim(1), z.dim(2), z.dim(3), zn.data());
+  Tensor y = decode_nhwc(zn);
+  Tensor out = Tensor::empty({y.dim(0), y.dim(3), y.dim(1), y.dim(2)});
+  kernels::nhwc_to_nchw(y.data(), y.dim(0), y.dim(1), y.dim(2), y.dim(3), out.data());
+  return out;
+}
+
+Tensor AutoencoderKL::encode_moments(const Tensor& image) const {
+  if (!encoder_) fail("this VAE was loaded without its encoder");
+  if (image.rank() != 4 || image.dim(1) != config_.in_channels)
+    fail("VAE encoder input has shape ", shape_str(image.shape()), ", expected N × ", config_.in_channels, " × H × W");
+  const int64_t m = config_.scale_factor();
+  if (image.dim(2) % m || image.dim(3) % m)
+    fail("image size ", image.dim(2), "×", image.dim(3), " must be a multiple of ", m);
+  const Coder& enc = *encoder_;
+  Tensor x = Tensor::empty({image.dim(0), image.dim(2), image.dim(3), image.dim(1)});
+  kernels::nchw_to_nhwc(image.data(), image.dim(0), image.dim(1), image.dim(2), image.dim(3), x.data());
+  x = enc.conv_in(x);
+  for (const Level& level : enc.levels) {
+    for (const auto& r : level.resnets) {
+      check_cancelled();
+      x = r(x, nullptr);
+    }
+    if (level.downsample) x = (*level.downsample)(x);
+  }
+  x = run_mid(enc, x);
+  x = enc.conv_out(enc.norm_out(x, /*silu=*/true));
+  if (quant_conv_) x = (*quant_conv_)(x);
+  Tensor out = Tensor::empty({x.dim(0), x.dim(3), x.dim(1), x.dim(2)});
+  kernels::nhwc_to_nchw(x.data(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), out.data());
+  return out;
+}
+
+}  // namespace octodiff

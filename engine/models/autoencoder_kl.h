@@ -1,0 +1,56 @@
+// AutoencoderKL — Stable Diffusion's VAE (spec/models.md §3). The decoder turns latents into
+// images; the encoder (for img2img and tests) turns images into the latent distribution.
+//
+//   decode: post_quant_conv → conv_in → mid (resnet, attention, resnet)
+//           → up blocks (resnets, nearest 2× + conv) → SiLU(GroupNorm) → conv_out
+//   encode: conv_in → down blocks (resnets, bottom/right-padded stride-2 conv)
+//           → mid → SiLU(GroupNorm) → conv_out → quant_conv = [mean | logvar]
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "models/configs.h"
+#include "models/unet_blocks.h"
+
+namespace octodiff {
+
+class AutoencoderKL {
+ public:
+  // Loads the decoder (always) and the encoder (when `with_encoder` and present in the file);
+  // calls w.finish() — encoder tensors are accepted and ignored when not loaded.
+  static AutoencoderKL load(WeightSource& w, const VaeConfig& config, bool with_encoder = true);
+
+  // z: N × latent × h × w (already divided by scaling_factor) → N × 3 × H × W, not clamped.
+  Tensor decode(const Tensor& z) const;
+  Tensor decode_nhwc(const Tensor& z) const;  // N × h × w × latent → N × H × W × 3
+
+  // image: N × 3 × H × W in [-1, 1] → moments N × 2·latent × h × w ([mean | logvar], unclamped).
+  Tensor encode_moments(const Tensor& image) const;
+  bool has_encoder() const { return encoder_.has_value(); }
+
+  const VaeConfig& config() const { return config_; }
+
+ private:
+  struct Level {
+    std::vector<ResnetBlock2D> resnets;
+    std::optional<Conv2d> downsample;
+    std::optional<Upsample2D> upsample;
+  };
+  struct Coder {  // the shared shape of encoder and decoder
+    Conv2d conv_in, conv_out;
+    ResnetBlock2D mid_resnet_0, mid_resnet_1;
+    std::optional<VaeAttention> mid_attention;
+    std::vector<Level> levels;
+    GroupNorm norm_out;
+  };
+  static Coder load_mid(WeightSource& w, const std::string& prefix, const VaeConfig& c, Coder coder);
+  Tensor run_mid(const Coder& coder, Tensor x) const;
+
+  VaeConfig config_;
+  Coder decoder_;
+  std::optional<Coder> encoder_;
+  std::optional<Linear> post_quant_conv_, quant_conv_;
+};
+
+}  // namespace octodiff

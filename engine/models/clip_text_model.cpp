@@ -1,0 +1,81 @@
+#include "models/clip_text_model.h"
+
+#include <cstring>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "kernels/activations.h"
+
+namespace octodiff {
+
+ClipTextModel ClipTextModel::load(WeightSource& w, const ClipTextConfig& c) {
+  // Recent transformers releases may save CLIPTextModel without the "text_model." prefix.
+  const std::string p = w.has("text_model.embeddings.token_embedding.weight") ? "text_model." : "";
+  ClipTextModel m;
+  m.config_ = c;
+  const int64_t H = c.hidden_size, F = c.intermediate_size;
+  const float eps = static_cast<float>(c.layer_norm_eps);
+  m.token_embedding = w.take(p + "embeddings.token_embedding.weight", {c.vocab_size, H});
+  m.position_embedding = w.take(p + "embeddings.position_embedding.weight", {c.max_position_embeddings, H});
+  w.ignore(p + "embeddings.position_ids");  // a buffer older files carry; not a weight
+  w.ignore("text_projection.weight");       // CLIP's projection head; SD uses hidden states
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string l = p + "encoder.layers." + std::to_string(i) + ".";
+    Layer layer{
+        LayerNorm::load(w, l + "layer_norm1", H, eps),
+        LayerNorm::load(w, l + "layer_norm2", H, eps),
+        MultiHeadAttention::load(w,
+                                 {l + "self_attn.q_proj", l + "self_attn.k_proj", l + "self_attn.v_proj",
+                                  l + "self_attn.out_proj"},
+                                 H, H, c.num_attention_heads, /*qkv_bias=*/true, /*self=*/true,
+                                 /*causal=*/true),
+        Linear::load(w, l + "mlp.fc1", H, F, true),
+        Linear::load(w, l + "mlp.fc2", F, H, true),
+    };
+    m.layers_.push_back(std::move(layer));
+  }
+  m.final_norm_ = LayerNorm::load(w, p + "final_layer_norm", H, eps);
+  w.finish();
+  return m;
+}
+
+ClipTextOutput ClipTextModel::forward(const std::vector<int32_t>& ids, int64_t N, int64_t L) const {
+  const int64_t H = config_.hidden_size;
+  if (static_cast<int64_t>(ids.size()) != N * L) fail("internal: ", ids.size(), " ids for ", N, "×", L);
+  if (L > config_.max_position_embeddings)
+    fail("prompt of ", L, " tokens is longer than the text encoder's ", config_.max_position_embeddings,
+         " positions");
+  Tensor x = Tensor::empty({N, L, H});
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t t = 0; t < L; ++t) {
+      int32_t id = ids[n * L + t];
+      if (id < 0 || id >= config_.vocab_size)
+        fail("token id ", id, " is outside the text encoder's vocabulary of ", config_.vocab_size,
+             " (does the tokenizer belong to this model?)");
+      const float* tok = token_embedding.data() + int64_t{id} * H;
+      const float* pos = position_embedding.data() + t * H;
+      float* dst = x.data() + (n * L + t) * H;
+      for (int64_t c = 0; c < H; ++c) dst[c] = tok[c] + pos[c];
+    }
+  }
+
+  ClipTextOutput out;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    check_cancelled();
+    if (i + 1 == layers_.size()) out.penultimate = x;
+    const Layer& layer = layers_[i];
+    x = layer.attention(layer.norm1(x), nullptr, &x);
+    Tensor h = layer.fc1(layer.norm2(x));
+    if (config_.hidden_act == "quick_gelu")
+      kernels::quick_gelu(h.data(), h.numel(), h.data());
+    else if (config_.hidden_act == "gelu")
+      kernels::gelu(h.data(), h.numel(), h.data(), kernels::Gelu::Erf);
+    else
+      kernels::gelu(h.data(), h.numel(), h.data(), kernels::Gelu::Tanh);
+    x = layer.fc2(h, &x);
+  }
+  out.last_hidden_state = final_norm_(x);
+  return out;
+}
+
+}  // namespace octodiff

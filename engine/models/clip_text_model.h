@@ -1,0 +1,51 @@
+// CLIPTextModel — the text tower of CLIP (SD 1.x: OpenAI ViT-L/14; SD 2.x: OpenCLIP ViT-H/14 in
+// transformers' layout), read top to bottom like the original:
+//
+//   x = token_embedding[ids] + position_embedding[0..L)
+//   for each layer:  x += out_proj(causal_self_attention(layer_norm1(x)))
+//                    x += fc2(act(fc1(layer_norm2(x))))
+//   last_hidden_state = final_layer_norm(x)
+//
+// Padding tokens are attended (the SD pipelines pass no attention mask; only the causal mask acts).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "io/weight_source.h"
+#include "models/attention.h"
+#include "models/configs.h"
+#include "models/layers.h"
+
+namespace octodiff {
+
+struct ClipTextOutput {
+  Tensor last_hidden_state;  // N × L × hidden, after the final LayerNorm (what SD uses)
+  Tensor penultimate;        // N × L × hidden, output of the second-to-last layer (before final LN)
+};
+
+class ClipTextModel {
+ public:
+  // Reads every parameter from `w` (diffusers/transformers names, with or without the
+  // "text_model." prefix) and calls w.finish().
+  static ClipTextModel load(WeightSource& w, const ClipTextConfig& config);
+
+  // ids: N × L token ids (L <= max_position_embeddings); ids outside the vocabulary are an error.
+  ClipTextOutput forward(const std::vector<int32_t>& ids, int64_t batch, int64_t length) const;
+
+  const ClipTextConfig& config() const { return config_; }
+
+ private:
+  struct Layer {
+    LayerNorm norm1, norm2;
+    MultiHeadAttention attention;
+    Linear fc1, fc2;
+  };
+  ClipTextConfig config_;
+  Tensor token_embedding;     // vocab × hidden
+  Tensor position_embedding;  // positions × hidden
+  std::vector<Layer> layers_;
+  LayerNorm final_norm_;
+};
+
+}  // namespace octodiff

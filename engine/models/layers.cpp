@@ -1,0 +1,123 @@
+#include "models/layers.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/norm.h"
+
+namespace octodiff {
+
+std::vector<float> to_vector(const Tensor& t) { return std::vector<float>(t.begin(), t.end()); }
+
+Linear Linear::load(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, bool has_bias,
+                    bool from_conv1x1) {
+  Linear l;
+  l.in = in;
+  l.out = out;
+  Shape shape = from_conv1x1 ? Shape{out, in, 1, 1} : Shape{out, in};
+  Tensor weight = w.take(prefix + ".weight", shape);
+  l.weight = kernels::pack_b(weight.data(), in, out, /*transposed=*/true);
+  if (has_bias) l.bias = to_vector(w.take(prefix + ".bias", {out}));
+  return l;
+}
+
+Linear Linear::load_fused(WeightSource& w, const std::vector<std::string>& prefixes, int64_t in,
+                          int64_t out_each, bool has_bias) {
+  const int64_t parts = static_cast<int64_t>(prefixes.size());
+  Linear l;
+  l.in = in;
+  l.out = out_each * parts;
+  Tensor stacked = Tensor::empty({l.out, in});  // torch layout (out, in): rows are outputs
+  for (int64_t p = 0; p < parts; ++p) {
+    Tensor part = w.take(prefixes[p] + ".weight", {out_each, in});
+    std::memcpy(stacked.data() + p * out_each * in, part.data(), sizeof(float) * out_each * in);
+    if (has_bias) {
+      Tensor b = w.take(prefixes[p] + ".bias", {out_each});
+      l.bias.insert(l.bias.end(), b.begin(), b.end());
+    }
+  }
+  l.weight = kernels::pack_b(stacked.data(), in, l.out, /*transposed=*/true);
+  return l;
+}
+
+Tensor Linear::operator()(const Tensor& x, const Tensor* residual) const {
+  if (x.rank() < 1 || x.dim(-1) != in)
+    fail("internal: Linear(", in, "->", out, ") applied to shape ", shape_str(x.shape()));
+  Shape out_shape = x.shape();
+  out_shape.back() = out;
+  Tensor y = Tensor::empty(out_shape);
+  const int64_t rows = x.numel() / in;
+  kernels::Epilogue ep;
+  ep.bias = bias.empty() ? nullptr : bias.data();
+  if (residual) {
+    if (residual->shape() != out_shape) fail("internal: Linear residual shape mismatch");
+    ep.residual = residual->data();
+    ep.ldr = out;
+  }
+  kernels::gemm(x.data(), rows, in, weight, y.data(), out, ep);
+  return y;
+}
+
+Conv2d Conv2d::load(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, int k,
+                    kernels::Conv2dGeometry geometry) {
+  Conv2d c;
+  c.geometry = geometry;
+  Tensor weight = w.take(prefix + ".weight", {out, in, k, k});
+  Tensor bias = w.take(prefix + ".bias", {out});
+  c.weight = kernels::pack_conv2d(weight.data(), bias.data(), out, in, k, k);
+  return c;
+}
+
+Tensor Conv2d::operator()(const Tensor& x, const Tensor* residual) const {
+  if (x.rank() != 4 || x.dim(3) != weight.in_channels)
+    fail("internal: Conv2d(", weight.in_channels, "->", weight.out_channels, ") applied to shape ",
+         shape_str(x.shape()));
+  const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2);
+  const int64_t Ho = kernels::conv2d_out_size(H, weight.kh, geometry.stride, geometry.pad_top, geometry.pad_bottom);
+  const int64_t Wo = kernels::conv2d_out_size(W, weight.kw, geometry.stride, geometry.pad_left, geometry.pad_right);
+  Tensor y = Tensor::empty({N, Ho, Wo, weight.out_channels});
+  if (residual && residual->shape() != y.shape()) fail("internal: Conv2d residual shape mismatch");
+  kernels::conv2d_nhwc(x.data(), N, H, W, weight, geometry, y.data(), residual ? residual->data() : nullptr);
+  return y;
+}
+
+GroupNorm GroupNorm::load(WeightSource& w, const std::string& prefix, int64_t channels, int64_t groups,
+                          float eps) {
+  GroupNorm g;
+  g.channels = channels;
+  g.groups = groups;
+  g.eps = eps;
+  g.gamma = to_vector(w.take(prefix + ".weight", {channels}));
+  g.beta = to_vector(w.take(prefix + ".bias", {channels}));
+  return g;
+}
+
+Tensor GroupNorm::operator()(const Tensor& x, bool silu) const {
+  if (x.rank() < 2 || x.dim(-1) != channels)
+    fail("internal: GroupNorm(", channels, ") applied to shape ", shape_str(x.shape()));
+  const int64_t N = x.dim(0);
+  const int64_t per_sample = x.numel() / N / channels;
+  Tensor y = Tensor::empty(x.shape());
+  kernels::group_norm_nhwc(x.data(), N, per_sample, channels, groups, eps, gamma.data(), beta.data(),
+                           y.data(), silu);
+  return y;
+}
+
+LayerNorm LayerNorm::load(WeightSource& w, const std::string& prefix, int64_t channels, float eps) {
+  LayerNorm l;
+  l.channels = channels;
+  l.eps = eps;
+  l.gamma = to_vector(w.take(prefix + ".weight", {channels}));
+  l.beta = to_vector(w.take(prefix + ".bias", {channels}));
+  return l;
+}
+
+Tensor LayerNorm::operator()(const Tensor& x) const {
+  if (x.rank() < 1 || x.dim(-1) != channels)
+    fail("internal: LayerNorm(", channels, ") applied to shape ", shape_str(x.shape()));
+  Tensor y = Tensor::empty(x.shape());
+  kernels::layer_norm(x.data(), x.numel() / channels, channels, eps, gamma.data(), beta.data(), y.data());
+  return y;
+}
+
+}  // namespace octodiff

@@ -1,0 +1,72 @@
+// The building blocks every network is made of: Linear, Conv2d, GroupNorm, LayerNorm.
+//
+// Each holds its weights already packed for the kernels (packing happens once, at load) and
+// applies itself to NHWC activations (N × H × W × C) or token matrices (N × L × C); the
+// channel axis is always last, so a 1×1 convolution and a Linear are the same GEMM.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/weight_source.h"
+#include "kernels/conv2d.h"
+#include "kernels/gemm.h"
+
+namespace octodiff {
+
+struct Linear {
+  int64_t in = 0, out = 0;
+  kernels::PackedMatrix weight;  // from torch's (out, in)
+  std::vector<float> bias;       // empty when the layer has none
+
+  // Loads `<prefix>.weight` (out, in) — or (out, in, 1, 1) for a 1×1 conv used as a projection —
+  // and `<prefix>.bias` when `has_bias`.
+  static Linear load(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, bool has_bias,
+                     bool from_conv1x1 = false);
+  // Several projections of the same input fused into one GEMM (e.g. q, k, v): output columns are
+  // the layers' outputs side by side, in order.
+  static Linear load_fused(WeightSource& w, const std::vector<std::string>& prefixes, int64_t in,
+                           int64_t out_each, bool has_bias);
+
+  // x: [..., in] -> [..., out]; `residual` (same shape as the output) is added when given.
+  Tensor operator()(const Tensor& x, const Tensor* residual = nullptr) const;
+};
+
+struct Conv2d {
+  kernels::Conv2dWeights weight;
+  kernels::Conv2dGeometry geometry;
+
+  static Conv2d load(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, int k,
+                     kernels::Conv2dGeometry geometry);
+  static Conv2d load_same(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, int k) {
+    return load(w, prefix, in, out, k, kernels::Conv2dGeometry::same(k));
+  }
+  // x: N × H × W × Cin -> N × Ho × Wo × Cout, plus `residual` when given.
+  Tensor operator()(const Tensor& x, const Tensor* residual = nullptr) const;
+};
+
+struct GroupNorm {
+  int64_t channels = 0, groups = 32;
+  float eps = 1e-5f;
+  std::vector<float> gamma, beta;
+
+  static GroupNorm load(WeightSource& w, const std::string& prefix, int64_t channels, int64_t groups,
+                        float eps);
+  // x: N × ... × C (NHWC or tokens); silu fuses the activation that usually follows.
+  Tensor operator()(const Tensor& x, bool silu) const;
+};
+
+struct LayerNorm {
+  int64_t channels = 0;
+  float eps = 1e-5f;
+  std::vector<float> gamma, beta;
+
+  static LayerNorm load(WeightSource& w, const std::string& prefix, int64_t channels, float eps);
+  Tensor operator()(const Tensor& x) const;
+};
+
+// Copies a loaded tensor into a std::vector (biases, norm parameters).
+std::vector<float> to_vector(const Tensor& t);
+
+}  // namespace octodiff

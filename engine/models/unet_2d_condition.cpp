@@ -1,0 +1,183 @@
+#include "models/unet_2d_condition.h"
+
+#include <cmath>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "kernels/activations.h"
+#include "kernels/tensor_ops.h"
+
+namespace octodiff {
+namespace {
+
+std::string idx(const std::string& prefix, int i) { return prefix + "." + std::to_string(i); }
+
+Tensor to_nhwc(const Tensor& x) {
+  Tensor y = Tensor::empty({x.dim(0), x.dim(2), x.dim(3), x.dim(1)});
+  kernels::nchw_to_nhwc(x.data(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), y.data());
+  return y;
+}
+
+Tensor to_nchw(const Tensor& x) {
+  Tensor y = Tensor::empty({x.dim(0), x.dim(3), x.dim(1), x.dim(2)});
+  kernels::nhwc_to_nchw(x.data(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), y.data());
+  return y;
+}
+
+}  // namespace
+
+UNet2DCondition UNet2DCondition::load(WeightSource& w, const UNetConfig& c, const Numerics& numerics) {
+  UNet2DCondition u;
+  u.config_ = c;
+  u.numerics_ = numerics;
+  const auto& boc = c.block_out_channels;
+  const int n = static_cast<int>(boc.size());
+  const int64_t T = c.time_embed_dim(), X = c.cross_attention_dim, G = c.norm_num_groups;
+  const float eps = static_cast<float>(c.norm_eps);
+
+  u.time_linear_1_ = Linear::load(w, "time_embedding.linear_1", boc[0], T, true);
+  u.time_linear_2_ = Linear::load(w, "time_embedding.linear_2", T, T, true);
+  u.conv_in_ = Conv2d::load_same(w, "conv_in", c.in_channels, boc[0], 3);
+
+  int64_t out_c = boc[0];
+  for (int i = 0; i < n; ++i) {
+    const std::string p = idx("down_blocks", i);
+    const int64_t in_c = out_c;
+    out_c = boc[i];
+    Level level;
+    for (int j = 0; j < c.layers_per_block; ++j) {
+      level.resnets.push_back(ResnetBlock2D::load(w, idx(p + ".resnets", j), j == 0 ? in_c : out_c, out_c, T, G, eps));
+      if (c.down_block_types[i] == "CrossAttnDownBlock2D")
+        level.attentions.push_back(Transformer2D::load(w, idx(p + ".attentions", j), out_c, X, c.num_heads[i],
+                                                       c.transformer_layers_per_block[i], G,
+                                                       c.use_linear_projection, numerics));
+    }
+    if (i < n - 1) level.downsample = load_downsample(w, p + ".downsamplers.0", out_c, c.downsample_padding);
+    u.down_.push_back(std::move(level));
+  }
+
+  const int64_t mid_c = boc[n - 1];
+  u.mid_resnet_0_ = ResnetBlock2D::load(w, "mid_block.resnets.0", mid_c, mid_c, T, G, eps);
+  u.mid_attention_ = Transformer2D::load(w, "mid_block.attentions.0", mid_c, X, c.num_heads[n - 1],
+                                         c.transformer_layers_per_block[n - 1], G, c.use_linear_projection,
+                                         numerics);
+  u.mid_resnet_1_ = ResnetBlock2D::load(w, "mid_block.resnets.1", mid_c, mid_c, T, G, eps);
+
+  int64_t prev_c = mid_c;
+  for (int i = 0; i < n; ++i) {
+    const int r = n - 1 - i;  // the down block this up block mirrors
+    const std::string p = idx("up_blocks", i);
+    const int64_t up_out = boc[r];
+    const int64_t skip_in = boc[std::max(r - 1, 0)];
+    Level level;
+    const int layers = c.layers_per_block + 1;
+    for (int j = 0; j < layers; ++j) {
+      const int64_t skip_c = (j == layers - 1) ? skip_in : up_out;
+      const int64_t res_in = (j == 0 ? prev_c : up_out) + skip_c;
+      level.resnets.push_back(ResnetBlock2D::load(w, idx(p + ".resnets", j), res_in, up_out, T, G, eps));
+      if (c.up_block_types[i] == "CrossAttnUpBlock2D")
+        level.attentions.push_back(Transformer2D::load(w, idx(p + ".attentions", j), up_out, X, c.num_heads[r],
+                                                       c.transformer_layers_per_block[r], G,
+                                                       c.use_linear_projection, numerics));
+    }
+    if (i < n - 1) level.upsample = Upsample2D::load(w, p + ".upsamplers.0", up_out);
+    prev_c = up_out;
+    u.up_.push_back(std::move(level));
+  }
+
+  u.norm_out_ = GroupNorm::load(w, "conv_norm_out", boc[0], G, eps);
+  u.conv_out_ = Conv2d::load_same(w, "conv_out", boc[0], c.out_channels, 3);
+  w.finish();
+  return u;
+}
+
+Tensor UNet2DCondition::timestep_embedding(const std::vector<double>& timesteps, int64_t dim,
+                                           bool flip_sin_to_cos, double freq_shift) {
+  // diffusers get_timestep_embedding, in float32 step by step:
+  //   exponent = -ln(10000) * arange(half) / (half - shift); freq = exp(exponent)
+  //   arg = t * freq; emb = [sin(arg), cos(arg)] (flipped to [cos, sin])
+  const int64_t half = dim / 2;
+  const int64_t N = static_cast<int64_t>(timesteps.size());
+  Tensor emb = Tensor::zeros({N, dim});
+  const float neg_log = -static_cast<float>(std::log(10000.0));
+  const float denom = static_cast<float>(static_cast<double>(half) - freq_shift);
+  for (int64_t n = 0; n < N; ++n) {
+    const float t = static_cast<float>(timesteps[n]);
+    for (int64_t k = 0; k < half; ++k) {
+      const float exponent = (neg_log * static_cast<float>(k)) / denom;
+      const float arg = t * std::exp(exponent);
+      const float s = std::sin(arg), co = std::cos(arg);
+      emb[n * dim + k] = flip_sin_to_cos ? co : s;
+      emb[n * dim + half + k] = flip_sin_to_cos ? s : co;
+    }
+  }
+  return emb;
+}
+
+Tensor UNet2DCondition::forward(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
+                                UNetDebug* debug) const {
+  if (sample.rank() != 4 || sample.dim(1) != config_.in_channels)
+    fail("UNet input has shape ", shape_str(sample.shape()), ", expected N × ", config_.in_channels, " × h × w");
+  return to_nchw(forward_nhwc(to_nhwc(sample), timesteps, context, debug));
+}
+
+Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<double>& timesteps,
+                                     const Tensor& context, UNetDebug* debug) const {
+  const int64_t N = sample.dim(0), h = sample.dim(1), w = sample.dim(2);
+  const int m = config_.latent_multiple();
+  if (sample.rank() != 4 || sample.dim(3) != config_.in_channels)
+    fail("UNet input has shape ", shape_str(sample.shape()), ", expected N × h × w × ", config_.in_channels);
+  if (h % m || w % m)
+    fail("latent size ", h, "×", w, " must be a multiple of ", m, " for this UNet");
+  if (static_cast<int64_t>(timesteps.size()) != N) fail("UNet: ", timesteps.size(), " timesteps for batch ", N);
+  if (context.rank() != 3 || context.dim(0) != N || context.dim(2) != config_.cross_attention_dim)
+    fail("UNet: text context has shape ", shape_str(context.shape()), ", expected ", N, " × L × ",
+         config_.cross_attention_dim);
+
+  const int64_t C0 = config_.block_out_channels[0];
+  Tensor t_proj = timestep_embedding(timesteps, C0, config_.flip_sin_to_cos, config_.freq_shift);
+  Tensor h1 = time_linear_1_(t_proj);
+  kernels::silu(h1.data(), h1.numel(), h1.data());
+  Tensor temb = time_linear_2_(h1);
+  if (debug) {
+    debug->time_proj = t_proj;
+    debug->time_embedding = temb.clone();
+  }
+  // Every resnet applies SiLU to the time embedding first; do it once.
+  kernels::silu(temb.data(), temb.numel(), temb.data());
+
+  Tensor x = conv_in_(sample);
+  std::vector<Tensor> skips{x};
+  for (const Level& level : down_) {
+    for (size_t j = 0; j < level.resnets.size(); ++j) {
+      check_cancelled();
+      x = level.resnets[j](x, &temb);
+      if (!level.attentions.empty()) x = level.attentions[j](x, context);
+      skips.push_back(x);
+    }
+    if (level.downsample) {
+      x = (*level.downsample)(x);
+      skips.push_back(x);
+    }
+  }
+
+  check_cancelled();
+  x = mid_resnet_0_(x, &temb);
+  x = mid_attention_(x, context);
+  x = mid_resnet_1_(x, &temb);
+  if (debug) debug->mid_block_out = to_nchw(x);
+
+  for (const Level& level : up_) {
+    for (size_t j = 0; j < level.resnets.size(); ++j) {
+      check_cancelled();
+      Tensor skip = skips.back();
+      skips.pop_back();
+      x = level.resnets[j](concat_channels(x, skip), &temb);
+      if (!level.attentions.empty()) x = level.attentions[j](x, context);
+    }
+    if (level.upsample) x = (*level.upsample)(x);
+  }
+  return conv_out_(norm_out_(x, /*silu=*/true));
+}
+
+}  // namespace octodiff

@@ -1,0 +1,143 @@
+#include "models/unet_blocks.h"
+
+#include "core/error.h"
+#include "kernels/activations.h"
+#include "kernels/tensor_ops.h"
+
+namespace octodiff {
+
+ResnetBlock2D ResnetBlock2D::load(WeightSource& w, const std::string& p, int64_t in, int64_t out,
+                                  int64_t temb_channels, int64_t groups, float eps) {
+  ResnetBlock2D r;
+  r.in_ = in;
+  r.out_ = out;
+  r.norm1_ = GroupNorm::load(w, p + ".norm1", in, groups, eps);
+  r.conv1_ = Conv2d::load_same(w, p + ".conv1", in, out, 3);
+  r.has_temb_ = temb_channels > 0;
+  if (r.has_temb_) r.time_emb_proj_ = Linear::load(w, p + ".time_emb_proj", temb_channels, out, true);
+  r.norm2_ = GroupNorm::load(w, p + ".norm2", out, groups, eps);
+  r.conv2_ = Conv2d::load_same(w, p + ".conv2", out, out, 3);
+  r.has_shortcut_ = in != out;
+  if (r.has_shortcut_) r.shortcut_ = Linear::load(w, p + ".conv_shortcut", in, out, true, /*from_conv1x1=*/true);
+  return r;
+}
+
+Tensor ResnetBlock2D::operator()(const Tensor& x, const Tensor* temb_silu) const {
+  Tensor h = conv1_(norm1_(x, /*silu=*/true));
+  if (has_temb_) {
+    if (!temb_silu) fail("internal: resnet needs a time embedding");
+    Tensor t = time_emb_proj_(*temb_silu);  // N × out
+    kernels::add_per_sample_channel(h.data(), h.dim(0), h.dim(1) * h.dim(2), out_, t.data());
+  }
+  h = norm2_(h, /*silu=*/true);
+  // Dropout is the identity at inference. The residual is fused into conv2's epilogue.
+  if (has_shortcut_) {
+    Tensor r = shortcut_(x);
+    return conv2_(h, &r);
+  }
+  return conv2_(h, &x);
+}
+
+BasicTransformerBlock BasicTransformerBlock::load(WeightSource& w, const std::string& p, int64_t C,
+                                                  int64_t context_dim, int64_t heads,
+                                                  const Numerics& numerics) {
+  BasicTransformerBlock b;
+  b.norm1_ = LayerNorm::load(w, p + ".norm1", C, 1e-5f);
+  b.norm2_ = LayerNorm::load(w, p + ".norm2", C, 1e-5f);
+  b.norm3_ = LayerNorm::load(w, p + ".norm3", C, 1e-5f);
+  b.attn1_ = MultiHeadAttention::load(
+      w, {p + ".attn1.to_q", p + ".attn1.to_k", p + ".attn1.to_v", p + ".attn1.to_out.0"}, C, C, heads,
+      /*qkv_bias=*/false, /*self=*/true);
+  b.attn2_ = MultiHeadAttention::load(
+      w, {p + ".attn2.to_q", p + ".attn2.to_k", p + ".attn2.to_v", p + ".attn2.to_out.0"}, C, context_dim,
+      heads, /*qkv_bias=*/false, /*self=*/false);
+  b.ff_in_ = Linear::load(w, p + ".ff.net.0.proj", C, 8 * C, true);
+  b.ff_out_ = Linear::load(w, p + ".ff.net.2", 4 * C, C, true);
+  b.gelu_ = numerics.geglu_gelu();
+  return b;
+}
+
+Tensor BasicTransformerBlock::operator()(const Tensor& x0, const Tensor& context) const {
+  Tensor x = attn1_(norm1_(x0), nullptr, &x0);
+  x = attn2_(norm2_(x), &context, &x);
+  Tensor u = ff_in_(norm3_(x));  // tokens × 8C: [value half | gate half]
+  const int64_t rows = u.numel() / u.dim(-1);
+  const int64_t inner = u.dim(-1) / 2;
+  Shape gated_shape = u.shape();
+  gated_shape.back() = inner;
+  Tensor g = Tensor::empty(gated_shape);
+  kernels::geglu(u.data(), rows, inner, g.data(), gelu_);
+  return ff_out_(g, &x);
+}
+
+Transformer2D Transformer2D::load(WeightSource& w, const std::string& p, int64_t C, int64_t context_dim,
+                                  int64_t heads, int depth, int64_t groups, bool linear_projection,
+                                  const Numerics& numerics) {
+  Transformer2D t;
+  t.norm_ = GroupNorm::load(w, p + ".norm", C, groups, numerics.transformer_norm_eps());
+  t.proj_in_ = Linear::load(w, p + ".proj_in", C, C, true, /*from_conv1x1=*/!linear_projection);
+  for (int d = 0; d < depth; ++d)
+    t.blocks_.push_back(BasicTransformerBlock::load(w, p + ".transformer_blocks." + std::to_string(d), C,
+                                                    context_dim, heads, numerics));
+  t.proj_out_ = Linear::load(w, p + ".proj_out", C, C, true, /*from_conv1x1=*/!linear_projection);
+  return t;
+}
+
+Tensor Transformer2D::operator()(const Tensor& x, const Tensor& context) const {
+  const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), C = x.dim(3);
+  // NHWC flattened over (H, W) row-major is exactly the token order diffusers uses.
+  Tensor h = proj_in_(norm_(x, /*silu=*/false)).reshaped({N, H * W, C});
+  for (const auto& block : blocks_) h = block(h, context);
+  return proj_out_(h.reshaped({N, H, W, C}), &x);
+}
+
+VaeAttention VaeAttention::load(WeightSource& w, const std::string& p, int64_t C, int64_t groups) {
+  VaeAttention a;
+  a.norm_ = GroupNorm::load(w, p + ".group_norm", C, groups, 1e-6f);
+  AttentionNames names{p + ".to_q", p + ".to_k", p + ".to_v", p + ".to_out.0"};
+  if (!w.has(p + ".to_q.weight") && w.has(p + ".query.weight"))
+    names = {p + ".query", p + ".key", p + ".value", p + ".proj_attn"};
+  a.attention_ = MultiHeadAttention::load(w, names, C, C, /*heads=*/1, /*qkv_bias=*/true, /*self=*/true);
+  return a;
+}
+
+Tensor VaeAttention::operator()(const Tensor& x) const {
+  const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), C = x.dim(3);
+  Tensor h = norm_(x, /*silu=*/false).reshaped({N, H * W, C});
+  Tensor r = x.reshaped({N, H * W, C});
+  return attention_(h, nullptr, &r).reshaped({N, H, W, C});
+}
+
+Conv2d load_downsample(WeightSource& w, const std::string& p, int64_t C, int padding) {
+  kernels::Conv2dGeometry g;
+  g.stride = 2;
+  if (padding == 0) {
+    g.pad_bottom = g.pad_right = 1;  // diffusers pads (0, 1, 0, 1) then convolves unpadded
+  } else {
+    g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = padding;
+  }
+  return Conv2d::load(w, p + ".conv", C, C, 3, g);
+}
+
+Upsample2D Upsample2D::load(WeightSource& w, const std::string& p, int64_t C) {
+  Upsample2D u;
+  u.conv_ = Conv2d::load_same(w, p + ".conv", C, C, 3);
+  return u;
+}
+
+Tensor Upsample2D::operator()(const Tensor& x) const {
+  const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), C = x.dim(3);
+  Tensor up = Tensor::empty({N, 2 * H, 2 * W, C});
+  kernels::upsample_nearest2x_nhwc(x.data(), N, H, W, C, up.data());
+  return conv_(up);
+}
+
+Tensor concat_channels(const Tensor& a, const Tensor& b) {
+  if (a.rank() != 4 || b.rank() != 4 || a.dim(0) != b.dim(0) || a.dim(1) != b.dim(1) || a.dim(2) != b.dim(2))
+    fail("internal: cannot concatenate ", shape_str(a.shape()), " and ", shape_str(b.shape()));
+  Tensor y = Tensor::empty({a.dim(0), a.dim(1), a.dim(2), a.dim(3) + b.dim(3)});
+  kernels::concat_channels_nhwc(a.data(), a.dim(3), b.data(), b.dim(3), a.dim(0) * a.dim(1) * a.dim(2), y.data());
+  return y;
+}
+
+}  // namespace octodiff
