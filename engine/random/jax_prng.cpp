@@ -17,7 +17,9 @@ namespace {
 
 // --- Threefry-2x32, 20 rounds (§2) --------------------------------------------------------
 
-inline uint32_t rotl(uint32_t v, int r) { return (v << r) | (v >> (32 - r)); }
+inline uint32_t rotl(uint32_t v, int r) {
+  return (v << r) | (v >> (32 - r));
+}
 
 inline void rounds(uint32_t& x0, uint32_t& x1, const int (&r)[4]) {
   for (int i = 0; i < 4; ++i) {
@@ -58,7 +60,9 @@ void check_classic_words(int64_t words) {
 // Classic: the words of H(key, [0, 1, ..., words-1]). Block j hashes counter (j, j + half)
 // and gives word j and word j + half; with an odd count the last block's second counter is the
 // zero pad and its second output is dropped. emit(index, word).
-int64_t classic_blocks(int64_t words) { return (words + 1) / 2; }
+int64_t classic_blocks(int64_t words) {
+  return (words + 1) / 2;
+}
 
 template <typename Emit>
 void classic_words(Key key, int64_t words, int64_t begin, int64_t end, Emit&& emit) {
@@ -118,7 +122,9 @@ inline float scale_shift(float f, float span, float lo) {
   return std::max(lo, v);
 }
 
-constexpr float f32(uint32_t bits) { return std::bit_cast<float>(bits); }
+constexpr float f32(uint32_t bits) {
+  return std::bit_cast<float>(bits);
+}
 
 // Giles' single-precision erfinv polynomials, by bit pattern (§8 table).
 constexpr float kErfInvLt5[9] = {f32(0x32F16588), f32(0x34B84B36), f32(0xB66C7357),
@@ -204,7 +210,9 @@ Key prng_key(int64_t seed, bool x64) {
   return Key{x64 ? static_cast<uint32_t>(bits >> 32) : 0u, static_cast<uint32_t>(bits)};
 }
 
-std::array<uint32_t, 2> threefry2x32(Key key, uint32_t x0, uint32_t x1) { return block(key, x0, x1); }
+std::array<uint32_t, 2> threefry2x32(Key key, uint32_t x0, uint32_t x1) {
+  return block(key, x0, x1);
+}
 
 std::vector<uint32_t> threefry_2x32_counts(Key key, const std::vector<uint32_t>& counts) {
   const int64_t m = static_cast<int64_t>(counts.size());
@@ -251,8 +259,7 @@ std::vector<uint64_t> random_bits(Key key, int64_t n, int bit_width, RngScheme s
   if (scheme == RngScheme::Partitionable) {
     const uint64_t mask = bit_width == 64 ? ~uint64_t{0} : (uint64_t{1} << bit_width) - 1;
     partitionable_blocks(key, 0, n, [&](int64_t j, uint32_t y0, uint32_t y1) {
-      out[static_cast<size_t>(j)] =
-          bit_width == 64 ? (uint64_t{y0} << 32) | y1 : uint64_t{y0 ^ y1} & mask;
+      out[static_cast<size_t>(j)] = bit_width == 64 ? (uint64_t{y0} << 32) | y1 : uint64_t{y0 ^ y1} & mask;
     });
     return out;
   }

@@ -13,7 +13,9 @@ using namespace octodiff;
 
 namespace {
 
-std::string hex_of(const std::string& s) { return sha256_hex(s.data(), s.size()); }
+std::string hex_of(const std::string& s) {
+  return sha256_hex(s.data(), s.size());
+}
 
 // A deterministic byte pattern; the expected digests below were computed with Python's hashlib.
 std::vector<uint8_t> pattern(size_t n, unsigned mul, unsigned add) {
@@ -30,9 +32,10 @@ TEST(Sha256, NistExamples) {
   EXPECT_EQ(hex_of("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   EXPECT_EQ(hex_of("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  EXPECT_EQ(hex_of("abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmn"
-                   "opqrsmnopqrstnopqrstu"),
-            "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
+  EXPECT_EQ(
+      hex_of("abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmn"
+             "opqrsmnopqrstnopqrstu"),
+      "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
   EXPECT_EQ(hex_of(std::string(1000000, 'a')),
             "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }

@@ -24,6 +24,13 @@ using namespace octodiff;
 using namespace octodiff::jax;
 using json = nlohmann::json;
 
+namespace octodiff::jax {
+// Readable test names in GoogleTest's output.
+void PrintTo(RngScheme scheme, std::ostream* out) {
+  *out << rng_scheme_name(scheme);
+}
+}  // namespace octodiff::jax
+
 namespace {
 
 const json& vectors() {
@@ -35,7 +42,9 @@ const json& vectors() {
   return v;
 }
 
-Key key_of(const json& j) { return Key{j.at(0).get<uint32_t>(), j.at(1).get<uint32_t>()}; }
+Key key_of(const json& j) {
+  return Key{j.at(0).get<uint32_t>(), j.at(1).get<uint32_t>()};
+}
 
 int64_t numel(const json& shape) {
   int64_t n = 1;
@@ -43,9 +52,13 @@ int64_t numel(const json& shape) {
   return n;
 }
 
-uint32_t bits_of(float f) { return std::bit_cast<uint32_t>(f); }
+uint32_t bits_of(float f) {
+  return std::bit_cast<uint32_t>(f);
+}
 
-float float_of(const json& decimal) { return std::strtof(decimal.get<std::string>().c_str(), nullptr); }
+float float_of(const json& decimal) {
+  return std::strtof(decimal.get<std::string>().c_str(), nullptr);
+}
 
 std::string sha256_f32le(const std::vector<float>& v) {
   static_assert(std::endian::native == std::endian::little);
@@ -109,8 +122,7 @@ class JaxPrng : public ::testing::TestWithParam<RngScheme> {
   }
 };
 
-INSTANTIATE_TEST_SUITE_P(Schemes, JaxPrng,
-                         ::testing::Values(RngScheme::Classic, RngScheme::Partitionable),
+INSTANTIATE_TEST_SUITE_P(Schemes, JaxPrng, ::testing::Values(RngScheme::Classic, RngScheme::Partitionable),
                          [](const auto& info) { return rng_scheme_name(info.param); });
 
 TEST_P(JaxPrng, ModeFlag) {
@@ -154,7 +166,8 @@ TEST_P(JaxPrng, Split) {
   for (const auto& c : cases("split")) {
     const auto keys = split(key_of(c["key"]), c["num"].get<int64_t>(), scheme());
     ASSERT_EQ(keys.size(), c["out"].size()) << c["key_desc"];
-    for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(keys[i], key_of(c["out"][i])) << c["key_desc"] << " #" << i;
+    for (size_t i = 0; i < keys.size(); ++i)
+      EXPECT_EQ(keys[i], key_of(c["out"][i])) << c["key_desc"] << " #" << i;
     ++n;
   }
   summary(scheme(), "split", n);
@@ -224,7 +237,8 @@ int check_strict(const std::vector<float>& primary, const std::vector<float>& st
     }
   }
   for (size_t i = 0; i < strict.size(); ++i) {
-    EXPECT_EQ(bits_of(strict[i]), expected[i]) << "strict evaluation, element " << i << " of " << c["key_desc"];
+    EXPECT_EQ(bits_of(strict[i]), expected[i])
+        << "strict evaluation, element " << i << " of " << c["key_desc"];
   }
   return diffs;
 }
@@ -257,7 +271,8 @@ TEST_P(JaxPrng, Normal) {
     const auto expected = c["f32_bits"].get<std::vector<uint32_t>>();
     ASSERT_EQ(z.size(), expected.size());
     for (size_t i = 0; i < z.size(); ++i) {
-      EXPECT_EQ(bits_of(z[i]), expected[i]) << c["key_desc"] << " shape " << c["shape"].dump() << " element " << i;
+      EXPECT_EQ(bits_of(z[i]), expected[i])
+          << c["key_desc"] << " shape " << c["shape"].dump() << " element " << i;
     }
     strict_diffs += check_strict(z, normal_strict(key, count, scheme()), c);
     ++n;
@@ -277,7 +292,8 @@ TEST_P(JaxPrng, DiffusersLatents) {
     EXPECT_EQ(prng_key(seed, /*x64=*/true), root);
     const auto keys = split(root, c["num_devices"].get<int64_t>(), scheme());
     ASSERT_EQ(keys.size(), c["device_keys"].size());
-    for (size_t d = 0; d < keys.size(); ++d) EXPECT_EQ(keys[d], key_of(c["device_keys"][d])) << "device " << d;
+    for (size_t d = 0; d < keys.size(); ++d)
+      EXPECT_EQ(keys[d], key_of(c["device_keys"][d])) << "device " << d;
 
     const int64_t count = numel(c["shape_per_device"]);
     Sha256 all_devices;
@@ -307,15 +323,17 @@ TEST_P(JaxPrng, DiffusersLatents) {
       const json& nofma = dev["nofma"];
       EXPECT_EQ(n_diff, nofma["n_diff"].get<int64_t>()) << where;
       EXPECT_EQ(sha256_f32le(strict), nofma["sha256_f32le"].get<std::string>()) << where;
-      EXPECT_EQ(exact_sum(std::vector<double>(strict.begin(), strict.end())), nofma["sum"].get<double>()) << where;
+      EXPECT_EQ(exact_sum(std::vector<double>(strict.begin(), strict.end())), nofma["sum"].get<double>())
+          << where;
       ++devices_checked;
     }
     EXPECT_EQ(all_devices.hex_digest(), c["sha256_all_devices_f32le"].get<std::string>()) << "seed " << seed;
     ++seeds;
   }
   summary(scheme(), "diffusers latents (1,4,64,64)", devices_checked,
-          cat(seeds, " seeds x 8 devices: keys, first 16 bits, exact fsum sum/sum_sq (==), min/max, "
-                     "sha256, no-FMA n_diff/sha256/sum; plus all-device sha256"));
+          cat(seeds,
+              " seeds x 8 devices: keys, first 16 bits, exact fsum sum/sum_sq (==), min/max, "
+              "sha256, no-FMA n_diff/sha256/sum; plus all-device sha256"));
 }
 
 // normal() is parallel over blocks of counters: any thread count gives the same bits, including
