@@ -92,14 +92,16 @@ GroupNorm GroupNorm::load(WeightSource& w, const std::string& prefix, int64_t ch
   return g;
 }
 
-Tensor GroupNorm::operator()(const Tensor& x, bool silu) const {
-  if (x.rank() < 2 || x.dim(-1) != channels)
-    fail("internal: GroupNorm(", channels, ") applied to shape ", shape_str(x.shape()));
+Tensor GroupNorm::operator()(const Tensor& x, bool silu) const { return with_eps(eps)(x, silu); }
+
+Tensor GroupNorm::WithEps::operator()(const Tensor& x, bool silu) const {
+  if (x.rank() < 2 || x.dim(-1) != norm.channels)
+    fail("internal: GroupNorm(", norm.channels, ") applied to shape ", shape_str(x.shape()));
   const int64_t N = x.dim(0);
-  const int64_t per_sample = x.numel() / N / channels;
+  const int64_t per_sample = x.numel() / N / norm.channels;
   Tensor y = Tensor::empty(x.shape());
-  kernels::group_norm_nhwc(x.data(), N, per_sample, channels, groups, eps, gamma.data(), beta.data(),
-                           y.data(), silu);
+  kernels::group_norm_nhwc(x.data(), N, per_sample, norm.channels, norm.groups, eps, norm.gamma.data(),
+                           norm.beta.data(), y.data(), silu);
   return y;
 }
 

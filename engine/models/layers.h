@@ -55,6 +55,13 @@ struct GroupNorm {
                         float eps);
   // x: N × ... × C (NHWC or tokens); silu fuses the activation that usually follows.
   Tensor operator()(const Tensor& x, bool silu) const;
+  // A view of this norm with another epsilon (parameters shared, nothing copied).
+  struct WithEps {
+    const GroupNorm& norm;
+    float eps;
+    Tensor operator()(const Tensor& x, bool silu) const;
+  };
+  WithEps with_eps(float e) const { return {*this, e}; }
 };
 
 struct LayerNorm {

@@ -26,10 +26,9 @@ Tensor to_nchw(const Tensor& x) {
 
 }  // namespace
 
-UNet2DCondition UNet2DCondition::load(WeightSource& w, const UNetConfig& c, const Numerics& numerics) {
+UNet2DCondition UNet2DCondition::load(WeightSource& w, const UNetConfig& c) {
   UNet2DCondition u;
   u.config_ = c;
-  u.numerics_ = numerics;
   const auto& boc = c.block_out_channels;
   const int n = static_cast<int>(boc.size());
   const int64_t T = c.time_embed_dim(), X = c.cross_attention_dim, G = c.norm_num_groups;
@@ -50,7 +49,7 @@ UNet2DCondition UNet2DCondition::load(WeightSource& w, const UNetConfig& c, cons
       if (c.down_block_types[i] == "CrossAttnDownBlock2D")
         level.attentions.push_back(Transformer2D::load(w, idx(p + ".attentions", j), out_c, X, c.num_heads[i],
                                                        c.transformer_layers_per_block[i], G,
-                                                       c.use_linear_projection, numerics));
+                                                       c.use_linear_projection));
     }
     if (i < n - 1) level.downsample = load_downsample(w, p + ".downsamplers.0", out_c, c.downsample_padding);
     u.down_.push_back(std::move(level));
@@ -59,8 +58,7 @@ UNet2DCondition UNet2DCondition::load(WeightSource& w, const UNetConfig& c, cons
   const int64_t mid_c = boc[n - 1];
   u.mid_resnet_0_ = ResnetBlock2D::load(w, "mid_block.resnets.0", mid_c, mid_c, T, G, eps);
   u.mid_attention_ = Transformer2D::load(w, "mid_block.attentions.0", mid_c, X, c.num_heads[n - 1],
-                                         c.transformer_layers_per_block[n - 1], G, c.use_linear_projection,
-                                         numerics);
+                                         c.transformer_layers_per_block[n - 1], G, c.use_linear_projection);
   u.mid_resnet_1_ = ResnetBlock2D::load(w, "mid_block.resnets.1", mid_c, mid_c, T, G, eps);
 
   int64_t prev_c = mid_c;
@@ -78,7 +76,7 @@ UNet2DCondition UNet2DCondition::load(WeightSource& w, const UNetConfig& c, cons
       if (c.up_block_types[i] == "CrossAttnUpBlock2D")
         level.attentions.push_back(Transformer2D::load(w, idx(p + ".attentions", j), up_out, X, c.num_heads[r],
                                                        c.transformer_layers_per_block[r], G,
-                                                       c.use_linear_projection, numerics));
+                                                       c.use_linear_projection));
     }
     if (i < n - 1) level.upsample = Upsample2D::load(w, p + ".upsamplers.0", up_out);
     prev_c = up_out;
@@ -115,14 +113,14 @@ Tensor UNet2DCondition::timestep_embedding(const std::vector<double>& timesteps,
 }
 
 Tensor UNet2DCondition::forward(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
-                                UNetDebug* debug) const {
+                                const Numerics& numerics, UNetDebug* debug) const {
   if (sample.rank() != 4 || sample.dim(1) != config_.in_channels)
     fail("UNet input has shape ", shape_str(sample.shape()), ", expected N × ", config_.in_channels, " × h × w");
-  return to_nchw(forward_nhwc(to_nhwc(sample), timesteps, context, debug));
+  return to_nchw(forward_nhwc(to_nhwc(sample), timesteps, context, numerics, debug));
 }
 
 Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<double>& timesteps,
-                                     const Tensor& context, UNetDebug* debug) const {
+                                     const Tensor& context, const Numerics& numerics, UNetDebug* debug) const {
   const int64_t N = sample.dim(0), h = sample.dim(1), w = sample.dim(2);
   const int m = config_.latent_multiple();
   if (sample.rank() != 4 || sample.dim(3) != config_.in_channels)
@@ -152,7 +150,7 @@ Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<dou
     for (size_t j = 0; j < level.resnets.size(); ++j) {
       check_cancelled();
       x = level.resnets[j](x, &temb);
-      if (!level.attentions.empty()) x = level.attentions[j](x, context);
+      if (!level.attentions.empty()) x = level.attentions[j](x, context, numerics);
       skips.push_back(x);
     }
     if (level.downsample) {
@@ -163,7 +161,7 @@ Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<dou
 
   check_cancelled();
   x = mid_resnet_0_(x, &temb);
-  x = mid_attention_(x, context);
+  x = mid_attention_(x, context, numerics);
   x = mid_resnet_1_(x, &temb);
   if (debug) debug->mid_block_out = to_nchw(x);
 
@@ -173,7 +171,7 @@ Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<dou
       Tensor skip = skips.back();
       skips.pop_back();
       x = level.resnets[j](concat_channels(x, skip), &temb);
-      if (!level.attentions.empty()) x = level.attentions[j](x, context);
+      if (!level.attentions.empty()) x = level.attentions[j](x, context, numerics);
     }
     if (level.upsample) x = (*level.upsample)(x);
   }

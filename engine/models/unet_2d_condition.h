@@ -25,18 +25,17 @@ struct UNetDebug {
 
 class UNet2DCondition {
  public:
-  static UNet2DCondition load(WeightSource& w, const UNetConfig& config, const Numerics& numerics);
+  static UNet2DCondition load(WeightSource& w, const UNetConfig& config);
 
   // sample: N × C × h × w (NCHW, as diffusers); timesteps: N values (fractional allowed);
   // context: N × L × cross_attention_dim. Returns the predicted noise, N × C_out × h × w.
   Tensor forward(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
-                 UNetDebug* debug = nullptr) const;
+                 const Numerics& numerics, UNetDebug* debug = nullptr) const;
   // The same on NHWC tensors (what the pipeline keeps between steps).
   Tensor forward_nhwc(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
-                      UNetDebug* debug = nullptr) const;
+                      const Numerics& numerics, UNetDebug* debug = nullptr) const;
 
   const UNetConfig& config() const { return config_; }
-  const Numerics& numerics() const { return numerics_; }
 
   // The sinusoidal timestep embedding, computed in float32 exactly as diffusers does.
   static Tensor timestep_embedding(const std::vector<double>& timesteps, int64_t dim, bool flip_sin_to_cos,
@@ -50,7 +49,6 @@ class UNet2DCondition {
     std::optional<Upsample2D> upsample;
   };
   UNetConfig config_;
-  Numerics numerics_;
   Linear time_linear_1_, time_linear_2_;
   Conv2d conv_in_, conv_out_;
   std::vector<Level> down_, up_;

@@ -39,8 +39,7 @@ Tensor ResnetBlock2D::operator()(const Tensor& x, const Tensor* temb_silu) const
 }
 
 BasicTransformerBlock BasicTransformerBlock::load(WeightSource& w, const std::string& p, int64_t C,
-                                                  int64_t context_dim, int64_t heads,
-                                                  const Numerics& numerics) {
+                                                  int64_t context_dim, int64_t heads) {
   BasicTransformerBlock b;
   b.norm1_ = LayerNorm::load(w, p + ".norm1", C, 1e-5f);
   b.norm2_ = LayerNorm::load(w, p + ".norm2", C, 1e-5f);
@@ -53,11 +52,11 @@ BasicTransformerBlock BasicTransformerBlock::load(WeightSource& w, const std::st
       heads, /*qkv_bias=*/false, /*self=*/false);
   b.ff_in_ = Linear::load(w, p + ".ff.net.0.proj", C, 8 * C, true);
   b.ff_out_ = Linear::load(w, p + ".ff.net.2", 4 * C, C, true);
-  b.gelu_ = numerics.geglu_gelu();
   return b;
 }
 
-Tensor BasicTransformerBlock::operator()(const Tensor& x0, const Tensor& context) const {
+Tensor BasicTransformerBlock::operator()(const Tensor& x0, const Tensor& context,
+                                         const Numerics& numerics) const {
   Tensor x = attn1_(norm1_(x0), nullptr, &x0);
   x = attn2_(norm2_(x), &context, &x);
   Tensor u = ff_in_(norm3_(x));  // tokens × 8C: [value half | gate half]
@@ -66,28 +65,27 @@ Tensor BasicTransformerBlock::operator()(const Tensor& x0, const Tensor& context
   Shape gated_shape = u.shape();
   gated_shape.back() = inner;
   Tensor g = Tensor::empty(gated_shape);
-  kernels::geglu(u.data(), rows, inner, g.data(), gelu_);
+  kernels::geglu(u.data(), rows, inner, g.data(), numerics.geglu_gelu());
   return ff_out_(g, &x);
 }
 
 Transformer2D Transformer2D::load(WeightSource& w, const std::string& p, int64_t C, int64_t context_dim,
-                                  int64_t heads, int depth, int64_t groups, bool linear_projection,
-                                  const Numerics& numerics) {
+                                  int64_t heads, int depth, int64_t groups, bool linear_projection) {
   Transformer2D t;
-  t.norm_ = GroupNorm::load(w, p + ".norm", C, groups, numerics.transformer_norm_eps());
+  t.norm_ = GroupNorm::load(w, p + ".norm", C, groups, 1e-6f);  // eps chosen per call
   t.proj_in_ = Linear::load(w, p + ".proj_in", C, C, true, /*from_conv1x1=*/!linear_projection);
   for (int d = 0; d < depth; ++d)
     t.blocks_.push_back(BasicTransformerBlock::load(w, p + ".transformer_blocks." + std::to_string(d), C,
-                                                    context_dim, heads, numerics));
+                                                    context_dim, heads));
   t.proj_out_ = Linear::load(w, p + ".proj_out", C, C, true, /*from_conv1x1=*/!linear_projection);
   return t;
 }
 
-Tensor Transformer2D::operator()(const Tensor& x, const Tensor& context) const {
+Tensor Transformer2D::operator()(const Tensor& x, const Tensor& context, const Numerics& numerics) const {
   const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), C = x.dim(3);
   // NHWC flattened over (H, W) row-major is exactly the token order diffusers uses.
-  Tensor h = proj_in_(norm_(x, /*silu=*/false)).reshaped({N, H * W, C});
-  for (const auto& block : blocks_) h = block(h, context);
+  Tensor h = proj_in_(norm_.with_eps(numerics.transformer_norm_eps())(x, /*silu=*/false)).reshaped({N, H * W, C});
+  for (const auto& block : blocks_) h = block(h, context, numerics);
   return proj_out_(h.reshaped({N, H, W, C}), &x);
 }
 

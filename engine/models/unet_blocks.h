@@ -37,24 +37,24 @@ class ResnetBlock2D {
 class BasicTransformerBlock {
  public:
   static BasicTransformerBlock load(WeightSource& w, const std::string& prefix, int64_t channels,
-                                    int64_t context_dim, int64_t heads, const Numerics& numerics);
-  Tensor operator()(const Tensor& x, const Tensor& context) const;
+                                    int64_t context_dim, int64_t heads);
+  Tensor operator()(const Tensor& x, const Tensor& context, const Numerics& numerics) const;
 
  private:
   LayerNorm norm1_, norm2_, norm3_;
   MultiHeadAttention attn1_, attn2_;
   Linear ff_in_, ff_out_;  // C -> 8C (GEGLU halves), 4C -> C
-  kernels::Gelu gelu_ = kernels::Gelu::Erf;
 };
 
 // GroupNorm → proj_in → transformer blocks → proj_out, plus the input. proj_in/out are 1×1 convs
 // (SD 1.x) or Linear layers (SD 2.x, use_linear_projection) — the same GEMM on NHWC data.
+// The numerics flavour is a per-call argument: the same loaded weights serve both flavours.
 class Transformer2D {
  public:
   static Transformer2D load(WeightSource& w, const std::string& prefix, int64_t channels,
                             int64_t context_dim, int64_t heads, int depth, int64_t groups,
-                            bool linear_projection, const Numerics& numerics);
-  Tensor operator()(const Tensor& x, const Tensor& context) const;
+                            bool linear_projection);
+  Tensor operator()(const Tensor& x, const Tensor& context, const Numerics& numerics) const;
 
  private:
   GroupNorm norm_;

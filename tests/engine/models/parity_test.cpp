@@ -28,10 +28,10 @@ ClipTextModel load_text_encoder() {
   return ClipTextModel::load(*w, cfg);
 }
 
-UNet2DCondition load_unet(Flavour f = Flavour::Diffusers) {
+UNet2DCondition load_unet() {
   auto w = weights_from_safetensors({model_dir() / "unet" / "diffusion_pytorch_model.safetensors"}, "unet");
   auto cfg = UNetConfig::from_json(read_text_file(model_dir() / "unet" / "config.json"), "unet/config.json");
-  return UNet2DCondition::load(*w, cfg, Numerics{f});
+  return UNet2DCondition::load(*w, cfg);
 }
 
 AutoencoderKL load_vae() {
@@ -66,7 +66,7 @@ TEST(Parity, UNetThreeTimesteps) {
   for (size_t k = 0; k < ts.size(); ++k) {
     UNetDebug dbg;
     const double t = static_cast<double>(ts[k]);
-    Tensor out = unet.forward(sample, {t, t}, context, &dbg);
+    Tensor out = unet.forward(sample, {t, t}, context, Numerics{Flavour::Diffusers}, &dbg);
     const std::string tag = "t=" + std::to_string(ts[k]);
     const int64_t kk = static_cast<int64_t>(k);
     test::expect_parity("unet time_proj " + tag, dbg.time_proj, tproj.slice0(kk, kk + 1).reshaped(dbg.time_proj.shape()));
@@ -99,21 +99,22 @@ TEST(Parity, ResultsDoNotDependOnThreadCount) {
   Tensor one, two;
   {
     DeviceScope scope(DeviceContext{0, 1, nullptr});
-    one = unet.forward(sample, {500, 500}, context);
+    one = unet.forward(sample, {500, 500}, context, Numerics{});
   }
   {
     DeviceScope scope(DeviceContext{0, 2, nullptr});
-    two = unet.forward(sample, {500, 500}, context);
+    two = unet.forward(sample, {500, 500}, context, Numerics{});
   }
   for (int64_t i = 0; i < one.numel(); ++i) ASSERT_EQ(one[i], two[i]) << "element " << i;
 }
 
 TEST(Parity, FlaxFlavourDiffersOnlySlightly) {
   // The flax flavour (tanh GELU, eps 1e-5) is a different computation: close, not equal.
-  UNet2DCondition d = load_unet(Flavour::Diffusers), f = load_unet(Flavour::Flax);
+  UNet2DCondition unet = load_unet();
   auto g = golden("unet.safetensors");
   Tensor sample = g->to_f32("sample"), context = g->to_f32("encoder_hidden_states");
-  Tensor a = d.forward(sample, {500, 500}, context), b = f.forward(sample, {500, 500}, context);
+  Tensor a = unet.forward(sample, {500, 500}, context, Numerics{Flavour::Diffusers});
+  Tensor b = unet.forward(sample, {500, 500}, context, Numerics{Flavour::Flax});
   test::Diff diff = test::diff(b, a);
   std::printf("[flavour] flax vs diffusers max_abs_diff=%.3e (max|x|=%.3e)\n", diff.max_abs, diff.ref_scale);
   EXPECT_GT(diff.max_abs, 0.0);
