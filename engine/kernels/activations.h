@@ -11,7 +11,8 @@ void silu(const float* x, int64_t n, float* y);
 void gelu(const float* x, int64_t n, float* y, Gelu kind);
 void quick_gelu(const float* x, int64_t n, float* y);  // x · sigmoid(1.702 x)
 
-// u is rows × (2·inner): y[r, j] = u[r, j] · gelu(u[r, inner + j]); y is rows × inner.
+// u is rows × (2·inner): y[r, j] = u[r, j] · gelu(u[r, inner + j]); y is rows × inner and
+// must not overlap u.
 void geglu(const float* u, int64_t rows, int64_t inner, float* y, Gelu kind);
 
 // y[i] = a[i] + b[i]

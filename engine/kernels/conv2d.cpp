@@ -1,0 +1,108 @@
+// Convolution as an implicit GEMM: rows are output pixels (all images), K runs over
+// (tap, input channel), the weight is packed once as a (kh·kw·Ci) × Co matrix. The GEMM driver
+// asks for blocks of A; this source gathers them from the NHWC input (zeros outside the image),
+// so only an L2-sized block of the im2col matrix ever exists.
+#include "kernels/conv2d.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "kernels/internal.h"
+
+namespace octodiff::kernels {
+namespace {
+
+class ConvSource final : public detail::ASource {
+ public:
+  ConvSource(const float* x, int64_t H, int64_t W, int64_t Ci, int64_t Ho, int64_t Wo, int kh, int kw,
+             const Conv2dGeometry& g)
+      : x_(x), H_(H), W_(W), Ci_(Ci), Ho_(Ho), Wo_(Wo), kw_(kw), g_(g) {
+    (void)kh;
+  }
+
+  const float* rows(int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* scratch,
+                    int64_t* lda) const override {
+    *lda = kc;
+    for (int64_t r = 0; r < mc; ++r) {
+      const int64_t m = i0 + r;
+      const int64_t n = m / (Ho_ * Wo_), oy = (m / Wo_) % Ho_, ox = m % Wo_;
+      const int64_t iy0 = oy * g_.stride - g_.pad_top, ix0 = ox * g_.stride - g_.pad_left;
+      float* dst = scratch + r * kc;
+      int64_t k = k0;
+      while (k < k0 + kc) {
+        const int64_t tap = k / Ci_, c = k % Ci_;
+        const int64_t run = std::min(Ci_ - c, k0 + kc - k);
+        const int64_t iy = iy0 + tap / kw_, ix = ix0 + tap % kw_;
+        if (iy >= 0 && iy < H_ && ix >= 0 && ix < W_) {
+          std::memcpy(dst, x_ + ((n * H_ + iy) * W_ + ix) * Ci_ + c, run * sizeof(float));
+        } else {
+          std::memset(dst, 0, run * sizeof(float));
+        }
+        dst += run;
+        k += run;
+      }
+    }
+    return scratch;
+  }
+  bool needs_scratch() const override { return true; }
+
+ private:
+  const float* x_;
+  int64_t H_, W_, Ci_, Ho_, Wo_;
+  int kw_;
+  Conv2dGeometry g_;
+};
+
+}  // namespace
+
+Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channels, int64_t in_channels,
+                          int kh, int kw) {
+  if (out_channels <= 0 || in_channels <= 0 || kh <= 0 || kw <= 0)
+    fail(cat("pack_conv2d: bad weight shape (", out_channels, ", ", in_channels, ", ", kh, ", ", kw, ")"));
+  Conv2dWeights cw;
+  cw.out_channels = out_channels;
+  cw.in_channels = in_channels;
+  cw.kh = kh;
+  cw.kw = kw;
+  // B[(ty·kw + tx)·Ci + ci][co] = w[co][ci][ty][tx]; given to pack_b as its transpose (Co rows).
+  const int64_t K = in_channels * kh * kw;
+  std::vector<float> bt(static_cast<size_t>(out_channels * K));
+  for (int64_t co = 0; co < out_channels; ++co)
+    for (int64_t ci = 0; ci < in_channels; ++ci)
+      for (int t = 0; t < kh * kw; ++t)
+        bt[co * K + t * in_channels + ci] = w[((co * in_channels + ci) * kh + t / kw) * kw + t % kw];
+  cw.packed = pack_b(bt.data(), K, out_channels, /*transposed=*/true);
+  if (bias) cw.bias.assign(bias, bias + out_channels);
+  return cw;
+}
+
+int64_t conv2d_out_size(int64_t in, int k, int stride, int pad_before, int pad_after) {
+  return (in + pad_before + pad_after - k) / stride + 1;
+}
+
+void conv2d_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w,
+                 const Conv2dGeometry& g, float* y, const float* residual) {
+  if (w.packed.empty()) fail("conv2d: weights were never packed");
+  if (g.stride < 1) fail(cat("conv2d: stride ", g.stride));
+  const int64_t Ho = conv2d_out_size(H, w.kh, g.stride, g.pad_top, g.pad_bottom);
+  const int64_t Wo = conv2d_out_size(W, w.kw, g.stride, g.pad_left, g.pad_right);
+  if (Ho <= 0 || Wo <= 0) fail(cat("conv2d: ", H, "x", W, " input is smaller than the ", w.kh, "x", w.kw, " kernel"));
+  Epilogue ep;
+  ep.bias = w.bias.empty() ? nullptr : w.bias.data();
+  ep.residual = residual;
+  ep.ldr = w.out_channels;
+  const int64_t M = N * Ho * Wo;
+  const bool pointwise = w.kh == 1 && w.kw == 1 && g.stride == 1 && g.pad_top == 0 && g.pad_left == 0 &&
+                         g.pad_bottom == 0 && g.pad_right == 0;
+  if (pointwise) {
+    detail::run_gemm(detail::DirectA(x, w.in_channels), M, w.packed, y, w.out_channels, ep);
+  } else {
+    const ConvSource src(x, H, W, w.in_channels, Ho, Wo, w.kh, w.kw, g);
+    detail::run_gemm(src, M, w.packed, y, w.out_channels, ep);
+  }
+}
+
+}  // namespace octodiff::kernels

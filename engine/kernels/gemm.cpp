@@ -1,0 +1,180 @@
+// GEMM driver: packed weights, fixed K chunks, output tiles spread over threads.
+//
+// Loop nest per output tile (MC rows × a few 32-column panels):
+//   for each K chunk (≤ kMaxKc, fixed by K alone)        — A block of MC × kc stays in L2
+//     for each panel of the tile                         — B slice kc × 32 stays in L1
+//       for each group of mr rows: micro-kernel
+// Every output element is accumulated by one micro-kernel call per K chunk, chunks in order,
+// so neither the tiling nor the thread count changes a single bit of the result.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "core/parallel.h"
+#include "kernels/gemm.h"
+#include "kernels/internal.h"
+#include "kernels/isa.h"
+
+namespace octodiff::kernels {
+
+using detail::kPanel;
+
+PackedMatrix allocate_packed(int64_t K, int64_t N) {
+  if (K <= 0 || N <= 0) fail(cat("pack_b: empty matrix ", K, "x", N));
+  const int64_t panels = (N + kPanel - 1) / kPanel;
+  const size_t bytes = static_cast<size_t>(panels * K * kPanel) * sizeof(float);
+  PackedMatrix p;
+  p.K_ = K;
+  p.N_ = N;
+  p.nr_ = kPanel;
+  p.bytes_ = bytes;
+  float* raw = static_cast<float*>(aligned_alloc_or_throw(bytes));
+  std::memset(raw, 0, bytes);
+  p.data_ = std::shared_ptr<float>(raw, [](float* q) { aligned_free(q); });
+  return p;
+}
+
+PackedMatrix pack_b(const float* b, int64_t K, int64_t N, bool transposed) {
+  PackedMatrix p = allocate_packed(K, N);
+  float* dst = p.mutable_data();
+  const int64_t panels = (N + kPanel - 1) / kPanel;
+  parallel_for(panels, [&](int64_t p0, int64_t p1) {
+    for (int64_t pi = p0; pi < p1; ++pi) {
+      const int64_t n0 = pi * kPanel, w = std::min<int64_t>(kPanel, N - n0);
+      float* panel = dst + pi * K * kPanel;
+      if (transposed) {
+        for (int64_t j = 0; j < w; ++j) {
+          const float* src = b + (n0 + j) * K;
+          for (int64_t k = 0; k < K; ++k) panel[k * kPanel + j] = src[k];
+        }
+      } else {
+        for (int64_t k = 0; k < K; ++k) std::memcpy(panel + k * kPanel, b + k * N + n0, w * sizeof(float));
+      }
+    }
+  });
+  return p;
+}
+
+namespace detail {
+
+MicroKernel micro_kernel(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return micro_kernel_avx512();
+    case Isa::Avx2: return micro_kernel_avx2();
+    case Isa::Generic: break;
+  }
+  return micro_kernel_generic();
+}
+
+namespace {
+
+constexpr int64_t kMaxKc = 384;
+
+// K chunking depends on K only (never on threads or tiles): equal chunks of at most kMaxKc.
+int64_t chunk_size(int64_t K) {
+  const int64_t chunks = (K + kMaxKc - 1) / kMaxKc;
+  return (K + chunks - 1) / chunks;
+}
+
+void apply_epilogue(float* c, int64_t ldc, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                    const Epilogue& ep) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* cr = c + (i0 + r) * ldc + j0;
+    if (ep.bias) {
+      const float* bias = ep.bias + j0;
+      for (int64_t j = 0; j < cols; ++j) cr[j] += bias[j];
+    }
+    if (ep.residual) {
+      const float* res = ep.residual + (i0 + r) * ep.ldr + j0;
+      for (int64_t j = 0; j < cols; ++j) cr[j] += res[j];
+    }
+  }
+}
+
+}  // namespace
+
+void block_gemm(const MicroKernel& mk, const float* a, int64_t lda, int64_t M, int64_t K,
+                const float* b, int64_t panel_stride, int64_t N, float* c, int64_t ldc, bool load) {
+  for (int64_t j0 = 0; j0 < N; j0 += kPanel) {
+    const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - j0));
+    const float* bp = b + (j0 / kPanel) * panel_stride;
+    for (int64_t i0 = 0; i0 < M; i0 += mk.mr) {
+      const int rows = static_cast<int>(std::min<int64_t>(mk.mr, M - i0));
+      mk.fn(K, a + i0 * lda, lda, bp, c + i0 * ldc + j0, ldc, rows, cols, load);
+    }
+  }
+}
+
+void run_gemm(const ASource& src, int64_t M, const PackedMatrix& b, float* c, int64_t ldc,
+              const Epilogue& ep) {
+  if (M <= 0) return;
+  if (b.empty()) fail("gemm: the weight matrix was never packed");
+  const MicroKernel mk = micro_kernel(kernel_isa());
+  const int64_t K = b.K(), N = b.N();
+  const int64_t kc_max = chunk_size(K);
+  const int64_t mc = static_cast<int64_t>(mk.mr) * (mk.mr >= 8 ? 8 : 16);
+  const int64_t m_blocks = (M + mc - 1) / mc;
+  const int64_t panels = (N + kPanel - 1) / kPanel;
+  // Enough tiles to keep every thread busy; the tiling does not affect the result.
+  int64_t tile_panels = 8;
+  while (tile_panels > 1 && m_blocks * ((panels + tile_panels - 1) / tile_panels) < 8) tile_panels /= 2;
+  const int64_t n_blocks = (panels + tile_panels - 1) / tile_panels;
+  const bool scratch = src.needs_scratch();
+
+  parallel_for(m_blocks * n_blocks, [&](int64_t t0, int64_t t1) {
+    std::vector<float> buffer(scratch ? static_cast<size_t>(mc * kc_max) : 0);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t i0 = (t / n_blocks) * mc, rows = std::min(mc, M - i0);
+      const int64_t p0 = (t % n_blocks) * tile_panels, p1 = std::min(panels, p0 + tile_panels);
+      for (int64_t k0 = 0; k0 < K; k0 += kc_max) {
+        const int64_t kc = std::min(kc_max, K - k0);
+        const bool last = k0 + kc == K;
+        const bool load = k0 > 0 || ep.accumulate;
+        int64_t lda = 0;
+        const float* a = src.rows(i0, rows, k0, kc, buffer.data(), &lda);
+        for (int64_t p = p0; p < p1; ++p) {
+          const float* bp = b.data() + p * K * kPanel + k0 * kPanel;
+          const int64_t j0 = p * kPanel;
+          const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - j0));
+          for (int64_t r = 0; r < rows; r += mk.mr) {
+            const int mr = static_cast<int>(std::min<int64_t>(mk.mr, rows - r));
+            float* ct = c + (i0 + r) * ldc + j0;
+            mk.fn(kc, a + r * lda, lda, bp, ct, ldc, mr, cols, load);
+            if (last && (ep.bias || ep.residual)) apply_epilogue(c, ldc, i0 + r, mr, j0, cols, ep);
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace detail
+
+void gemm(const float* a, int64_t M, int64_t lda, const PackedMatrix& b, float* c, int64_t ldc,
+          const Epilogue& epilogue) {
+  if (lda < b.K()) fail(cat("gemm: lda ", lda, " < K ", b.K()));
+  if (ldc < b.N()) fail(cat("gemm: ldc ", ldc, " < N ", b.N()));
+  detail::run_gemm(detail::DirectA(a, lda), M, b, c, ldc, epilogue);
+}
+
+void gemm_abt(const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+              int64_t M, int64_t N, int64_t K) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    for (int64_t i = 0; i < M; ++i) std::fill(c + i * ldc, c + i * ldc + N, 0.0f);
+    return;
+  }
+  // Pack Bᵀ (strided rows) into panels, then the ordinary driver.
+  PackedMatrix p = allocate_packed(K, N);
+  float* dst = p.mutable_data();
+  for (int64_t n = 0; n < N; ++n) {
+    float* panel = dst + (n / kPanel) * K * kPanel + n % kPanel;
+    const float* src = b + n * ldb;
+    for (int64_t k = 0; k < K; ++k) panel[k * kPanel] = src[k];
+  }
+  detail::run_gemm(detail::DirectA(a, lda), M, p, c, ldc, {});
+}
+
+}  // namespace octodiff::kernels

@@ -1,0 +1,146 @@
+// GroupNorm and LayerNorm with double-precision two-pass statistics (mean, then the mean of
+// squared deviations), accumulated over fixed pixel chunks in a fixed order, so the statistics
+// are exact to float rounding and independent of the thread count.
+#include "kernels/norm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "kernels/internal.h"
+#include "kernels/isa.h"
+
+namespace octodiff::kernels {
+namespace {
+
+constexpr int64_t kChunkPixels = 64;
+
+// partial[(n·chunks + q)·C + c] = Σ over chunk q of sample n of f(x[p, c], c).
+template <typename F>
+void channel_sums(const float* x, int64_t N, int64_t HW, int64_t C, std::vector<double>& partial, F f) {
+  const int64_t chunks = (HW + kChunkPixels - 1) / kChunkPixels;
+  partial.assign(static_cast<size_t>(N * chunks * C), 0.0);
+  parallel_for(N * chunks, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n = t / chunks, p0 = (t % chunks) * kChunkPixels;
+      const int64_t p1 = std::min(HW, p0 + kChunkPixels);
+      double* acc = partial.data() + t * C;
+      for (int64_t p = p0; p < p1; ++p) {
+        const float* xp = x + (n * HW + p) * C;
+        for (int64_t c = 0; c < C; ++c) acc[c] += f(xp[c], c);
+      }
+    }
+  });
+}
+
+// Sums the partials of each (sample, group) in a fixed order (chunks, then channels).
+std::vector<double> group_totals(const std::vector<double>& partial, int64_t N, int64_t chunks, int64_t C,
+                                 int64_t G) {
+  const int64_t cg = C / G;
+  std::vector<double> total(static_cast<size_t>(N * G), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t g = 0; g < G; ++g) {
+      double s = 0;
+      for (int64_t c = g * cg; c < (g + 1) * cg; ++c) {
+        double sc = 0;
+        for (int64_t q = 0; q < chunks; ++q) sc += partial[(n * chunks + q) * C + c];
+        s += sc;
+      }
+      total[n * G + g] = s;
+    }
+  return total;
+}
+
+}  // namespace
+
+void group_norm_nhwc(const float* x, int64_t N, int64_t HW, int64_t C, int64_t G, float eps,
+                     const float* gamma, const float* beta, float* y, bool silu) {
+  if (G <= 0 || C % G != 0) fail(cat("group_norm: ", C, " channels do not split into ", G, " groups"));
+  if (N <= 0 || HW <= 0) return;
+  const int64_t cg = C / G, chunks = (HW + kChunkPixels - 1) / kChunkPixels;
+  const double count = static_cast<double>(HW * cg);
+
+  std::vector<double> partial;
+  channel_sums(x, N, HW, C, partial, [](float v, int64_t) { return static_cast<double>(v); });
+  std::vector<double> mean = group_totals(partial, N, chunks, C, G);
+  for (double& m : mean) m /= count;
+
+  // Per-(sample, channel) mean as double for the second pass.
+  std::vector<double> mean_c(static_cast<size_t>(N * C));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) mean_c[n * C + c] = mean[n * G + c / cg];
+  std::vector<double> var;
+  {
+    std::vector<double> partial2(static_cast<size_t>(N * chunks * C), 0.0);
+    parallel_for(N * chunks, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t n = t / chunks, p0 = (t % chunks) * kChunkPixels;
+        const int64_t p1 = std::min(HW, p0 + kChunkPixels);
+        double* acc = partial2.data() + t * C;
+        const double* mc = mean_c.data() + n * C;
+        for (int64_t p = p0; p < p1; ++p) {
+          const float* xp = x + (n * HW + p) * C;
+          for (int64_t c = 0; c < C; ++c) {
+            const double d = xp[c] - mc[c];
+            acc[c] += d * d;
+          }
+        }
+      }
+    });
+    var = group_totals(partial2, N, chunks, C, G);
+    for (double& v : var) v /= count;
+  }
+
+  // y = (x − mean) · (rsqrt(var + eps) · gamma) + beta, per-channel factors in float.
+  std::vector<float> mul(static_cast<size_t>(N * C)), shift_mean(static_cast<size_t>(N * C));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t g = c / cg;
+      const float rstd = static_cast<float>(1.0 / std::sqrt(var[n * G + g] + static_cast<double>(eps)));
+      mul[n * C + c] = rstd * (gamma ? gamma[c] : 1.0f);
+      shift_mean[n * C + c] = static_cast<float>(mean[n * G + g]);
+    }
+  const auto act = detail::vec_math(kernel_isa()).silu;
+  parallel_for(N * chunks, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n = t / chunks, p0 = (t % chunks) * kChunkPixels;
+      const int64_t p1 = std::min(HW, p0 + kChunkPixels);
+      const float* a = mul.data() + n * C;
+      const float* m = shift_mean.data() + n * C;
+      for (int64_t p = p0; p < p1; ++p) {
+        const float* xp = x + (n * HW + p) * C;
+        float* yp = y + (n * HW + p) * C;
+        for (int64_t c = 0; c < C; ++c) yp[c] = (xp[c] - m[c]) * a[c] + (beta ? beta[c] : 0.0f);
+      }
+      if (silu) act(y + (n * HW + p0) * C, (p1 - p0) * C, y + (n * HW + p0) * C);
+    }
+  });
+}
+
+void layer_norm(const float* x, int64_t rows, int64_t C, float eps, const float* gamma,
+                const float* beta, float* y) {
+  if (C <= 0) return;
+  const int64_t grain = std::max<int64_t>(1, 4096 / C);
+  parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * C;
+      float* yr = y + r * C;
+      double s = 0;
+      for (int64_t c = 0; c < C; ++c) s += xr[c];
+      const double mean = s / static_cast<double>(C);
+      double q = 0;
+      for (int64_t c = 0; c < C; ++c) {
+        const double d = xr[c] - mean;
+        q += d * d;
+      }
+      const float rstd = static_cast<float>(1.0 / std::sqrt(q / static_cast<double>(C) + eps));
+      const float mf = static_cast<float>(mean);
+      for (int64_t c = 0; c < C; ++c)
+        yr[c] = (xr[c] - mf) * (rstd * (gamma ? gamma[c] : 1.0f)) + (beta ? beta[c] : 0.0f);
+    }
+  }, grain);
+}
+
+}  // namespace octodiff::kernels

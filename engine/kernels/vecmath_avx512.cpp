@@ -1,0 +1,138 @@
+// AVX-512 element-wise maps built on one accurate vector exp (≈1 ulp: Cody–Waite reduction,
+// degree-7 Taylor polynomial on |r| ≤ ln2/2, scalef for 2^n which also gives exact overflow and
+// gradual underflow).
+// GCC 12's AVX-512 headers build min/max/roundscale/scalef on _mm512_undefined_ps(), which
+// its own -Wuninitialized then reports once inlined here: a known false positive.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/internal.h"
+
+namespace octodiff::kernels::detail {
+namespace {
+
+inline __m512 exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-150.0f)), _mm512_set1_ps(100.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// y = x · sigmoid(s), s = s_f + ds given by `arg` (ds: the rounding residual of s_f, so the
+// large arguments of the tails lose no accuracy). With e = exp(−|s|):
+// sigmoid(s) = 1/(1+e) for s ≥ 0 and e/(1+e) for s < 0 — neither overflows nor cancels.
+template <typename Arg>
+inline __m512 x_sigmoid(__m512 v, Arg arg) {
+  __m512 ds;
+  const __m512 s = arg(v, &ds);
+  const __mmask16 neg = _mm512_cmp_ps_mask(s, _mm512_setzero_ps(), _CMP_LT_OQ);
+  __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(s)));
+  const __m512 corr = _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_setzero_ps(), ds), ds);
+  e = _mm512_fmadd_ps(e, corr, e);
+  const __m512 num = _mm512_mask_mul_ps(v, neg, v, e);
+  return _mm512_div_ps(num, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
+
+template <typename Arg>
+void map_x_sigmoid(const float* x, int64_t n, float* y, Arg arg) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, x_sigmoid(_mm512_loadu_ps(x + i), arg));
+  if (i < n) {
+    const __mmask16 m = __mmask16((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, m, x_sigmoid(_mm512_maskz_loadu_ps(m, x + i), arg));
+  }
+}
+
+// s = f(x) evaluated in double, returned as float plus its rounding residual.
+template <typename F>
+inline __m512 split_double(__m512 v, __m512* ds, F f) {
+  const __m512d lo = f(_mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+  const __m512d hi = f(_mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1)));
+  const __m256 lo_f = _mm512_cvtpd_ps(lo), hi_f = _mm512_cvtpd_ps(hi);
+  const __m256 lo_r = _mm512_cvtpd_ps(_mm512_sub_pd(lo, _mm512_cvtps_pd(lo_f)));
+  const __m256 hi_r = _mm512_cvtpd_ps(_mm512_sub_pd(hi, _mm512_cvtps_pd(hi_f)));
+  *ds = _mm512_insertf32x8(_mm512_castps256_ps512(lo_r), hi_r, 1);
+  return _mm512_insertf32x8(_mm512_castps256_ps512(lo_f), hi_f, 1);
+}
+
+void silu(const float* x, int64_t n, float* y) {
+  map_x_sigmoid(x, n, y, [](__m512 v, __m512* ds) {
+    *ds = _mm512_setzero_ps();
+    return v;
+  });
+}
+
+void quick_gelu(const float* x, int64_t n, float* y) {
+  map_x_sigmoid(x, n, y, [](__m512 v, __m512* ds) {
+    return split_double(v, ds, [](__m512d d) { return _mm512_mul_pd(d, _mm512_set1_pd(1.702)); });
+  });
+}
+
+// 0.5·x·(1 + tanh(u)) = x · sigmoid(2u), u = √(2/π)·(x + 0.044715·x³): no cancellation.
+void gelu_tanh(const float* x, int64_t n, float* y) {
+  map_x_sigmoid(x, n, y, [](__m512 v, __m512* ds) {
+    return split_double(v, ds, [](__m512d d) {
+      constexpr double k = 2.0 * 0.79788456080286535588;
+      const __m512d d2 = _mm512_mul_pd(d, d);
+      return _mm512_mul_pd(d, _mm512_fmadd_pd(d2, _mm512_set1_pd(k * 0.044715), _mm512_set1_pd(k)));
+    });
+  });
+}
+
+float softmax_update(float* s, int n, float scale, float* m, float* l) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 vmax = ninf;
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(s + i), vscale);
+    _mm512_storeu_ps(s + i, v);
+    vmax = _mm512_max_ps(vmax, v);
+  }
+  const __mmask16 tail = __mmask16((1u << (n - i)) - 1);
+  if (i < n) {
+    const __m512 v = _mm512_mul_ps(_mm512_mask_loadu_ps(ninf, tail, s + i), vscale);
+    _mm512_mask_storeu_ps(s + i, tail, v);
+    vmax = _mm512_max_ps(vmax, v);
+  }
+  const float m_new = std::max(*m, _mm512_reduce_max_ps(vmax));
+  const float alpha = *m == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(*m - m_new);
+  const __m512 vm = _mm512_set1_ps(m_new);
+  __m512 sum = _mm512_setzero_ps();
+  for (i = 0; i + 16 <= n; i += 16) {
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + i), vm));
+    _mm512_storeu_ps(s + i, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  if (i < n) {
+    const __m512 e = _mm512_maskz_mov_ps(tail, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, s + i), vm)));
+    _mm512_mask_storeu_ps(s + i, tail, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  *l = *l * alpha + _mm512_reduce_add_ps(sum);
+  *m = m_new;
+  return alpha;
+}
+
+}  // namespace
+
+const VecMath& vec_math_avx512() {
+  static const VecMath v{&silu, &gelu_tanh, &quick_gelu, &softmax_update};
+  return v;
+}
+
+}  // namespace octodiff::kernels::detail

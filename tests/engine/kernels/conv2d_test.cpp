@@ -1,0 +1,107 @@
+#include "kernels/conv2d.h"
+
+#include "core/error.h"
+#include "kernel_test_util.h"
+
+namespace octodiff::kernels::test {
+namespace {
+
+struct ConvCase {
+  const char* name;
+  int64_t N, H, W, Ci, Co;
+  int k;
+  Conv2dGeometry g;
+  bool bias, residual;
+};
+
+// Naive double reference: NHWC input, OIHW weights.
+std::vector<double> ref_conv(const ConvCase& t, const std::vector<float>& x, const std::vector<float>& w,
+                             const float* bias, const float* res, int64_t Ho, int64_t Wo) {
+  std::vector<double> y(static_cast<size_t>(t.N * Ho * Wo * t.Co));
+  for (int64_t n = 0; n < t.N; ++n)
+    for (int64_t oy = 0; oy < Ho; ++oy)
+      for (int64_t ox = 0; ox < Wo; ++ox)
+        for (int64_t co = 0; co < t.Co; ++co) {
+          double s = bias ? bias[co] : 0.0;
+          for (int ky = 0; ky < t.k; ++ky)
+            for (int kx = 0; kx < t.k; ++kx) {
+              const int64_t iy = oy * t.g.stride - t.g.pad_top + ky, ix = ox * t.g.stride - t.g.pad_left + kx;
+              if (iy < 0 || iy >= t.H || ix < 0 || ix >= t.W) continue;
+              for (int64_t ci = 0; ci < t.Ci; ++ci)
+                s += static_cast<double>(x[((n * t.H + iy) * t.W + ix) * t.Ci + ci]) *
+                     w[((co * t.Ci + ci) * t.k + ky) * t.k + kx];
+            }
+          const int64_t o = ((n * Ho + oy) * Wo + ox) * t.Co + co;
+          if (res) s += res[o];
+          y[o] = s;
+        }
+  return y;
+}
+
+const ConvCase kCases[] = {
+    {"3x3 same, Ci=3 Co=5", 1, 7, 9, 3, 5, 3, Conv2dGeometry::same(3), true, false},
+    {"3x3 same, 37→37, batch 2, residual", 2, 6, 5, 37, 37, 3, Conv2dGeometry::same(3), true, true},
+    {"VAE downsample: stride 2, pad bottom/right", 1, 8, 10, 37, 37, 3, {2, 0, 0, 1, 1}, true, false},
+    {"stride 2, odd input, pad bottom/right", 2, 9, 7, 5, 3, 3, {2, 0, 0, 1, 1}, false, false},
+    {"3x3 asymmetric pads", 1, 6, 7, 5, 37, 3, {1, 1, 2, 0, 1}, true, false},
+    {"3x3 stride 2 pad 1", 1, 9, 9, 16, 33, 3, {2, 1, 1, 1, 1}, true, false},
+    {"1x1, 37→64, bias + residual", 2, 5, 3, 37, 64, 1, {}, true, true},
+    {"1x1 stride 2", 1, 7, 6, 8, 5, 1, {2, 0, 0, 0, 0}, false, false},
+    {"3x3 on a 1x1 image", 1, 1, 1, 4, 6, 3, Conv2dGeometry::same(3), true, false},
+    {"3x3 wide channels 320→33", 1, 5, 4, 320, 33, 3, Conv2dGeometry::same(3), true, true},
+    {"conv_out 128→3", 1, 6, 6, 128, 3, 3, Conv2dGeometry::same(3), true, false},
+};
+
+TEST(Conv2d, OutputSize) {
+  EXPECT_EQ(conv2d_out_size(64, 3, 1, 1, 1), 64);
+  EXPECT_EQ(conv2d_out_size(64, 3, 2, 0, 1), 32);  // VAE downsample
+  EXPECT_EQ(conv2d_out_size(7, 3, 2, 0, 1), 3);
+  EXPECT_EQ(conv2d_out_size(5, 1, 1, 0, 0), 5);
+}
+
+TEST(Conv2d, MatchesDoubleReferenceOnEveryIsa) {
+  for (Isa isa : available_isas()) {
+    ScopedKernelIsa scoped(isa);
+    for (const ConvCase& t : kCases) {
+      const int64_t Ho = conv2d_out_size(t.H, t.k, t.g.stride, t.g.pad_top, t.g.pad_bottom);
+      const int64_t Wo = conv2d_out_size(t.W, t.k, t.g.stride, t.g.pad_left, t.g.pad_right);
+      auto x = random_vec(t.N * t.H * t.W * t.Ci, 21);
+      auto w = random_vec(t.Co * t.Ci * t.k * t.k, 22);
+      auto bias = random_vec(t.Co, 23);
+      auto res = random_vec(t.N * Ho * Wo * t.Co, 24);
+      const Conv2dWeights cw = pack_conv2d(w.data(), t.bias ? bias.data() : nullptr, t.Co, t.Ci, t.k, t.k);
+      std::vector<float> y(res.size(), NAN);
+      conv2d_nhwc(x.data(), t.N, t.H, t.W, cw, t.g, y.data(), t.residual ? res.data() : nullptr);
+      const auto ref = ref_conv(t, x, w, t.bias ? bias.data() : nullptr, t.residual ? res.data() : nullptr, Ho, Wo);
+      const double err = rel_error(y.data(), ref);
+      EXPECT_LT(err, 1e-5) << isa_name(isa) << " " << t.name;
+      std::printf("[conv %s] %-45s rel err %.3g\n", isa_name(isa).c_str(), t.name, err);
+    }
+  }
+}
+
+TEST(Conv2d, BitIdenticalForAnyThreadCount) {
+  for (Isa isa : available_isas()) {
+    ScopedKernelIsa scoped(isa);
+    const int64_t N = 2, H = 13, W = 11, Ci = 40, Co = 70;
+    auto x = random_vec(N * H * W * Ci, 25);
+    auto w = random_vec(Co * Ci * 9, 26);
+    auto bias = random_vec(Co, 27);
+    const Conv2dWeights cw = pack_conv2d(w.data(), bias.data(), Co, Ci, 3, 3);
+    expect_thread_invariant("conv3x3 " + isa_name(isa), [&] {
+      std::vector<float> y(N * H * W * Co);
+      conv2d_nhwc(x.data(), N, H, W, cw, Conv2dGeometry::same(3), y.data());
+      return y;
+    });
+  }
+}
+
+TEST(Conv2d, RejectsKernelLargerThanInput) {
+  auto w = random_vec(2 * 2 * 9, 1);
+  const Conv2dWeights cw = pack_conv2d(w.data(), nullptr, 2, 2, 3, 3);
+  std::vector<float> x(2 * 2 * 2), y(8);
+  EXPECT_THROW(conv2d_nhwc(x.data(), 1, 2, 2, cw, Conv2dGeometry{}, y.data()), Error);
+}
+
+}  // namespace
+}  // namespace octodiff::kernels::test
