@@ -51,8 +51,14 @@ struct SchedulerConfig {
   TimestepSpacing timestep_spacing = TimestepSpacing::Leading;
   int solver_order = 2;            // DPM-Solver
   bool lower_order_final = true;   // DPM-Solver
-  std::string algorithm_type = "dpmsolver++";
-  std::string solver_type = "midpoint";
+  std::string algorithm_type = "dpmsolver++";  // dpmsolver++ | dpmsolver
+  std::string solver_type = "midpoint";        // midpoint | heun
+  // DPM-Solver/Euler under Diffusers semantics: the sigma the last step lands on ("zero" |
+  // "sigma_min"). The Flax classes have no such option (DPM-Solver steps to training t = 0).
+  std::string final_sigmas_type = "zero";
+
+  // Throws octodiff::Error naming the first value the class `kind` cannot use.
+  void validate(SchedulerKind kind) const;
 
   static SchedulerConfig defaults(SchedulerKind kind);
   // Parses scheduler_config.json text; throws octodiff::Error for malformed JSON or values.
@@ -68,6 +74,7 @@ struct SchedulerState {
   std::vector<Tensor> history;
   std::vector<double> history_t;  // the timestep/sigma each history entry belongs to
   Tensor cur_sample;              // PNDM: the sample the current interval started from
+  Tensor accumulator;             // PNDM Runge-Kutta: weighted sum of the slopes so far
   int lower_order_nums = 0;       // DPM-Solver
 };
 

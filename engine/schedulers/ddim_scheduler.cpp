@@ -1,0 +1,107 @@
+// DDIM with eta = 0: x_prev = sqrt(a')·x0 + sqrt(1 − a')·eps.
+//
+// Diffusers semantics (torch DDIMScheduler): timestep_spacing leading/linspace/trailing.
+// Flax semantics (FlaxDDIMScheduler): always "leading". Both step to t − T//N, using
+// final_alpha_cumprod below t = 0, and clip x0 when clip_sample is set. Neither adds noise.
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "schedulers/scheduler_classes.h"
+#include "schedulers/scheduler_math.h"
+
+namespace octodiff {
+
+using sched::elementwise;
+
+DdimScheduler::DdimScheduler(const SchedulerConfig& config, SchedulerSemantics semantics)
+    : Scheduler(config, semantics) {
+  final_alpha_cumprod_ = config_.set_alpha_to_one ? 1.0f : alphas_cumprod_[0];
+}
+
+SchedulerState DdimScheduler::set_timesteps(int n) const {
+  sched::check_num_steps(config_, n);
+  const int T = config_.num_train_timesteps;
+  SchedulerState state;
+  state.num_inference_steps = n;
+  TimestepSpacing spacing =
+      semantics_ == SchedulerSemantics::Flax ? TimestepSpacing::Leading : config_.timestep_spacing;
+  switch (spacing) {
+    case TimestepSpacing::Linspace: {
+      auto grid = sched::numpy_linspace(0, T - 1, n);
+      for (auto it = grid.rbegin(); it != grid.rend(); ++it) state.timesteps.push_back(sched::round_half_even(*it));
+      break;
+    }
+    case TimestepSpacing::Leading:
+      state.timesteps = sched::leading_grid(T, n, config_.steps_offset);
+      break;
+    case TimestepSpacing::Trailing:
+      for (double v : sched::numpy_arange(T, 0, -static_cast<double>(T) / n))
+        state.timesteps.push_back(sched::round_half_even(v) - 1);
+      break;
+  }
+  return state;
+}
+
+double DdimScheduler::init_noise_sigma(const SchedulerState&) const { return 1.0; }
+
+int DdimScheduler::num_model_calls(const SchedulerState& state) const {
+  return static_cast<int>(state.timesteps.size());
+}
+
+double DdimScheduler::model_timestep(const SchedulerState& state, int i) const {
+  sched::check_call(state, i, "DDIM model_timestep");
+  return state.timesteps[i];
+}
+
+Tensor DdimScheduler::scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const {
+  sched::check_call(state, i, "DDIM scale_model_input");
+  return sample;
+}
+
+StepResult DdimScheduler::step(const SchedulerState& state, const Tensor& model_output, int i,
+                               const Tensor& sample) const {
+  sched::check_step(state, i, "DDIM step");
+  sched::check_same_shape(model_output, sample, "DDIM step");
+  const int T = config_.num_train_timesteps;
+  const int t = static_cast<int>(state.timesteps[i]);
+  const int t_prev = t - T / state.num_inference_steps;
+  if (t < 0 || t >= T) fail("DDIM step: timestep ", t, " is outside the training range");
+  const float a = alphas_cumprod_[t];
+  const float a_prev = t_prev >= 0 ? alphas_cumprod_[t_prev] : final_alpha_cumprod_;
+  const float b = 1.0f - a;
+  const float sa = std::sqrt(a), sb = std::sqrt(b);
+
+  Tensor x0, eps;
+  switch (config_.prediction_type) {
+    case PredictionType::Epsilon:
+      x0 = elementwise([=](float x, float m) { return (x - sb * m) / sa; }, sample, model_output);
+      eps = model_output;
+      break;
+    case PredictionType::Sample:
+      x0 = model_output;
+      eps = elementwise([=](float x, float p) { return (x - sa * p) / sb; }, sample, x0);
+      break;
+    case PredictionType::VPrediction:
+      x0 = elementwise([=](float x, float m) { return sa * x - sb * m; }, sample, model_output);
+      eps = elementwise([=](float x, float m) { return sa * m + sb * x; }, sample, model_output);
+      break;
+  }
+  if (config_.clip_sample) {
+    const float lim = static_cast<float>(config_.clip_sample_range);
+    x0 = elementwise([=](float v) { return std::clamp(v, -lim, lim); }, x0);
+  }
+  // eta = 0: the variance term vanishes, so the direction coefficient is sqrt(1 − a').
+  const float std_dev = 0.0f;
+  const float dir_coeff = std::sqrt(1.0f - a_prev - std_dev * std_dev);
+  const float x0_coeff = std::sqrt(a_prev);
+
+  StepResult r;
+  r.prev_sample = elementwise([=](float p, float e) { return x0_coeff * p + dir_coeff * e; }, x0, eps);
+  r.pred_original_sample = x0;
+  r.state = state;
+  r.state.step_index = i + 1;
+  return r;
+}
+
+}  // namespace octodiff

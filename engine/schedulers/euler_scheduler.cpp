@@ -1,0 +1,145 @@
+// Euler: x_{i+1} = x_i + d·(σ_{i+1} − σ_i), d = (x − x0)/σ_i.
+//
+// Diffusers semantics (torch EulerDiscreteScheduler, s_churn = 0): float timesteps per
+// timestep_spacing, sigmas interpolated with np.interp, final sigma 0 (or the smallest training
+// sigma with final_sigmas_type = "sigma_min"); the step index is the call index.
+// Flax semantics (FlaxEulerDiscreteScheduler as FlaxStableDiffusionPipeline would drive it):
+// f32 jnp.linspace grid ("linspace") or reverse(arange(N)·(T//N)) + 1 ("leading"; the +1 is
+// hard-coded there), sigmas by f32 jnp.interp plus a final 0. The pipeline truncates each
+// timestep to int32 and both scale_model_input and step look that integer up in the float grid;
+// when it is not found the lookup silently yields index 0. With "linspace" only the first and
+// last grid points are integers, so every other step re-uses sigma_0 and the first interval —
+// Euler-linspace is broken in the Flax pipeline, and we reproduce that on purpose.
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "schedulers/scheduler_classes.h"
+#include "schedulers/scheduler_math.h"
+
+namespace octodiff {
+
+using sched::elementwise;
+
+EulerDiscreteScheduler::EulerDiscreteScheduler(const SchedulerConfig& config, SchedulerSemantics semantics)
+    : Scheduler(config, semantics), train_sigmas_(sched::training_sigmas(alphas_cumprod_)) {
+  if (semantics_ == SchedulerSemantics::Flax) {
+    if (config_.timestep_spacing == TimestepSpacing::Trailing)
+      fail("EulerDiscreteScheduler (Flax): timestep_spacing 'trailing' is not supported (use linspace or leading)");
+    if (config_.prediction_type == PredictionType::Sample)
+      fail("EulerDiscreteScheduler (Flax): prediction_type 'sample' is not supported (use epsilon or v_prediction)");
+  }
+}
+
+SchedulerState EulerDiscreteScheduler::set_timesteps(int n) const {
+  sched::check_num_steps(config_, n);
+  const int T = config_.num_train_timesteps;
+  SchedulerState state;
+  state.num_inference_steps = n;
+  if (semantics_ == SchedulerSemantics::Flax) {
+    std::vector<float> grid;
+    if (config_.timestep_spacing == TimestepSpacing::Linspace) {
+      grid = sched::jax_linspace_f32(static_cast<float>(T - 1), 0.0f, n);
+    } else {
+      for (double t : sched::leading_grid(T, n, 0)) grid.push_back(static_cast<float>(t) + 1.0f);
+    }
+    for (float t : grid) {
+      state.timesteps.push_back(t);
+      state.sigmas.push_back(sched::jax_interp(t, train_sigmas_));
+    }
+    state.sigmas.push_back(0.0);
+    return state;
+  }
+  std::vector<float> grid;  // float32, as torch stores them
+  switch (config_.timestep_spacing) {
+    case TimestepSpacing::Linspace: {
+      auto v = sched::numpy_linspace(0, T - 1, n);
+      for (auto it = v.rbegin(); it != v.rend(); ++it) grid.push_back(static_cast<float>(*it));
+      break;
+    }
+    case TimestepSpacing::Leading:
+      for (double t : sched::leading_grid(T, n, 0))
+        grid.push_back(static_cast<float>(t) + static_cast<float>(config_.steps_offset));
+      break;
+    case TimestepSpacing::Trailing:
+      for (double t : sched::numpy_arange(T, 0, -static_cast<double>(T) / n))
+        grid.push_back(static_cast<float>(sched::round_half_even(t)) - 1.0f);
+      break;
+  }
+  for (float t : grid) {
+    state.timesteps.push_back(t);
+    state.sigmas.push_back(static_cast<float>(sched::numpy_interp(t, train_sigmas_)));
+  }
+  state.sigmas.push_back(config_.final_sigmas_type == "sigma_min" ? train_sigmas_[0] : 0.0f);
+  return state;
+}
+
+double EulerDiscreteScheduler::init_noise_sigma(const SchedulerState& state) const {
+  // Flax: the pipeline reads the value create_state computed from the 1000 training sigmas.
+  float max_sigma;
+  if (semantics_ == SchedulerSemantics::Flax) {
+    max_sigma = *std::max_element(train_sigmas_.begin(), train_sigmas_.end());
+  } else {
+    if (state.sigmas.empty()) fail("Euler init_noise_sigma: call set_timesteps() first");
+    max_sigma = static_cast<float>(*std::max_element(state.sigmas.begin(), state.sigmas.end()));
+  }
+  if (config_.timestep_spacing == TimestepSpacing::Leading) return std::sqrt(max_sigma * max_sigma + 1.0f);
+  return max_sigma;
+}
+
+int EulerDiscreteScheduler::num_model_calls(const SchedulerState& state) const {
+  return static_cast<int>(state.timesteps.size());
+}
+
+double EulerDiscreteScheduler::model_timestep(const SchedulerState& state, int i) const {
+  sched::check_call(state, i, "Euler model_timestep");
+  if (semantics_ == SchedulerSemantics::Flax) return std::trunc(state.timesteps[i]);  // int32 cast
+  return state.timesteps[i];
+}
+
+int EulerDiscreteScheduler::sigma_index(const SchedulerState& state, int i) const {
+  if (semantics_ == SchedulerSemantics::Diffusers) return i;
+  // jnp.where(timesteps == t, size=1) fills with 0 when nothing matches.
+  const int found = sched::find_timestep(state.timesteps, std::trunc(state.timesteps[i]));
+  return found < 0 ? 0 : found;
+}
+
+Tensor EulerDiscreteScheduler::scale_model_input(const SchedulerState& state, const Tensor& sample,
+                                                 int i) const {
+  sched::check_call(state, i, "Euler scale_model_input");
+  const float sigma = static_cast<float>(state.sigmas[sigma_index(state, i)]);
+  const float scale = std::sqrt(sigma * sigma + 1.0f);
+  return elementwise([=](float x) { return x / scale; }, sample);
+}
+
+StepResult EulerDiscreteScheduler::step(const SchedulerState& state, const Tensor& model_output, int i,
+                                        const Tensor& sample) const {
+  sched::check_step(state, i, "Euler step");
+  sched::check_same_shape(model_output, sample, "Euler step");
+  const int idx = sigma_index(state, i);
+  const float sigma = static_cast<float>(state.sigmas[idx]);
+  // torch's sigma_hat = sigma·(gamma + 1) equals sigma with s_churn = 0.
+  Tensor x0;
+  switch (config_.prediction_type) {
+    case PredictionType::Epsilon:
+      x0 = elementwise([=](float x, float m) { return x - sigma * m; }, sample, model_output);
+      break;
+    case PredictionType::VPrediction: {
+      const float c_out = -sigma / std::sqrt(sigma * sigma + 1.0f), c_in = sigma * sigma + 1.0f;
+      x0 = elementwise([=](float x, float m) { return m * c_out + x / c_in; }, sample, model_output);
+      break;
+    }
+    case PredictionType::Sample:
+      x0 = model_output;
+      break;
+  }
+  const float dt = static_cast<float>(state.sigmas[idx + 1]) - sigma;
+  StepResult r;
+  r.prev_sample = elementwise([=](float x, float p) { return x + (x - p) / sigma * dt; }, sample, x0);
+  r.pred_original_sample = x0;
+  r.state = state;
+  r.state.step_index = i + 1;
+  return r;
+}
+
+}  // namespace octodiff

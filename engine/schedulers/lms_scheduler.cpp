@@ -1,0 +1,161 @@
+// K-LMS: x_{i+1} = x_i + Σ_k c_k·d_{i−k}, d = (x − x0)/σ, with c_k the integral over
+// [σ_i, σ_{i+1}] of the Lagrange basis polynomial through the last min(i+1, 4) sigmas.
+//
+// Diffusers semantics (torch LMSDiscreteScheduler): float timesteps per timestep_spacing
+// (linspace default), sigmas interpolated in float64 (np.interp), init_noise_sigma = max σ for
+// linspace/trailing and sqrt(max σ² + 1) otherwise.
+// Flax semantics: FlaxLMSDiscreteScheduler cannot run inside FlaxStableDiffusionPipeline's jitted
+// loop (its step indexes sigmas by the timestep value and calls a host quadrature on traced
+// values; see spec/schedulers.md §7). We therefore run the torch algorithm on the grid the Flax
+// class builds: f32 jnp.linspace(T−1, 0, N) (no spacing option), sigmas interpolated in f32 as
+// (1 − f)·σ[floor] + f·σ[ceil], timesteps truncated to int32 — which is what the pipeline would
+// feed the UNet — and init_noise_sigma = max training σ (read before set_timesteps).
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "core/error.h"
+#include "schedulers/scheduler_classes.h"
+#include "schedulers/scheduler_math.h"
+
+namespace octodiff {
+namespace {
+
+using sched::elementwise;
+constexpr int kLmsOrder = 4;
+
+// ∫_{σ_i}^{σ_{i+1}} Π_{j≠k} (τ − σ_{i−j}) / (σ_{i−k} − σ_{i−j}) dτ over j < order. The
+// integrand has degree ≤ 3, so 3-point Gauss-Legendre is exact (diffusers' adaptive quadrature
+// agrees to rounding).
+double lms_coefficient(const std::vector<double>& sigmas, int i, int order, int k) {
+  const auto basis = [&](double tau) {
+    double prod = 1.0;
+    for (int j = 0; j < order; ++j) {
+      if (j == k) continue;
+      prod *= (tau - sigmas[i - j]) / (sigmas[i - k] - sigmas[i - j]);
+    }
+    return prod;
+  };
+  const double a = sigmas[i], b = sigmas[i + 1];
+  const double mid = (a + b) / 2, half = (b - a) / 2;
+  const double node = std::sqrt(3.0 / 5.0);
+  return half * (5.0 / 9.0 * basis(mid - half * node) + 8.0 / 9.0 * basis(mid) +
+                 5.0 / 9.0 * basis(mid + half * node));
+}
+
+}  // namespace
+
+LmsDiscreteScheduler::LmsDiscreteScheduler(const SchedulerConfig& config, SchedulerSemantics semantics)
+    : Scheduler(config, semantics), train_sigmas_(sched::training_sigmas(alphas_cumprod_)) {}
+
+SchedulerState LmsDiscreteScheduler::set_timesteps(int n) const {
+  sched::check_num_steps(config_, n);
+  const int T = config_.num_train_timesteps;
+  SchedulerState state;
+  state.num_inference_steps = n;
+  if (semantics_ == SchedulerSemantics::Flax) {
+    for (float t : sched::jax_linspace_f32(static_cast<float>(T - 1), 0.0f, n)) {
+      const int lo = static_cast<int>(std::floor(t)), hi = static_cast<int>(std::ceil(t));
+      const float frac = t - std::floor(t);  // jnp.mod(t, 1.0) for t >= 0
+      state.sigmas.push_back((1.0f - frac) * train_sigmas_[lo] + frac * train_sigmas_[hi]);
+      state.timesteps.push_back(static_cast<double>(static_cast<int32_t>(t)));
+    }
+    state.sigmas.push_back(0.0);
+    return state;
+  }
+  std::vector<float> grid;  // float32, as torch stores them
+  switch (config_.timestep_spacing) {
+    case TimestepSpacing::Linspace: {
+      auto v = sched::numpy_linspace(0, T - 1, n);
+      for (auto it = v.rbegin(); it != v.rend(); ++it) grid.push_back(static_cast<float>(*it));
+      break;
+    }
+    case TimestepSpacing::Leading:
+      for (double t : sched::leading_grid(T, n, 0))
+        grid.push_back(static_cast<float>(t) + static_cast<float>(config_.steps_offset));
+      break;
+    case TimestepSpacing::Trailing:
+      for (double t : sched::numpy_arange(T, 0, -static_cast<double>(T) / n))
+        grid.push_back(static_cast<float>(sched::round_half_even(t)) - 1.0f);
+      break;
+  }
+  for (float t : grid) {
+    state.timesteps.push_back(t);
+    state.sigmas.push_back(static_cast<float>(sched::numpy_interp(t, train_sigmas_)));
+  }
+  state.sigmas.push_back(0.0);
+  return state;
+}
+
+double LmsDiscreteScheduler::init_noise_sigma(const SchedulerState& state) const {
+  if (semantics_ == SchedulerSemantics::Flax)
+    return *std::max_element(train_sigmas_.begin(), train_sigmas_.end());
+  if (state.sigmas.empty()) fail("LMS init_noise_sigma: call set_timesteps() first");
+  const float max_sigma = static_cast<float>(*std::max_element(state.sigmas.begin(), state.sigmas.end()));
+  if (config_.timestep_spacing == TimestepSpacing::Leading) return std::sqrt(max_sigma * max_sigma + 1.0f);
+  return max_sigma;
+}
+
+int LmsDiscreteScheduler::num_model_calls(const SchedulerState& state) const {
+  return static_cast<int>(state.timesteps.size());
+}
+
+double LmsDiscreteScheduler::model_timestep(const SchedulerState& state, int i) const {
+  sched::check_call(state, i, "LMS model_timestep");
+  return state.timesteps[i];  // Flax grid entries are already int32-truncated
+}
+
+Tensor LmsDiscreteScheduler::scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const {
+  sched::check_call(state, i, "LMS scale_model_input");
+  const float sigma = static_cast<float>(state.sigmas[i]);
+  const float scale = std::sqrt(sigma * sigma + 1.0f);
+  return elementwise([=](float x) { return x / scale; }, sample);
+}
+
+StepResult LmsDiscreteScheduler::step(const SchedulerState& state, const Tensor& model_output, int i,
+                                      const Tensor& sample) const {
+  sched::check_step(state, i, "LMS step");
+  sched::check_same_shape(model_output, sample, "LMS step");
+  const float sigma = static_cast<float>(state.sigmas[i]);
+  Tensor x0;
+  switch (config_.prediction_type) {
+    case PredictionType::Epsilon:
+      x0 = elementwise([=](float x, float m) { return x - sigma * m; }, sample, model_output);
+      break;
+    case PredictionType::VPrediction: {
+      const float c_out = -sigma / std::sqrt(sigma * sigma + 1.0f), c_in = sigma * sigma + 1.0f;
+      x0 = elementwise([=](float x, float m) { return m * c_out + x / c_in; }, sample, model_output);
+      break;
+    }
+    case PredictionType::Sample:
+      x0 = model_output;
+      break;
+  }
+  const Tensor derivative = elementwise([=](float x, float p) { return (x - p) / sigma; }, sample, x0);
+
+  StepResult r;
+  r.state = state;
+  r.state.history.push_back(derivative);
+  r.state.history_t.push_back(sigma);
+  if (r.state.history.size() > kLmsOrder) {
+    r.state.history.erase(r.state.history.begin());
+    r.state.history_t.erase(r.state.history_t.begin());
+  }
+  const int order = std::min(i + 1, kLmsOrder);
+  const int n = static_cast<int>(r.state.history.size());
+  if (n < order) fail("LMS step: the state lacks the derivatives of the previous steps");
+  // Coefficients are rounded to f32 where torch multiplies them into the f32 derivatives, and
+  // the terms are summed newest first, as Python's sum() does.
+  std::array<float, kLmsOrder> coeff{};
+  for (int k = 0; k < order; ++k)
+    coeff[k] = static_cast<float>(lms_coefficient(state.sigmas, i, order, k));
+  Tensor sum = elementwise([&](float d) { return coeff[0] * d; }, r.state.history[n - 1]);
+  for (int k = 1; k < order; ++k)
+    sum = elementwise([&](float s, float d) { return s + coeff[k] * d; }, sum, r.state.history[n - 1 - k]);
+  r.prev_sample = elementwise([](float x, float s) { return x + s; }, sample, sum);
+  r.pred_original_sample = x0;
+  r.state.step_index = i + 1;
+  return r;
+}
+
+}  // namespace octodiff

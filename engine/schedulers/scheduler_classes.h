@@ -1,0 +1,113 @@
+// The five schedulers behind Scheduler::create. Each file <name>_scheduler.cpp implements one and
+// documents how its Flax and Diffusers semantics differ.
+#pragma once
+
+#include <vector>
+
+#include "schedulers/scheduler.h"
+
+namespace octodiff {
+
+// PNDM (pseudo linear multistep); with skip_prk_steps it is PLMS, the SD default.
+class PndmScheduler final : public Scheduler {
+ public:
+  PndmScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
+  SchedulerKind kind() const override { return SchedulerKind::Pndm; }
+  SchedulerState set_timesteps(int num_inference_steps) const override;
+  double init_noise_sigma(const SchedulerState& state) const override;
+  int num_model_calls(const SchedulerState& state) const override;
+  double model_timestep(const SchedulerState& state, int i) const override;
+  Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
+  StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
+                  const Tensor& sample) const override;
+
+ private:
+  StepResult step_prk(const SchedulerState& state, const Tensor& e, int t, const Tensor& x) const;
+  StepResult step_plms(const SchedulerState& state, const Tensor& e, int t, const Tensor& x) const;
+  // PNDM paper eq. (9): x_{t_prev} from x_t and the effective noise slope e.
+  Tensor transfer(const Tensor& x, int t, int t_prev, const Tensor& e) const;
+  int num_prk_timesteps() const { return config_.skip_prk_steps ? 0 : 12; }
+  float final_alpha_cumprod_;
+};
+
+// DDIM with eta = 0 (deterministic).
+class DdimScheduler final : public Scheduler {
+ public:
+  DdimScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
+  SchedulerKind kind() const override { return SchedulerKind::Ddim; }
+  SchedulerState set_timesteps(int num_inference_steps) const override;
+  double init_noise_sigma(const SchedulerState& state) const override;
+  int num_model_calls(const SchedulerState& state) const override;
+  double model_timestep(const SchedulerState& state, int i) const override;
+  Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
+  StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
+                  const Tensor& sample) const override;
+
+ private:
+  float final_alpha_cumprod_;
+};
+
+// K-LMS: 4th-order linear multistep in sigma space.
+class LmsDiscreteScheduler final : public Scheduler {
+ public:
+  LmsDiscreteScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
+  SchedulerKind kind() const override { return SchedulerKind::Lms; }
+  SchedulerState set_timesteps(int num_inference_steps) const override;
+  double init_noise_sigma(const SchedulerState& state) const override;
+  int num_model_calls(const SchedulerState& state) const override;
+  double model_timestep(const SchedulerState& state, int i) const override;
+  Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
+  StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
+                  const Tensor& sample) const override;
+
+ private:
+  std::vector<float> train_sigmas_;
+};
+
+// Euler (k-diffusion "euler", no churn).
+class EulerDiscreteScheduler final : public Scheduler {
+ public:
+  EulerDiscreteScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
+  SchedulerKind kind() const override { return SchedulerKind::Euler; }
+  SchedulerState set_timesteps(int num_inference_steps) const override;
+  double init_noise_sigma(const SchedulerState& state) const override;
+  int num_model_calls(const SchedulerState& state) const override;
+  double model_timestep(const SchedulerState& state, int i) const override;
+  Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
+  StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
+                  const Tensor& sample) const override;
+
+ private:
+  // The sigma index used for call i (Flax looks the truncated timestep up and may fall back to 0).
+  int sigma_index(const SchedulerState& state, int i) const;
+  std::vector<float> train_sigmas_;
+};
+
+// DPM-Solver / DPM-Solver++ multistep (orders 1-3), the "DPM++ 2M" of UIs with the defaults.
+class DpmSolverMultistepScheduler final : public Scheduler {
+ public:
+  DpmSolverMultistepScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
+  SchedulerKind kind() const override { return SchedulerKind::DpmSolverPP; }
+  SchedulerState set_timesteps(int num_inference_steps) const override;
+  double init_noise_sigma(const SchedulerState& state) const override;
+  int num_model_calls(const SchedulerState& state) const override;
+  double model_timestep(const SchedulerState& state, int i) const override;
+  Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
+  StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
+                  const Tensor& sample) const override;
+
+ private:
+  // Noise level of one point of the trajectory: alpha, sigma and lambda = log(alpha/sigma).
+  struct Level {
+    float alpha, sigma, lambda;
+  };
+  Level level_of_sigma(float sigma) const;  // Diffusers: from the step's sigma (sigma space)
+  Level level_of_timestep(int t) const;     // Flax: from the training tables
+  Tensor convert_model_output(const Tensor& m, const Tensor& x, const Level& s) const;
+  Tensor update(const std::vector<Tensor>& outputs, const std::vector<Level>& levels, const Level& target,
+                int order, const Tensor& x) const;
+  bool data_prediction() const { return config_.algorithm_type == "dpmsolver++"; }
+  std::vector<float> train_sigmas_;
+};
+
+}  // namespace octodiff

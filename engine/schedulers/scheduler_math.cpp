@@ -1,0 +1,201 @@
+#include "schedulers/scheduler_math.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace octodiff::sched {
+
+std::vector<double> numpy_linspace(double start, double stop, int64_t num) {
+  std::vector<double> out(static_cast<size_t>(num));
+  if (num == 1) {
+    out[0] = start;
+    return out;
+  }
+  const double step = (stop - start) / static_cast<double>(num - 1);
+  for (int64_t i = 0; i < num; ++i) out[i] = static_cast<double>(i) * step + start;
+  if (num > 1) out[num - 1] = stop;
+  return out;
+}
+
+std::vector<double> numpy_arange(double start, double stop, double step) {
+  const double length = std::ceil((stop - start) / step);
+  if (!(length > 0)) return {};
+  std::vector<double> out(static_cast<size_t>(length));
+  out[0] = start;
+  if (out.size() > 1) out[1] = start + step;
+  const double delta = out.size() > 1 ? out[1] - out[0] : step;
+  for (size_t i = 2; i < out.size(); ++i) out[i] = start + static_cast<double>(i) * delta;
+  return out;
+}
+
+double round_half_even(double x) { return std::nearbyint(x); }  // default FE_TONEAREST mode
+
+std::vector<float> torch_linspace_f32(float start, float end, int64_t steps, int vector_width) {
+  std::vector<float> out(static_cast<size_t>(steps));
+  if (steps == 1) {
+    out[0] = start;
+    return out;
+  }
+  const float step = (end - start) / static_cast<float>(steps - 1);
+  const int64_t halfway = steps / 2;
+  // The element (or, in the vector loop, the chunk base) counts from `start` in the first half
+  // and back from `end` in the second.
+  auto anchored = [&](int64_t idx) {
+    return idx < halfway ? start + step * static_cast<float>(idx)
+                         : end - step * static_cast<float>(steps - idx - 1);
+  };
+  int64_t i = 0;
+  if (vector_width > 0) {
+    // ATen's vectorized_loop handles two vectors per iteration while they fit, then falls back
+    // to the scalar lambda for the tail.
+    const int64_t w = vector_width;
+    const int64_t vector_end = steps / (2 * w) * (2 * w);
+    for (; i < vector_end; i += w) {
+      const float base = anchored(i);
+      for (int64_t k = 0; k < w; ++k) out[i + k] = base + static_cast<float>(k) * step;
+    }
+  }
+  for (; i < steps; ++i) out[i] = anchored(i);
+  return out;
+}
+
+std::vector<float> jax_linspace_f32(float start, float stop, int64_t num) {
+  std::vector<float> out(static_cast<size_t>(num));
+  if (num == 1) {
+    out[0] = start;
+    return out;
+  }
+  const float div = static_cast<float>(num - 1);
+  for (int64_t i = 0; i < num - 1; ++i) {
+    const float s = static_cast<float>(i) / div;
+    out[i] = start * (1.0f - s) + stop * s;
+  }
+  out[num - 1] = stop;
+  return out;
+}
+
+std::vector<float> make_betas(const SchedulerConfig& config, SchedulerSemantics semantics) {
+  const int64_t n = config.num_train_timesteps;
+  std::vector<float> betas;
+  if (!config.trained_betas.empty()) {
+    for (double b : config.trained_betas) betas.push_back(static_cast<float>(b));
+    return betas;
+  }
+  // torch.linspace fills through ATen's vectorised CPU loop (chunk base + k·step). With 4, 8 or
+  // 16 lanes this, with the double cumprod, reproduces the golden alphas_cumprod bit for bit;
+  // the scalar formula alone misses by up to 2 ulp.
+  constexpr int kTorchVectorWidth = 8;
+  auto linspace = [&](double a, double b) {
+    return semantics == SchedulerSemantics::Diffusers
+               ? torch_linspace_f32(static_cast<float>(a), static_cast<float>(b), n, kTorchVectorWidth)
+               : jax_linspace_f32(static_cast<float>(a), static_cast<float>(b), n);
+  };
+  if (config.beta_schedule == "linear") {
+    betas = linspace(config.beta_start, config.beta_end);
+  } else if (config.beta_schedule == "scaled_linear") {
+    // Python takes the square roots in double (`beta_start**0.5`), the library squares in f32.
+    betas = linspace(std::pow(config.beta_start, 0.5), std::pow(config.beta_end, 0.5));
+    for (float& b : betas) b = b * b;
+  } else if (config.beta_schedule == "squaredcos_cap_v2") {
+    auto alpha_bar = [](double t) {
+      const double c = std::cos((t + 0.008) / 1.008 * M_PI / 2);
+      return c * c;
+    };
+    for (int64_t i = 0; i < n; ++i) {
+      const double t1 = static_cast<double>(i) / static_cast<double>(n);
+      const double t2 = static_cast<double>(i + 1) / static_cast<double>(n);
+      betas.push_back(static_cast<float>(std::min(1 - alpha_bar(t2) / alpha_bar(t1), 0.999)));
+    }
+  } else {
+    fail("beta_schedule '", config.beta_schedule, "' is not supported");
+  }
+  return betas;
+}
+
+std::vector<float> make_alphas_cumprod(const std::vector<float>& betas, SchedulerSemantics semantics) {
+  std::vector<float> out(betas.size());
+  if (semantics == SchedulerSemantics::Diffusers) {
+    double product = 1.0;  // ATen's CPU cumprod accumulates float in double
+    for (size_t i = 0; i < betas.size(); ++i) {
+      product *= static_cast<double>(1.0f - betas[i]);
+      out[i] = static_cast<float>(product);
+    }
+  } else {
+    float product = 1.0f;
+    for (size_t i = 0; i < betas.size(); ++i) {
+      product *= 1.0f - betas[i];
+      out[i] = product;
+    }
+  }
+  return out;
+}
+
+std::vector<float> training_sigmas(const std::vector<float>& alphas_cumprod) {
+  std::vector<float> sigmas(alphas_cumprod.size());
+  for (size_t i = 0; i < sigmas.size(); ++i) {
+    const float a = alphas_cumprod[i];
+    sigmas[i] = std::sqrt((1.0f - a) / a);
+  }
+  return sigmas;
+}
+
+double numpy_interp(double x, const std::vector<float>& fp) {
+  const int64_t n = static_cast<int64_t>(fp.size());
+  if (x <= 0) return fp[0];
+  if (x >= static_cast<double>(n - 1)) return fp[n - 1];
+  const int64_t j = static_cast<int64_t>(std::floor(x));
+  if (static_cast<double>(j) == x) return fp[j];  // numpy returns exact hits unchanged
+  const double slope = (static_cast<double>(fp[j + 1]) - static_cast<double>(fp[j])) / 1.0;
+  return slope * (x - static_cast<double>(j)) + static_cast<double>(fp[j]);
+}
+
+float jax_interp(float x, const std::vector<float>& fp) {
+  const int64_t n = static_cast<int64_t>(fp.size());
+  if (x < 0) return fp[0];
+  if (x > static_cast<float>(n - 1)) return fp[n - 1];
+  // i = searchsorted(xp, x, side="right") clipped to [1, n-1]
+  const int64_t i = std::clamp<int64_t>(static_cast<int64_t>(std::floor(x)) + 1, 1, n - 1);
+  const float df = fp[i] - fp[i - 1];
+  const float delta = x - static_cast<float>(i - 1);
+  return fp[i - 1] + (delta / 1.0f) * df;
+}
+
+int find_timestep(const std::vector<double>& grid, double t) {
+  for (size_t k = 0; k < grid.size(); ++k)
+    if (grid[k] == t) return static_cast<int>(k);
+  return -1;
+}
+
+std::vector<double> leading_grid(int num_train, int n, int offset) {
+  const int ratio = num_train / n;
+  std::vector<double> grid(static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k) grid[k] = static_cast<double>((n - 1 - k) * ratio + offset);
+  return grid;
+}
+
+void check_num_steps(const SchedulerConfig& config, int n) {
+  if (n < 1) fail("the number of inference steps must be at least 1 (got ", n, ")");
+  if (n > config.num_train_timesteps)
+    fail("the number of inference steps (", n, ") cannot exceed the scheduler's num_train_timesteps (",
+         config.num_train_timesteps, ")");
+}
+
+void check_call(const SchedulerState& state, int i, const char* what) {
+  if (state.num_inference_steps == 0) fail(what, ": call set_timesteps() first");
+  if (i < 0 || i >= static_cast<int>(state.timesteps.size()))
+    fail(what, ": step index ", i, " is outside the ", state.timesteps.size(), " timesteps");
+}
+
+void check_step(const SchedulerState& state, int i, const char* what) {
+  check_call(state, i, what);
+  if (i != state.step_index)
+    fail(what, ": step ", i, " called on a state that has completed ", state.step_index,
+         " steps (steps must run in order from the state set_timesteps returned)");
+}
+
+void check_same_shape(const Tensor& a, const Tensor& b, const char* what) {
+  if (a.shape() != b.shape())
+    fail(what, ": tensor shapes differ: ", shape_str(a.shape()), " vs ", shape_str(b.shape()));
+}
+
+}  // namespace octodiff::sched

@@ -1,0 +1,72 @@
+// Internal helpers shared by the five schedulers: the number grids of numpy, torch and JAX
+// reproduced to the last bit, the noise tables, and element-wise tensor arithmetic.
+//
+// Parity depends on rounding exactly where the reference rounds, so every helper states which
+// library's arithmetic it mirrors. Scalars the reference keeps as float32 (torch 0-dim tensors,
+// JAX f32 arrays) are `float` here; numpy float64 host math is `double`.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "schedulers/scheduler.h"
+
+namespace octodiff::sched {
+
+// ---- grids -------------------------------------------------------------------------------------
+
+// np.linspace(start, stop, num) in float64: start + i·((stop − start)/(num − 1)), last = stop.
+std::vector<double> numpy_linspace(double start, double stop, int64_t num);
+// np.arange(start, stop, step) for a float step, including numpy's length rule
+// ceil((stop − start)/step) and its fill rule (element i ≥ 2 is start + i·(x[1] − x[0])).
+std::vector<double> numpy_arange(double start, double stop, double step);
+// np.round / jnp.round: round half to even.
+double round_half_even(double x);
+// torch.linspace(start, end, steps, dtype=float32) on the CPU, including the split at `halfway`
+// and the vectorised chunks (base + k·step within each SIMD vector of `vector_width` lanes).
+std::vector<float> torch_linspace_f32(float start, float end, int64_t steps, int vector_width);
+// jnp.linspace(start, stop, num, dtype=float32): start·(1 − s) + stop·s with s = f32(i)/f32(num−1).
+std::vector<float> jax_linspace_f32(float start, float stop, int64_t num);
+
+// ---- noise tables ------------------------------------------------------------------------------
+
+// Betas for the config as the reference builds them (f32). `semantics` selects torch or JAX
+// linspace rounding.
+std::vector<float> make_betas(const SchedulerConfig& config, SchedulerSemantics semantics);
+// cumprod(1 − betas) in f32 (torch accumulates in double on the CPU; XLA in f32).
+std::vector<float> make_alphas_cumprod(const std::vector<float>& betas, SchedulerSemantics semantics);
+// Training sigmas ((1 − ā)/ā)^0.5 in f32, index = training timestep.
+std::vector<float> training_sigmas(const std::vector<float>& alphas_cumprod);
+// np.interp(x, arange(n), fp) in float64 (exact hits return fp[j] unchanged), x in [0, n−1].
+double numpy_interp(double x, const std::vector<float>& fp);
+// jnp.interp(x, arange(n), fp) in float32.
+float jax_interp(float x, const std::vector<float>& fp);
+
+// Index of the first entry of `grid` equal to `t`, or -1.
+int find_timestep(const std::vector<double>& grid, double t);
+// "leading" grid shared by the torch schedulers: reverse(arange(n)·(T // n)) + offset.
+std::vector<double> leading_grid(int num_train, int n, int offset);
+
+// Shared argument checks of set_timesteps/step.
+void check_num_steps(const SchedulerConfig& config, int n);
+void check_call(const SchedulerState& state, int i, const char* what);
+// check_call plus: step() must be called for i = 0, 1, 2, ... in order (state.step_index == i).
+void check_step(const SchedulerState& state, int i, const char* what);
+void check_same_shape(const Tensor& a, const Tensor& b, const char* what);
+
+// ---- element-wise tensor arithmetic -----------------------------------------------------------
+
+// out[i] = f(first[i], rest[i]...) into a new tensor (inputs are never modified).
+template <typename F, typename... Rest>
+Tensor elementwise(F f, const Tensor& first, const Rest&... rest) {
+  (check_same_shape(first, rest, "elementwise"), ...);
+  Tensor out = Tensor::empty(first.shape());
+  float* o = out.data();
+  const int64_t n = first.numel();
+  for (int64_t i = 0; i < n; ++i) o[i] = f(first[i], rest[i]...);
+  return out;
+}
+
+}  // namespace octodiff::sched
