@@ -8,10 +8,8 @@
 namespace octodiff {
 
 void check_image_size(int width, int height, const char* what) {
-  if (width <= 0 || height <= 0)
-    fail(what, ": image size ", width, "x", height, " is empty or negative");
-  if (width > kMaxImageSide || height > kMaxImageSide ||
-      int64_t{width} * int64_t{height} > kMaxImagePixels)
+  if (width <= 0 || height <= 0) fail(what, ": image size ", width, "x", height, " is empty or negative");
+  if (width > kMaxImageSide || height > kMaxImageSide || int64_t{width} * int64_t{height} > kMaxImagePixels)
     fail(what, ": image size ", width, "x", height, " is too large (at most ", kMaxImageSide,
          " pixels per side and ", kMaxImagePixels, " pixels in all)");
 }
@@ -81,8 +79,7 @@ void grid_shape(int n, int* rows, int* cols) {
 
 Image8 upscale_nearest(const Image8& img, int factor) {
   if (factor < 1) fail("upscale: factor ", factor, " must be at least 1");
-  if (img.rgb.size() != static_cast<size_t>(img.width) * img.height * 3 || img.width <= 0 ||
-      img.height <= 0)
+  if (img.rgb.size() != static_cast<size_t>(img.width) * img.height * 3 || img.width <= 0 || img.height <= 0)
     fail("upscale: image ", img.width, "x", img.height, " holds ", img.rgb.size(), " bytes");
   if (int64_t{img.width} * factor > kMaxImageSide || int64_t{img.height} * factor > kMaxImageSide)
     fail("upscale: ", img.width, "x", img.height, " by ", factor, " exceeds ", kMaxImageSide,

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <csetjmp>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -26,6 +27,7 @@ struct PngIo {
   size_t size = 0, pos = 0;
   std::vector<uint8_t>* out = nullptr;  // writing
   char message[256] = {};
+  char warning[256] = {};  // the last one; often says what an error means ("exceeds user limit")
 };
 
 void on_error(png_structp png, png_const_charp message) {
@@ -34,7 +36,11 @@ void on_error(png_structp png, png_const_charp message) {
   png_longjmp(png, 1);
 }
 
-void on_warning(png_structp, png_const_charp) {}  // e.g. a bad ancillary chunk CRC: skipped
+// Warnings (e.g. a bad ancillary chunk CRC: the chunk is skipped) are not failures.
+void on_warning(png_structp png, png_const_charp message) {
+  auto* io = static_cast<PngIo*>(png_get_error_ptr(png));
+  std::snprintf(io->warning, sizeof io->warning, "%s", message ? message : "");
+}
 
 void read_callback(png_structp png, png_bytep dst, size_t bytes) {
   auto* io = static_cast<PngIo*>(png_get_io_ptr(png));
@@ -56,6 +62,20 @@ void write_callback(png_structp png, png_bytep src, size_t bytes) {
 
 void flush_callback(png_structp) {}
 
+// libpng itself never needs much memory (rows are ours; text is capped at 8 MB by
+// PNG_USER_CHUNK_MALLOC_MAX), but when a chunk's length is absurd it only warns and then tries
+// to allocate (and zero) that length — up to 2 GB from a tiny file. A refused allocation turns
+// into a clean libpng error or a skipped chunk instead.
+constexpr png_alloc_size_t kLibpngAllocationLimit = 16u << 20;
+
+png_voidp limited_malloc(png_structp, png_alloc_size_t bytes) {
+  return bytes > kLibpngAllocationLimit ? nullptr : std::malloc(bytes);
+}
+
+void limited_free(png_structp, png_voidp p) {
+  std::free(p);
+}
+
 // ---- text encodings -----------------------------------------------------------------------
 
 // Decodes one UTF-8 sequence at s[i]; returns its length, or 0 if it is malformed (overlong,
@@ -66,10 +86,14 @@ int utf8_sequence(const std::string& s, size_t i, uint32_t* cp) {
   int len;
   uint32_t v, min;
   if (c < 0x80) return *cp = c, 1;
-  if ((c & 0xE0) == 0xC0) len = 2, v = c & 0x1F, min = 0x80;
-  else if ((c & 0xF0) == 0xE0) len = 3, v = c & 0x0F, min = 0x800;
-  else if ((c & 0xF8) == 0xF0) len = 4, v = c & 0x07, min = 0x10000;
-  else return 0;
+  if ((c & 0xE0) == 0xC0)
+    len = 2, v = c & 0x1F, min = 0x80;
+  else if ((c & 0xF0) == 0xE0)
+    len = 3, v = c & 0x0F, min = 0x800;
+  else if ((c & 0xF8) == 0xF0)
+    len = 4, v = c & 0x07, min = 0x10000;
+  else
+    return 0;
   if (i + len > s.size()) return 0;
   for (int k = 1; k < len; ++k) {
     if ((b(i + k) & 0xC0) != 0x80) return 0;
@@ -98,8 +122,8 @@ std::string latin1_keyword(const std::string& key) {
     const int n = utf8_sequence(key, i, &cp);
     if (n == 0) fail("PNG text key '", key, "' is not valid UTF-8");
     if (!((cp >= 0x20 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xFF)))
-      fail("PNG text key '", key, "' has a character PNG keywords cannot hold (U+",
-           std::hex, cp, "); keys are printable Latin-1");
+      fail("PNG text key '", key, "' has a character PNG keywords cannot hold (U+", std::hex, cp,
+           "); keys are printable Latin-1");
     out.push_back(static_cast<char>(cp));
     i += static_cast<size_t>(n);
   }
@@ -126,12 +150,11 @@ std::string latin1_to_utf8(const char* s) {
 
 // ---- libpng, setjmp side -------------------------------------------------------------------
 
-bool encode_stream(png_structp png, png_infop info, int width, int height, png_textp texts,
-                   int num_texts, png_bytepp rows) {
+bool encode_stream(png_structp png, png_infop info, int width, int height, png_textp texts, int num_texts,
+                   png_bytepp rows) {
   if (setjmp(png_jmpbuf(png))) return false;
   png_set_IHDR(png, info, static_cast<png_uint_32>(width), static_cast<png_uint_32>(height), 8,
-               PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
-               PNG_FILTER_TYPE_DEFAULT);
+               PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
   if (num_texts > 0) png_set_text(png, info, texts, num_texts);
   png_write_info(png, info);
   png_write_image(png, rows);
@@ -141,7 +164,8 @@ bool encode_stream(png_structp png, png_infop info, int width, int height, png_t
 
 struct Header {
   png_uint_32 width = 0, height = 0;
-  size_t rowbytes = 0;
+  uint64_t file_bits_per_pixel = 0;  // as stored, before conversion
+  size_t rowbytes = 0;               // after conversion
   int passes = 1;
 };
 
@@ -150,6 +174,7 @@ bool read_header(png_structp png, png_infop info, bool to_rgb8, Header* header) 
   if (setjmp(png_jmpbuf(png))) return false;
   png_set_user_limits(png, kMaxImageSide, kMaxImageSide);
   png_read_info(png, info);
+  header->file_bits_per_pixel = uint64_t{png_get_channels(png, info)} * png_get_bit_depth(png, info);
   if (to_rgb8) {
     const int color = png_get_color_type(png, info);
     const int depth = png_get_bit_depth(png, info);
@@ -192,7 +217,8 @@ bool skip_pixels(png_structp png, png_infop info, const Header* header, png_byte
 class ReadStruct {
  public:
   explicit ReadStruct(PngIo* io) {
-    png_ = png_create_read_struct(PNG_LIBPNG_VER_STRING, io, on_error, on_warning);
+    png_ = png_create_read_struct_2(PNG_LIBPNG_VER_STRING, io, on_error, on_warning, nullptr, limited_malloc,
+                                    limited_free);
     if (png_) info_ = png_create_info_struct(png_);
     if (!png_ || !info_) fail("cannot read PNG: libpng could not start (out of memory?)");
     png_set_read_fn(png_, io, read_callback);
@@ -231,11 +257,19 @@ void decode(const uint8_t* data, size_t size, const std::string& what, Image8* i
   io.size = size;
   ReadStruct rs(&io);
   const auto libpng_failed = [&] {
+    if (io.warning[0] && std::strcmp(io.warning, io.message) != 0)
+      fail(what, " is corrupt or truncated: ", io.message, " (", io.warning, ")");
     fail(what, " is corrupt or truncated: ", io.message);
   };
   Header header;
   if (!read_header(rs.png(), rs.info(), image != nullptr, &header)) libpng_failed();
   check_image_size(static_cast<int>(header.width), static_cast<int>(header.height), what.c_str());
+  // Deflate cannot compress better than 1032:1, so data too short for the image it claims is
+  // refused here, before allocating for (or spending time on) the image.
+  const uint64_t raw_bytes = header.height * (1 + (header.width * header.file_bits_per_pixel + 7) / 8);
+  if (raw_bytes / 1032 > size)
+    fail(what, " is truncated: a ", header.width, "x", header.height, " image needs at least ",
+         raw_bytes / 1032, " bytes of compressed data, there are ", size);
   if (image) {
     if (header.rowbytes != size_t{header.width} * 3) fail(what, ": unexpected PNG row layout");
     image->width = static_cast<int>(header.width);
@@ -287,7 +321,9 @@ std::vector<uint8_t> read_whole_file(const std::filesystem::path& path) {
   return bytes;
 }
 
-std::string quoted(const std::filesystem::path& path) { return cat("'", path.string(), "'"); }
+std::string quoted(const std::filesystem::path& path) {
+  return cat("'", path.string(), "'");
+}
 
 }  // namespace
 
@@ -323,8 +359,8 @@ std::vector<uint8_t> encode_png(const Image8& image, const std::vector<PngText>&
   bool ok = false;
   if (png && info) {
     png_set_write_fn(png, &io, write_callback, flush_callback);
-    ok = encode_stream(png, info, image.width, image.height, chunks.data(),
-                       static_cast<int>(chunks.size()), rows.data());
+    ok = encode_stream(png, info, image.width, image.height, chunks.data(), static_cast<int>(chunks.size()),
+                       rows.data());
   } else {
     std::snprintf(io.message, sizeof io.message, "libpng could not start (out of memory?)");
   }
