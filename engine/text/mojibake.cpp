@@ -1,18 +1,24 @@
 // Conservative repair of UTF-8 text that was decoded as Windows-1252 / Latin-1 ("cafÃ©").
 //
-// ftfy decides with a large "badness" heuristic; we use a much smaller rule that, for the
-// mojibake it recognises, agrees with ftfy, and otherwise leaves the text alone:
+// ftfy decides with a large "badness" heuristic and tries ten code pages; we handle only
+// Windows-1252/Latin-1 and use a much smaller rule, chosen so that it never fires on ordinary
+// text and, for the mojibake it recognises, agrees with ftfy:
 //  1. Map characters back to the bytes they would have come from (sloppy Windows-1252, which
 //     covers Latin-1 too). A *group* is a lead byte followed by the continuation bytes
 //     (0x80-0xBF) it needs, forming one valid UTF-8 scalar: C2-DF +1, E0-EF +2, F0-F4 +3.
-//  2. A *run* is a maximal sequence of adjacent groups. A run is re-decoded when it has at
-//     least two groups, or its one group is unmistakable:
-//       - lead 0xE2 ("â", e.g. "â€™" for ’) or 0xF0 ("ð", e.g. "ðŸš€" for an emoji);
-//       - lead 0xC2/0xC3 ("Â"/"Ã", Latin-1 letters and symbols), except when the continuation
-//         is one that ordinarily follows a capital letter ("…", "’", "Œ", "Ž", "¥"), where
-//         ftfy too needs more context than the run itself.
-// Ordinary accented text never forms a group (an accented letter is followed by a letter or
-// a space, not by a continuation symbol), so "café crème brûlée" is untouched.
+//  2. A *run* is a maximal sequence of adjacent groups. It is left alone when the character
+//     before it is itself a continuation character (other than typographic punctuation): then
+//     it is part of a larger garble that re-decoding a piece of would make worse.
+//  3. A run is re-decoded when it holds an unmistakable group —
+//       - "Â"/"Ã" (C2/C3, Latin-1 letters and symbols) + any continuation except "…" "’" "Œ"
+//         "Ž" "¥" (which can follow a capital letter in real text);
+//       - "â€" "â†" "â˜" "âœ" (E2 80/86/98/9C: punctuation, arrows, symbols, dingbats);
+//       - "ðŸ" (F0 9F: emoji);
+//     or it has two or more groups and at least one continuation that is not typographic
+//     punctuation (so "ÉTÉ\u00A0Ö’" stays, "Ð°Ð±" becomes "аб", "æ—¥æœ¬" becomes "日本").
+// Each unmistakable group above is one that ftfy's heuristic also flags on its own. Ordinary
+// accented text never forms a group (an accented letter is followed by a letter or a space,
+// not by a continuation symbol), so "café crème brûlée" is untouched.
 #include <array>
 
 #include "text/text_cleanup.h"
@@ -64,15 +70,44 @@ char32_t decode_group(const std::u32string_view text, size_t i, size_t len) {
   return cp;
 }
 
-bool unmistakable_single_group(const std::u32string_view group) {
-  const int b0 = sloppy_cp1252_byte(group[0]);
-  if (b0 == 0xE2 || b0 == 0xF0) return true;
-  if (b0 == 0xC2 || b0 == 0xC3) {
-    const char32_t next = group[1];
-    return next != U'\u2026' && next != U'\u2019' && next != U'\u0152' && next != U'\u017D' &&
-           next != U'\u00A5';
+// Continuation characters that ordinarily follow letters in real text.
+bool is_typographic(char32_t c) {
+  switch (c) {
+    case 0x00A0: case 0x00AD: case 0x00B7: case 0x00AB: case 0x00BB: case 0x2026: case 0x2018:
+    case 0x2019: case 0x201A: case 0x201C: case 0x201D: case 0x201E: case 0x2022: case 0x2013:
+    case 0x2014: case 0x2039: case 0x203A:
+      return true;
+    default:
+      return false;
   }
+}
+
+bool is_unmistakable_group(const std::u32string_view group) {
+  const int b0 = sloppy_cp1252_byte(group[0]), b1 = sloppy_cp1252_byte(group[1]);
+  if (b0 == 0xC2 || b0 == 0xC3) {
+    const char32_t c = group[1];
+    return c != U'\u2026' && c != U'\u2019' && c != U'\u0152' && c != U'\u017D' && c != U'\u00A5';
+  }
+  if (b0 == 0xE2) return b1 == 0x80 || b1 == 0x86 || b1 == 0x98 || b1 == 0x9C;
+  if (b0 == 0xF0) return b1 == 0x9F;
   return false;
+}
+
+bool should_redecode(const std::u32string_view run, size_t groups) {
+  bool symbolic_continuation = false;
+  for (size_t k = 0; k < run.size();) {
+    const size_t len = group_length(run, k);
+    if (is_unmistakable_group(run.substr(k, len))) return true;
+    for (size_t j = k + 1; j < k + len; ++j) symbolic_continuation |= !is_typographic(run[j]);
+    k += len;
+  }
+  return groups >= 2 && symbolic_continuation;
+}
+
+bool inside_garble(const std::u32string_view text, size_t run_start) {
+  if (run_start == 0) return false;
+  const char32_t before = text[run_start - 1];
+  return is_continuation(sloppy_cp1252_byte(before)) && !is_typographic(before);
 }
 
 }  // namespace
@@ -108,7 +143,7 @@ std::u32string fix_mojibake(std::u32string_view text) {
       continue;
     }
     const std::u32string_view run = text.substr(i, end - i);
-    if (groups >= 2 || unmistakable_single_group(run)) {
+    if (!inside_garble(text, i) && should_redecode(run, groups)) {
       for (size_t k = 0; k < run.size();) {
         const size_t len = group_length(run, k);
         out.push_back(decode_group(run, k, len));
