@@ -25,12 +25,13 @@ class ConvSource final : public detail::ASource {
 
   const float* rows(int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* scratch,
                     int64_t* lda) const override {
-    *lda = kc;
+    const int64_t ld = detail::scratch_lda(kc);
+    *lda = ld;
     for (int64_t r = 0; r < mc; ++r) {
       const int64_t m = i0 + r;
       const int64_t n = m / (Ho_ * Wo_), oy = (m / Wo_) % Ho_, ox = m % Wo_;
       const int64_t iy0 = oy * g_.stride - g_.pad_top, ix0 = ox * g_.stride - g_.pad_left;
-      float* dst = scratch + r * kc;
+      float* dst = scratch + r * ld;
       int64_t k = k0;
       while (k < k0 + kc) {
         const int64_t tap = k / Ci_, c = k % Ci_;

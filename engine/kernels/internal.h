@@ -50,7 +50,8 @@ const VecMath& vec_math_avx2();
 const VecMath& vec_math_avx512();
 
 // Where the GEMM driver reads A from: a block of rows [i0, i0+mc) × columns [k0, k0+kc).
-// Either a view into the caller's matrix, or a gather into `scratch` (≥ mc·kc floats).
+// Either a view into the caller's matrix, or a gather into `scratch` (≥ mc·scratch_lda(kc)
+// floats).
 class ASource {
  public:
   virtual ~ASource() = default;
@@ -59,14 +60,18 @@ class ASource {
   virtual bool needs_scratch() const = 0;
 };
 
+// Row stride of a gathered A block: kc rounded to whole cache lines plus one, so that the
+// micro-kernel's 14 row streams never fall into the same L1 set (a stride that is a multiple of
+// 4 KiB would put them all in one 8-way set).
+inline int64_t scratch_lda(int64_t kc) { return (kc + 15) / 16 * 16 + 16; }
+
+// A row-major matrix in the caller's memory, copied block by block into a compact buffer.
 class DirectA final : public ASource {
  public:
   DirectA(const float* a, int64_t lda) : a_(a), lda_(lda) {}
-  const float* rows(int64_t i0, int64_t, int64_t k0, int64_t, float*, int64_t* lda) const override {
-    *lda = lda_;
-    return a_ + i0 * lda_ + k0;
-  }
-  bool needs_scratch() const override { return false; }
+  const float* rows(int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* scratch,
+                    int64_t* lda) const override;
+  bool needs_scratch() const override { return true; }
 
  private:
   const float* a_;

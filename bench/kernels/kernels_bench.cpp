@@ -1,0 +1,179 @@
+// Kernel benchmarks at the real SD1.5 shapes (512×512 images ⇒ 64×64 latents, batch 2).
+// Compute-bound kernels report FLOP/s ("FLOPS" counter), memory-bound ones bytes/s.
+// Short mode for CI: --benchmark_min_time=0.01 runs each case about once.
+// OCTODIFF_ISA=avx2|generic benchmarks the fallback paths; OCTODIFF_THREADS sets the threads.
+// On a shared machine, OCTODIFF_THREADS=1 OCTODIFF_BENCH_CPU_TIME=1 measures rates against the
+// benchmark thread's CPU time (what the kernel achieves while it has a core).
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "kernels/activations.h"
+#include "kernels/attention.h"
+#include "kernels/conv2d.h"
+#include "kernels/gemm.h"
+#include "kernels/norm.h"
+
+namespace {
+
+using namespace octodiff::kernels;
+
+std::vector<float> random_vec(int64_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// Milliseconds; wall-clock rates (the kernels are multi-threaded) unless OCTODIFF_BENCH_CPU_TIME.
+void timing(benchmark::internal::Benchmark* b) {
+  b->Unit(benchmark::kMillisecond);
+  if (!std::getenv("OCTODIFF_BENCH_CPU_TIME")) b->UseRealTime();
+}
+
+void set_flops(benchmark::State& state, double flops_per_iter) {
+  state.counters["FLOPS"] = benchmark::Counter(flops_per_iter, benchmark::Counter::kIsIterationInvariantRate,
+                                               benchmark::Counter::kIs1000);
+}
+
+// Args: M (tokens), K, N. Linear layer with torch (out, in) weight and bias.
+void BM_Gemm(benchmark::State& state) {
+  const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
+  auto a = random_vec(M * K, 1), w = random_vec(N * K, 2), bias = random_vec(N, 3);
+  const PackedMatrix p = pack_b(w.data(), K, N, /*transposed=*/true);
+  std::vector<float> c(M * N);
+  Epilogue ep;
+  ep.bias = bias.data();
+  for (auto _ : state) {
+    gemm(a.data(), M, K, p, c.data(), N, ep);
+    benchmark::DoNotOptimize(c.data());
+  }
+  set_flops(state, 2.0 * M * N * K);
+}
+BENCHMARK(BM_Gemm)
+    ->ArgNames({"M", "K", "N"})
+    ->Args({8192, 320, 320})     // level 1: q/k/v/out projections
+    ->Args({8192, 320, 2560})    // level 1: GEGLU projection
+    ->Args({8192, 1280, 320})    // level 1: FF output
+    ->Args({2048, 640, 640})     // level 2
+    ->Args({2048, 640, 5120})
+    ->Args({2048, 2560, 640})
+    ->Args({512, 1280, 1280})    // level 3
+    ->Args({512, 1280, 10240})
+    ->Args({512, 5120, 1280})
+    ->Args({154, 768, 320})      // cross-attention K/V of the text context
+    ->Apply(timing);
+
+// Args: N, H (=W), Ci, Co, kernel size.
+void BM_Conv(benchmark::State& state) {
+  const int64_t N = state.range(0), H = state.range(1), Ci = state.range(2), Co = state.range(3);
+  const int k = static_cast<int>(state.range(4));
+  auto x = random_vec(N * H * H * Ci, 4), w = random_vec(Co * Ci * k * k, 5), bias = random_vec(Co, 6);
+  const Conv2dWeights cw = pack_conv2d(w.data(), bias.data(), Co, Ci, k, k);
+  std::vector<float> y(N * H * H * Co);
+  for (auto _ : state) {
+    conv2d_nhwc(x.data(), N, H, H, cw, Conv2dGeometry::same(k), y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  set_flops(state, 2.0 * N * H * H * Co * Ci * k * k);
+}
+BENCHMARK(BM_Conv)
+    ->ArgNames({"N", "HW", "Ci", "Co", "k"})
+    ->Args({2, 64, 320, 320, 3})
+    ->Args({2, 32, 640, 640, 3})
+    ->Args({2, 16, 1280, 1280, 3})
+    ->Args({2, 8, 1280, 1280, 3})
+    ->Args({2, 64, 4, 320, 3})       // UNet conv_in
+    ->Args({1, 512, 128, 128, 3})    // VAE decoder, last up block
+    ->Args({1, 256, 256, 256, 3})
+    ->Args({1, 128, 512, 512, 3})
+    ->Args({2, 64, 320, 320, 1})     // proj_in / proj_out
+    ->Args({2, 64, 640, 320, 1})     // conv_shortcut
+    ->Apply(timing);
+
+// Args: batch, q_len, kv_len, heads, head_dim.
+void BM_Attention(benchmark::State& state) {
+  AttentionShape s;
+  s.batch = state.range(0);
+  s.q_len = state.range(1);
+  s.kv_len = state.range(2);
+  s.heads = state.range(3);
+  s.head_dim = state.range(4);
+  const int64_t C = s.heads * s.head_dim;
+  auto q = random_vec(s.batch * s.q_len * C, 7), k = random_vec(s.batch * s.kv_len * C, 8);
+  auto v = random_vec(s.batch * s.kv_len * C, 9);
+  std::vector<float> out(q.size());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  for (auto _ : state) {
+    attention(q.data(), k.data(), v.data(), out.data(), s, scale, false);
+    benchmark::DoNotOptimize(out.data());
+  }
+  set_flops(state, 4.0 * s.batch * s.heads * s.q_len * s.kv_len * s.head_dim);
+}
+BENCHMARK(BM_Attention)
+    ->ArgNames({"B", "Lq", "Lk", "H", "d"})
+    ->Args({2, 4096, 4096, 8, 40})   // level-1 self-attention
+    ->Args({2, 4096, 4096, 8, 80})
+    ->Args({2, 4096, 4096, 8, 160})
+    ->Args({2, 1024, 1024, 8, 80})   // level-2 self-attention
+    ->Args({2, 4096, 77, 8, 40})     // cross-attention to the text
+    ->Args({1, 4096, 4096, 1, 512})  // VAE mid-block attention
+    ->Apply(timing);
+
+void BM_GroupNormSilu(benchmark::State& state) {
+  const int64_t N = 2, HW = state.range(0) * state.range(0), C = state.range(1);
+  auto x = random_vec(N * HW * C, 10), g = random_vec(C, 11), b = random_vec(C, 12);
+  std::vector<float> y(x.size());
+  for (auto _ : state) {
+    group_norm_nhwc(x.data(), N, HW, C, 32, 1e-5f, g.data(), b.data(), y.data(), true);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * static_cast<int64_t>(x.size() * sizeof(float)));
+}
+BENCHMARK(BM_GroupNormSilu)->ArgNames({"HW", "C"})->Args({64, 320})->Args({32, 640})
+    ->Apply(timing);
+
+void BM_LayerNorm(benchmark::State& state) {
+  const int64_t rows = state.range(0), C = state.range(1);
+  auto x = random_vec(rows * C, 13), g = random_vec(C, 14), b = random_vec(C, 15);
+  std::vector<float> y(x.size());
+  for (auto _ : state) {
+    layer_norm(x.data(), rows, C, 1e-5f, g.data(), b.data(), y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * static_cast<int64_t>(x.size() * sizeof(float)));
+}
+BENCHMARK(BM_LayerNorm)->ArgNames({"rows", "C"})->Args({8192, 320})->Apply(timing);
+
+// Args: rows, inner, 0 = tanh GELU (Flax) / 1 = erf GELU (torch).
+void BM_Geglu(benchmark::State& state) {
+  const int64_t rows = state.range(0), inner = state.range(1);
+  const Gelu kind = state.range(2) ? Gelu::Erf : Gelu::Tanh;
+  auto u = random_vec(rows * 2 * inner, 16);
+  std::vector<float> y(rows * inner);
+  for (auto _ : state) {
+    geglu(u.data(), rows, inner, y.data(), kind);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * 3 * rows * inner * static_cast<int64_t>(sizeof(float)));
+}
+BENCHMARK(BM_Geglu)->ArgNames({"rows", "inner", "erf"})->Args({8192, 1280, 0})->Args({8192, 1280, 1})
+    ->Apply(timing);
+
+void BM_Silu(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  auto x = random_vec(n, 17);
+  std::vector<float> y(n);
+  for (auto _ : state) {
+    silu(x.data(), n, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * n * static_cast<int64_t>(sizeof(float)));
+}
+BENCHMARK(BM_Silu)->Arg(2 * 64 * 64 * 320)->Apply(timing);
+
+}  // namespace
