@@ -10,14 +10,21 @@
 
 namespace octodiff {
 
+// A flag the UI sets and computations poll. A token may follow a parent: it reads as cancelled
+// when either is (the pipeline uses this to stop every device when one of them fails).
 class CancelToken {
  public:
+  CancelToken() = default;
+  explicit CancelToken(const CancelToken* parent) : parent_(parent) {}
   void cancel() { flag_.store(true, std::memory_order_relaxed); }
   void reset() { flag_.store(false, std::memory_order_relaxed); }
-  bool cancelled() const { return flag_.load(std::memory_order_relaxed); }
+  bool cancelled() const {
+    return flag_.load(std::memory_order_relaxed) || (parent_ && parent_->cancelled());
+  }
 
  private:
   std::atomic<bool> flag_{false};
+  const CancelToken* parent_ = nullptr;
 };
 
 struct DeviceContext {

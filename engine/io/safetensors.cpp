@@ -263,6 +263,10 @@ std::vector<double> SafetensorsFile::to_f64(const TensorRecord& t) const {
     if (!out.empty()) std::memcpy(out.data(), bytes(t), out.size() * 8);
     return out;
   }
+  if (t.dtype != DType::F32 && t.dtype != DType::F16 && t.dtype != DType::BF16) {
+    auto ints = to_i64(t);
+    return std::vector<double>(ints.begin(), ints.end());
+  }
   Tensor f = to_f32(t);
   return std::vector<double>(f.begin(), f.end());
 }

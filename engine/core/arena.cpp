@@ -1,0 +1,66 @@
+#include "core/arena.h"
+
+#include <algorithm>
+
+namespace octodiff {
+
+size_t CachingArena::round_size(size_t bytes) {
+  // 4 KiB granularity above 64 KiB so near-equal sizes share blocks; exact (64 B) below.
+  size_t g = bytes > (64u << 10) ? 4096 : 64;
+  return std::max<size_t>(g, (bytes + g - 1) / g * g);
+}
+
+CachingArena::~CachingArena() { trim(); }
+
+void* CachingArena::allocate(size_t bytes) {
+  const size_t size = round_size(bytes);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_.find(size);
+    if (it != free_.end()) {
+      void* p = it->second;
+      free_.erase(it);
+      in_use_ += size;
+      return p;
+    }
+  }
+  void* p = aligned_alloc_or_throw(size);
+  std::lock_guard<std::mutex> lock(mutex_);
+  reserved_ += size;
+  in_use_ += size;
+  peak_reserved_ = std::max(peak_reserved_, reserved_);
+  return p;
+}
+
+void CachingArena::deallocate(void* p, size_t bytes) {
+  const size_t size = round_size(bytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  in_use_ -= size;
+  free_.emplace(size, p);
+}
+
+void CachingArena::trim() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [size, p] : free_) {
+    aligned_free(p);
+    reserved_ -= size;
+  }
+  free_.clear();
+}
+
+size_t CachingArena::bytes_reserved() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return reserved_;
+}
+
+size_t CachingArena::peak_bytes_reserved() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peak_reserved_;
+}
+
+size_t CachingArena::bytes_in_use() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return in_use_;
+}
+
+}  // namespace octodiff

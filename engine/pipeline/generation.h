@@ -1,0 +1,105 @@
+// What a caller asks the sharded pipeline for, and what comes back.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/image.h"
+#include "models/numerics.h"
+#include "random/jax_prng.h"
+#include "schedulers/scheduler.h"
+
+namespace octodiff {
+
+// flax      — as FlaxStableDiffusionPipeline: PNDM makes N UNet calls, classifier-free guidance
+//             always, Flax scheduler semantics, `flax` numerics. The default.
+// diffusers — as the PyTorch StableDiffusionPipeline: PNDM makes N+1 calls, guidance only when
+//             guidance_scale > 1, torch scheduler semantics, `diffusers` numerics — so results
+//             can be compared with diffusers' outputs.
+enum class Compat { Flax, Diffusers };
+Compat parse_compat(const std::string& name);
+std::string compat_name(Compat c);
+
+enum class ComputeDType { F32, BF16 };
+ComputeDType parse_dtype_name(const std::string& name);  // "f32"/"float32", "bf16"/"bfloat16"
+std::string dtype_display_name(ComputeDType d);
+
+struct GenerationRequest {
+  // One prompt per image, device-major (image i runs on device i / B, slot i % B); a single
+  // prompt is used for every image.
+  std::vector<std::string> prompts;
+  // Empty: the empty prompt (the Flax pipeline's default); one: for every image; else one per image.
+  std::vector<std::string> negative_prompts;
+  int64_t seed = 0;
+  int steps = 50;
+  double guidance_scale = 7.5;
+  SchedulerKind scheduler = SchedulerKind::Pndm;
+  int height = 0, width = 0;   // 0: the model's default size
+  int devices = 0;             // 0: prompts.size() / batch_per_device
+  int batch_per_device = 1;
+  Compat compat = Compat::Flax;
+  jax::RngScheme rng = jax::RngScheme::Classic;
+  ComputeDType dtype = ComputeDType::F32;
+  int threads = 0;             // 0: all hardware threads
+  // Initial noise, (D, B, C, h, w) float32: the Flax pipeline's `latents` argument. When absent
+  // each device draws normal(key_d, (B, C, h, w)) from split(PRNGKey(seed), D)[d].
+  std::optional<Tensor> latents;
+  bool preview = false;        // send a cheap latent→RGB preview after every step
+};
+
+// The static part of a request: a new signature compiles a new plan, like a jit re-trace.
+struct Signature {
+  int devices = 0, batch = 0, height = 0, width = 0, steps = 0;
+  SchedulerKind scheduler = SchedulerKind::Pndm;
+  bool guidance = true;
+  ComputeDType dtype = ComputeDType::F32;
+  Compat compat = Compat::Flax;
+  bool operator==(const Signature&) const = default;
+  std::string str() const;
+};
+
+struct Timings {
+  double compile = 0;        // 0 when the plan came from the cache
+  double text_encode = 0;
+  double denoise = 0;        // all UNet steps of all devices (wall clock)
+  double mean_step = 0;      // one UNet call + scheduler step on one device, averaged
+  std::vector<double> step;  // per step index: mean over devices
+  double decode = 0;
+  double total = 0;
+};
+
+struct GenerationResult {
+  Signature signature;
+  bool compiled = false;            // this call compiled its plan
+  Tensor images;                    // (D, B, H, W, 3) float32 in [0, 1]
+  Tensor initial_latents;           // (D, B, C, h, w): the noise before init_noise_sigma
+  Tensor final_latents;             // (D, B, C, h, w): what was decoded (before 1/scaling_factor)
+  std::vector<jax::Key> device_keys;
+  std::vector<std::string> prompts, negative_prompts;  // one per image, as used
+  std::vector<std::string> warnings;                   // e.g. prompts truncated to 77 tokens
+  int model_calls = 0;              // UNet calls per device
+  int threads_per_device = 1, concurrent_devices = 1;
+  Timings timings;
+  int64_t peak_rss_bytes = 0;
+};
+
+enum class Phase { Compile, TextEncode, Denoise, Decode, Done };
+
+struct ProgressEvent {
+  Phase phase = Phase::Denoise;
+  int device = 0;
+  int step = 0;         // steps done on this device (Denoise)
+  int total_steps = 0;
+  double seconds = 0;   // duration of the step just finished
+};
+
+// Called from worker threads: GUIs must forward to their UI thread.
+using ProgressCallback = std::function<void(const ProgressEvent&)>;
+// Preview of device d's first image after `step` steps (a linear latent→RGB approximation).
+using PreviewCallback = std::function<void(int device, int step, const Image8& preview)>;
+
+}  // namespace octodiff

@@ -1,0 +1,160 @@
+#include "pipeline/model.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/files.h"
+#include "io/weight_source.h"
+#include "pipeline/model_hash.h"
+#include "pipeline/single_file_model.h"
+
+namespace octodiff {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_config(const fs::path& dir, const std::string& name) {
+  const fs::path p = dir / name;
+  if (!fs::exists(p)) fail("model folder is incomplete: '", p.string(), "' is missing");
+  return read_text_file(p);
+}
+
+fs::path require_dir(const fs::path& root, const std::string& name) {
+  fs::path d = root / name;
+  if (!fs::is_directory(d))
+    fail("'", root.string(), "' has no '", name, "' folder; a diffusers model folder needs tokenizer/, "
+         "text_encoder/, unet/, vae/ (and scheduler/)");
+  return d;
+}
+
+}  // namespace
+
+std::vector<fs::path> component_weight_files(const fs::path& dir, const std::string& base,
+                                             const std::string& variant) {
+  // diffusers names: <base>.safetensors, <base>.<variant>.safetensors, and sharded
+  // <base>-00001-of-00002.safetensors (with an index json).
+  auto collect = [&](const std::string& stem) {
+    std::vector<fs::path> files;
+    if (fs::exists(dir / (stem + ".safetensors"))) files.push_back(dir / (stem + ".safetensors"));
+    if (files.empty()) {
+      std::regex shard(std::regex_replace(stem, std::regex(R"([.])"), R"(\.)") +
+                       R"(-\d{5}-of-\d{5}\.safetensors)");
+      for (const auto& e : fs::directory_iterator(dir))
+        if (std::regex_match(e.path().filename().string(), shard)) files.push_back(e.path());
+      std::sort(files.begin(), files.end());
+    }
+    return files;
+  };
+  std::vector<fs::path> files;
+  if (!variant.empty()) files = collect(base + "." + variant);
+  if (files.empty()) files = collect(base);
+  if (files.empty() && variant.empty()) {
+    for (const char* v : {"fp16", "bf16"}) {
+      files = collect(base + "." + v);
+      if (!files.empty()) break;
+    }
+  }
+  if (!files.empty()) return files;
+  for (const char* other : {".bin", ".ckpt", ".msgpack"}) {
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (e.path().extension() == other)
+        fail("'", dir.string(), "' only has '", e.path().filename().string(), "'. Octodiff loads .safetensors only "
+             "(pickled .bin/.ckpt files can run code); convert it, e.g. load it in diffusers and "
+             "save_pretrained(..., safe_serialization=True)");
+    }
+  }
+  fail("no weights in '", dir.string(), "': expected ", base, ".safetensors");
+}
+
+fs::path StableDiffusionModel::default_model_path() {
+  if (const char* env = std::getenv("OCTODIFF_DEFAULT_MODEL"); env && *env) return env;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed = exe.parent_path().parent_path() / "share" / "octodiff" / "demo-model";
+    if (fs::exists(installed / "model_index.json")) return installed;
+  }
+  return fs::path(OCTODIFF_RESOURCE_DIR) / "demo-model";
+}
+
+std::string StableDiffusionModel::display_name() const {
+  fs::path p = path_;
+  if (p.filename().empty()) p = p.parent_path();
+  return single_file_ ? p.stem().string() : p.filename().string();
+}
+
+SchedulerConfig StableDiffusionModel::scheduler_config(SchedulerKind kind) const {
+  if (scheduler_json_.empty()) return SchedulerConfig::defaults(kind);
+  return SchedulerConfig::from_json(scheduler_json_, kind);
+}
+
+std::string StableDiffusionModel::model_hash() const {
+  std::call_once(hash_once_, [this] { hash_ = cached_file_sha256(hash_file_).substr(0, 10); });
+  return hash_;
+}
+
+std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs::path& path,
+                                                                       const ModelLoadOptions& options) {
+  if (!fs::exists(path)) fail("model '", path.string(), "' does not exist");
+  auto model = std::make_shared<StableDiffusionModel>();
+  model->path_ = path;
+
+  if (fs::is_regular_file(path)) {
+    SingleFileParts parts = load_single_file_parts(path, options);
+    model->single_file_ = true;
+    model->description_ = parts.description;
+    model->hash_file_ = path;
+    model->weights_bytes_ = static_cast<int64_t>(fs::file_size(path));
+    model->tokenizer_ = std::make_shared<ClipTokenizer>(ClipTokenizer::from_folder(parts.tokenizer_dir));
+    model->text_encoder_ = std::make_shared<ClipTextModel>(ClipTextModel::load(*parts.text_encoder, parts.text_config));
+    model->unet_ = std::make_shared<UNet2DCondition>(UNet2DCondition::load(*parts.unet, parts.unet_config));
+    model->vae_ = std::make_shared<AutoencoderKL>(AutoencoderKL::load(*parts.vae, parts.vae_config, options.load_vae_encoder));
+    model->scheduler_json_ = parts.scheduler_json;
+    return model;
+  }
+
+  if (!fs::is_directory(path)) fail("model '", path.string(), "' is neither a file nor a folder");
+  if (!fs::exists(path / "model_index.json") && !fs::exists(path / "unet"))
+    fail("'", path.string(), "' is not a diffusers model folder (no model_index.json); give a folder "
+         "with model_index.json or a single-file .safetensors checkpoint");
+  const fs::path tok_dir = options.tokenizer_dir ? *options.tokenizer_dir : require_dir(path, "tokenizer");
+  const fs::path te_dir = require_dir(path, "text_encoder");
+  const fs::path unet_dir = require_dir(path, "unet");
+  const fs::path vae_dir = require_dir(path, "vae");
+
+  model->description_ = "diffusers folder";
+  model->tokenizer_ = std::make_shared<ClipTokenizer>(ClipTokenizer::from_folder(tok_dir));
+
+  auto te_files = component_weight_files(te_dir, "model", options.variant);
+  auto te_w = weights_from_safetensors(te_files, "'" + te_dir.string() + "'");
+  auto te_cfg = ClipTextConfig::from_json(read_config(te_dir, "config.json"), (te_dir / "config.json").string());
+  model->text_encoder_ = std::make_shared<ClipTextModel>(ClipTextModel::load(*te_w, te_cfg));
+
+  auto unet_files = component_weight_files(unet_dir, "diffusion_pytorch_model", options.variant);
+  auto unet_w = weights_from_safetensors(unet_files, "'" + unet_dir.string() + "'");
+  auto unet_cfg = UNetConfig::from_json(read_config(unet_dir, "config.json"), (unet_dir / "config.json").string());
+  if (unet_cfg.cross_attention_dim != te_cfg.hidden_size)
+    fail("the UNet expects text embeddings of width ", unet_cfg.cross_attention_dim, " but the text encoder makes ",
+         te_cfg.hidden_size, " (are these components from the same model?)");
+  model->unet_ = std::make_shared<UNet2DCondition>(UNet2DCondition::load(*unet_w, unet_cfg));
+
+  auto vae_files = component_weight_files(vae_dir, "diffusion_pytorch_model", options.variant);
+  auto vae_w = weights_from_safetensors(vae_files, "'" + vae_dir.string() + "'");
+  auto vae_cfg = VaeConfig::from_json(read_config(vae_dir, "config.json"), (vae_dir / "config.json").string());
+  if (vae_cfg.latent_channels != unet_cfg.in_channels && unet_cfg.in_channels != 9)
+    fail("the VAE has ", vae_cfg.latent_channels, " latent channels but the UNet takes ", unet_cfg.in_channels);
+  model->vae_ = std::make_shared<AutoencoderKL>(AutoencoderKL::load(*vae_w, vae_cfg, options.load_vae_encoder));
+
+  if (fs::exists(path / "scheduler" / "scheduler_config.json"))
+    model->scheduler_json_ = read_text_file(path / "scheduler" / "scheduler_config.json");
+  model->hash_file_ = unet_files.front();
+  for (const auto* list : {&te_files, &unet_files, &vae_files})
+    for (const auto& f : *list) model->weights_bytes_ += static_cast<int64_t>(fs::file_size(f));
+  return model;
+}
+
+}  // namespace octodiff

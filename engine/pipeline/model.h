@@ -1,0 +1,86 @@
+// StableDiffusionModel: everything one checkpoint provides — tokenizer, text encoder, UNet, VAE and
+// the scheduler configuration — loaded once and then shared read-only by every device of every
+// run (the Flax pipeline's "replicated params": replication costs nothing on one host).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "models/autoencoder_kl.h"
+#include "models/clip_text_model.h"
+#include "models/unet_2d_condition.h"
+#include "schedulers/scheduler.h"
+#include "text/clip_tokenizer.h"
+
+namespace octodiff {
+
+struct ModelLoadOptions {
+  // A folder with vocab.json + merges.txt. Required for single-file checkpoints (they carry no
+  // vocabulary) unless a tokenizer/ folder sits beside the file; overrides a diffusers folder's own.
+  std::optional<std::filesystem::path> tokenizer_dir;
+  // "fp16" to prefer diffusers' *.fp16.safetensors variant files; empty = the plain files, falling
+  // back to a variant when that is all the folder has.
+  std::string variant;
+  bool load_vae_encoder = false;  // text-to-image never needs it
+  bool use_ema = false;           // single-file checkpoints with EMA weights
+};
+
+class StableDiffusionModel {
+ public:
+  // `path`: a diffusers folder (model_index.json + component folders) or a single-file
+  // checkpoint (.safetensors with ldm keys). Errors name the file and what is wrong.
+  static std::shared_ptr<const StableDiffusionModel> load(const std::filesystem::path& path,
+                                                          const ModelLoadOptions& options = {});
+
+  // The embedded default model shipped in resources/ (installed or in the source tree).
+  static std::filesystem::path default_model_path();
+
+  const std::filesystem::path& path() const { return path_; }
+  std::string display_name() const;
+  bool single_file() const { return single_file_; }
+  const std::string& description() const { return description_; }  // e.g. "SD 1.x (diffusers folder)"
+
+  const ClipTokenizer& tokenizer() const { return *tokenizer_; }
+  const ClipTextModel& text_encoder() const { return *text_encoder_; }
+  const UNet2DCondition& unet() const { return *unet_; }
+  const AutoencoderKL& vae() const { return *vae_; }
+  // scheduler_config.json text (empty: SD's default PNDM configuration).
+  const std::string& scheduler_config_json() const { return scheduler_json_; }
+  SchedulerConfig scheduler_config(SchedulerKind kind) const;
+
+  int vae_scale_factor() const { return vae_->config().scale_factor(); }
+  int default_height() const { return unet_->config().sample_size * vae_scale_factor(); }
+  int default_width() const { return default_height(); }
+  // Image sizes must be multiples of this (VAE scale × UNet down-sampling).
+  int size_multiple() const { return vae_scale_factor() * unet_->config().latent_multiple(); }
+
+  // First 10 hex digits of the SHA-256 of the main weights file (A1111's "Model hash"); computed
+  // on first use and cached on disk by (path, size, mtime).
+  std::string model_hash() const;
+  int64_t weights_bytes() const { return weights_bytes_; }
+
+ private:
+  std::filesystem::path path_;
+  bool single_file_ = false;
+  std::string description_;
+  std::filesystem::path hash_file_;
+  int64_t weights_bytes_ = 0;
+  std::shared_ptr<ClipTokenizer> tokenizer_;
+  std::shared_ptr<ClipTextModel> text_encoder_;
+  std::shared_ptr<UNet2DCondition> unet_;
+  std::shared_ptr<AutoencoderKL> vae_;
+  std::string scheduler_json_;
+  mutable std::once_flag hash_once_;
+  mutable std::string hash_;
+};
+
+// The safetensors files of one diffusers component folder (e.g. <model>/unet), honouring
+// variants and sharding; explains what to do when only .bin/.msgpack weights exist.
+std::vector<std::filesystem::path> component_weight_files(const std::filesystem::path& dir,
+                                                          const std::string& base_name,
+                                                          const std::string& variant);
+
+}  // namespace octodiff

@@ -1,0 +1,67 @@
+// ShardedPipeline: the Flax text-to-image pipeline on D devices × B images per device.
+//
+//   prompts (D·B) ─ tokenizer ─ ids (D, B, 77)                        [sharded]
+//   PRNGKey(seed) ─ split(D) ─ key per device ─ normal ─ latents (B, 4, h, w)
+//   per device: text encoder [uncond; cond] → N × (UNet → guidance → scheduler.step) → VAE
+//   → images (D, B, H, W, 3) in [0, 1]
+//
+// The model is shared read-only by all devices. The first call with a new Signature compiles a
+// plan (scheduler tables, device/thread layout, per-device activation arenas) and caches it;
+// later calls with the same signature only run. A device is a worker with its own thread budget;
+// devices run side by side when the network is small enough that intra-op threads would idle,
+// else one after another with every thread. Results are bit-identical whatever the threads.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "core/device.h"
+#include "pipeline/generation.h"
+#include "pipeline/latent_preview.h"
+#include "pipeline/model.h"
+
+namespace octodiff {
+
+// A request with every default applied and every check passed.
+struct ResolvedRequest {
+  GenerationRequest request;
+  Signature signature;
+  std::vector<std::string> prompts, negative_prompts;  // D·B each
+  int latent_channels = 4, latent_height = 0, latent_width = 0;
+};
+
+class ShardedPipeline {
+ public:
+  explicit ShardedPipeline(std::shared_ptr<const StableDiffusionModel> model);
+  ~ShardedPipeline();
+
+  const StableDiffusionModel& model() const { return *model_; }
+  std::shared_ptr<const StableDiffusionModel> model_ptr() const { return model_; }
+
+  // Applies defaults and validates; throws octodiff::Error with a message for the user.
+  ResolvedRequest resolve(const GenerationRequest& request) const;
+
+  // Runs a request (compiling its plan first if needed). Throws octodiff::Cancelled when `cancel`
+  // is set during the run (within one UNet call), octodiff::Error for bad input or failures.
+  GenerationResult run(const GenerationRequest& request, const ProgressCallback& progress = {},
+                       const PreviewCallback& preview = {}, const CancelToken* cancel = nullptr);
+
+  bool is_compiled(const Signature& s) const;
+  void clear_plans();
+
+ private:
+  struct Plan;
+  struct DeviceWork;
+  Plan& plan_for(const ResolvedRequest& r, bool* compiled, double* seconds);
+  const LatentPreview& previewer();
+
+  std::shared_ptr<const StableDiffusionModel> model_;
+  std::mutex run_mutex_;  // one run at a time
+  std::map<std::string, std::unique_ptr<Plan>> plans_;
+  std::optional<LatentPreview> previewer_;
+};
+
+}  // namespace octodiff
