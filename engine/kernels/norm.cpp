@@ -119,6 +119,18 @@ void group_norm_nhwc(const float* x, int64_t N, int64_t HW, int64_t C, int64_t G
   });
 }
 
+// Σ f(x[c]) in double over 8 interleaved partial sums combined in a fixed order: the compiler
+// can vectorise it (a single running sum is a serial chain) and the result stays deterministic.
+template <typename F>
+double row_sum(const float* x, int64_t C, F f) {
+  double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t c = 0;
+  for (; c + 8 <= C; c += 8)
+    for (int j = 0; j < 8; ++j) part[j] += f(x[c + j]);
+  for (int j = 0; c + j < C; ++j) part[j] += f(x[c + j]);
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
 void layer_norm(const float* x, int64_t rows, int64_t C, float eps, const float* gamma,
                 const float* beta, float* y) {
   if (C <= 0) return;
@@ -127,14 +139,11 @@ void layer_norm(const float* x, int64_t rows, int64_t C, float eps, const float*
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = x + r * C;
       float* yr = y + r * C;
-      double s = 0;
-      for (int64_t c = 0; c < C; ++c) s += xr[c];
-      const double mean = s / static_cast<double>(C);
-      double q = 0;
-      for (int64_t c = 0; c < C; ++c) {
-        const double d = xr[c] - mean;
-        q += d * d;
-      }
+      const double mean = row_sum(xr, C, [](float v) { return static_cast<double>(v); }) / static_cast<double>(C);
+      const double q = row_sum(xr, C, [mean](float v) {
+        const double d = v - mean;
+        return d * d;
+      });
       const float rstd = static_cast<float>(1.0 / std::sqrt(q / static_cast<double>(C) + eps));
       const float mf = static_cast<float>(mean);
       for (int64_t c = 0; c < C; ++c)
