@@ -36,8 +36,7 @@ SchedulerState DdimScheduler::set_timesteps(int n) const {
       state.timesteps = sched::leading_grid(T, n, config_.steps_offset);
       break;
     case TimestepSpacing::Trailing:
-      for (double v : sched::numpy_arange(T, 0, -static_cast<double>(T) / n))
-        state.timesteps.push_back(sched::round_half_even(v) - 1);
+      state.timesteps = sched::trailing_grid(T, n, false);
       break;
   }
   return state;
@@ -66,9 +65,8 @@ StepResult DdimScheduler::step(const SchedulerState& state, const Tensor& model_
   const int T = config_.num_train_timesteps;
   const int t = static_cast<int>(state.timesteps[i]);
   const int t_prev = t - T / state.num_inference_steps;
-  if (t < 0 || t >= T) fail("DDIM step: timestep ", t, " is outside the training range");
-  const float a = alphas_cumprod_[t];
-  const float a_prev = t_prev >= 0 ? alphas_cumprod_[t_prev] : final_alpha_cumprod_;
+  const float a = sched::alpha_at(alphas_cumprod_, t);
+  const float a_prev = t_prev >= 0 ? sched::alpha_at(alphas_cumprod_, t_prev) : final_alpha_cumprod_;
   const float b = 1.0f - a;
   const float sa = std::sqrt(a), sb = std::sqrt(b);
 

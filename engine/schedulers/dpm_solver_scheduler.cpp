@@ -51,11 +51,8 @@ SchedulerState DpmSolverMultistepScheduler::set_timesteps(int n) const {
       break;
     }
     case TimestepSpacing::Trailing:
-      for (double v : sched::numpy_arange(T, 0, -static_cast<double>(T) / n)) {
-        // jnp.arange delegates concrete arguments to numpy, then holds the values as f32.
-        const double x = flax ? static_cast<double>(static_cast<float>(v)) : v;
-        grid.push_back(sched::round_half_even(x) - 1);
-      }
+      // jnp.arange delegates concrete arguments to numpy, then holds the values as f32.
+      grid = sched::trailing_grid(T, n, flax);
       break;
   }
   SchedulerState state;
@@ -94,10 +91,10 @@ DpmSolverMultistepScheduler::Level DpmSolverMultistepScheduler::level_of_sigma(f
 }
 
 DpmSolverMultistepScheduler::Level DpmSolverMultistepScheduler::level_of_timestep(int t) const {
-  if (t < 0 || t >= config_.num_train_timesteps) fail("DPM-Solver: timestep ", t, " is outside the training range");
+  const float a = sched::alpha_at(alphas_cumprod_, t);
   Level l;
-  l.alpha = std::sqrt(alphas_cumprod_[t]);
-  l.sigma = std::sqrt(1.0f - alphas_cumprod_[t]);
+  l.alpha = std::sqrt(a);
+  l.sigma = std::sqrt(1.0f - a);
   l.lambda = std::log(l.alpha) - std::log(l.sigma);
   return l;
 }

@@ -62,8 +62,7 @@ SchedulerState EulerDiscreteScheduler::set_timesteps(int n) const {
         grid.push_back(static_cast<float>(t) + static_cast<float>(config_.steps_offset));
       break;
     case TimestepSpacing::Trailing:
-      for (double t : sched::numpy_arange(T, 0, -static_cast<double>(T) / n))
-        grid.push_back(static_cast<float>(sched::round_half_even(t)) - 1.0f);
+      for (double t : sched::trailing_grid(T, n, false)) grid.push_back(static_cast<float>(t));
       break;
   }
   for (float t : grid) {

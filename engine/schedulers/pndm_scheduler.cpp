@@ -36,8 +36,8 @@ SchedulerState PndmScheduler::set_timesteps(int n) const {
       for (int k = 0; k < n; ++k) ascending.push_back(static_cast<double>(k * (T / n) + config_.steps_offset));
       break;
     case TimestepSpacing::Trailing: {
-      auto grid = sched::numpy_arange(T, 0, -static_cast<double>(T) / n);
-      for (auto it = grid.rbegin(); it != grid.rend(); ++it) ascending.push_back(sched::round_half_even(*it) - 1);
+      auto grid = sched::trailing_grid(T, n, false);
+      ascending.assign(grid.rbegin(), grid.rend());
       break;
     }
   }
@@ -182,8 +182,8 @@ StepResult PndmScheduler::step_plms(const SchedulerState& state, const Tensor& e
 
 Tensor PndmScheduler::transfer(const Tensor& x, int t, int t_prev, const Tensor& e) const {
   if (!x.defined() || x.numel() != e.numel()) fail("PNDM step: no saved sample (steps called out of order?)");
-  const float a = alphas_cumprod_.at(t);
-  const float a_prev = t_prev >= 0 ? alphas_cumprod_.at(t_prev) : final_alpha_cumprod_;
+  const float a = sched::alpha_at(alphas_cumprod_, t);
+  const float a_prev = t_prev >= 0 ? sched::alpha_at(alphas_cumprod_, t_prev) : final_alpha_cumprod_;
   const float b = 1.0f - a, b_prev = 1.0f - a_prev;
   Tensor eps = e;
   if (config_.prediction_type == PredictionType::VPrediction) {

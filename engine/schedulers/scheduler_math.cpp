@@ -173,6 +173,25 @@ std::vector<double> leading_grid(int num_train, int n, int offset) {
   return grid;
 }
 
+std::vector<double> trailing_grid(int num_train, int n, bool round_in_f32) {
+  std::vector<double> grid;
+  for (double v : numpy_arange(num_train, 0, -static_cast<double>(num_train) / n)) {
+    const double x = round_in_f32 ? static_cast<double>(static_cast<float>(v)) : v;
+    grid.push_back(round_half_even(x) - 1);
+  }
+  if (static_cast<int>(grid.size()) != n)
+    fail("timestep_spacing 'trailing' with ", n, " steps gives ", grid.size(),
+         " timesteps in diffusers (a numpy arange rounding artefact ending at t = -1); use another number of "
+         "steps or another timestep_spacing");
+  return grid;
+}
+
+float alpha_at(const std::vector<float>& alphas_cumprod, int t) {
+  if (t < 0 || t >= static_cast<int>(alphas_cumprod.size()))
+    fail("timestep ", t, " is outside the training range [0, ", alphas_cumprod.size(), ")");
+  return alphas_cumprod[t];
+}
+
 void check_num_steps(const SchedulerConfig& config, int n) {
   if (n < 1) fail("the number of inference steps must be at least 1 (got ", n, ")");
   if (n > config.num_train_timesteps)

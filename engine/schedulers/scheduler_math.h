@@ -48,6 +48,13 @@ float jax_interp(float x, const std::vector<float>& fp);
 int find_timestep(const std::vector<double>& grid, double t);
 // "leading" grid shared by the torch schedulers: reverse(arange(n)·(T // n)) + offset.
 std::vector<double> leading_grid(int num_train, int n, int offset);
+// "trailing" grid: round(np.arange(T, 0, −T/n)) − 1, descending. `round_in_f32` rounds the f32
+// value (jnp holds the numpy result as f32). For some n (61, 103, ...) numpy's arange returns
+// n + 1 values, the last rounding to −1; diffusers then indexes alphas_cumprod[−1]. That is
+// refused with an Error instead of reproduced.
+std::vector<double> trailing_grid(int num_train, int n, bool round_in_f32);
+// alphas_cumprod[t] with an Error (not an exception of std::vector) outside the table.
+float alpha_at(const std::vector<float>& alphas_cumprod, int t);
 
 // Shared argument checks of set_timesteps/step.
 void check_num_steps(const SchedulerConfig& config, int n);

@@ -184,4 +184,31 @@ TEST(SchedulerGoldens, PipelineTimesteps) {
   }
 }
 
+TEST(SchedulerGrids, TorchSpacingsWithoutGoldens) {
+  // Worked by hand from diffusers' set_timesteps formulas (round half to even: 499.5 -> 500).
+  const auto grid = [](SchedulerKind kind, TimestepSpacing spacing, int n) {
+    SchedulerConfig c = SchedulerConfig::from_json(tiny_sd_scheduler_json(), kind);
+    c.timestep_spacing = spacing;
+    return Scheduler::create(kind, c, SchedulerSemantics::Diffusers)->set_timesteps(n).timesteps;
+  };
+  using V = std::vector<double>;
+  EXPECT_EQ(grid(SchedulerKind::Ddim, TimestepSpacing::Trailing, 5), V({999, 799, 599, 399, 199}));
+  EXPECT_EQ(grid(SchedulerKind::Ddim, TimestepSpacing::Linspace, 5), V({999, 749, 500, 250, 0}));
+  EXPECT_EQ(grid(SchedulerKind::Pndm, TimestepSpacing::Linspace, 5), V({999, 749, 749, 500, 250, 0}));
+  EXPECT_EQ(grid(SchedulerKind::Pndm, TimestepSpacing::Trailing, 5), V({999, 799, 799, 599, 399, 199}));
+  EXPECT_EQ(grid(SchedulerKind::Euler, TimestepSpacing::Trailing, 5), V({999, 799, 599, 399, 199}));
+  EXPECT_EQ(grid(SchedulerKind::Lms, TimestepSpacing::Trailing, 4), V({999, 749, 499, 249}));
+  EXPECT_EQ(grid(SchedulerKind::DpmSolverPP, TimestepSpacing::Trailing, 5), V({999, 799, 599, 399, 199}));
+  // numpy's arange yields n + 1 values for n = 61 (ending at t = -1): refused, not reproduced.
+  for (SchedulerKind k : {SchedulerKind::Pndm, SchedulerKind::Ddim, SchedulerKind::Euler, SchedulerKind::DpmSolverPP}) {
+    try {
+      grid(k, TimestepSpacing::Trailing, 61);
+      ADD_FAILURE() << scheduler_name(k) << ": trailing with 61 steps accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("gives 62 timesteps"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(grid(SchedulerKind::Ddim, TimestepSpacing::Trailing, 60).size(), 60u);
+}
+
 }  // namespace
