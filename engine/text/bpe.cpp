@@ -11,7 +11,9 @@ namespace {
 
 // Python's str.split() / str.strip() whitespace, restricted to what can appear in a file we
 // already know is valid UTF-8.
-bool is_space(char32_t c) { return is_python_space(c); }
+bool is_space(char32_t c) {
+  return is_python_space(c);
+}
 
 std::vector<std::u32string_view> split_whitespace(std::u32string_view line) {
   std::vector<std::u32string_view> fields;

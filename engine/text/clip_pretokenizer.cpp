@@ -75,7 +75,9 @@ std::vector<std::u32string_view> split_pieces(std::u32string_view text) {
   return pieces;
 }
 
-char32_t byte_char(unsigned char byte) { return byte_table()[byte]; }
+char32_t byte_char(unsigned char byte) {
+  return byte_table()[byte];
+}
 
 std::vector<std::string> byte_symbols(std::u32string_view piece) {
   const std::string bytes = encode_utf8(piece);

@@ -181,11 +181,23 @@ std::vector<int32_t> ClipTokenizer::tokenize(std::string_view utf8, Cleanup clea
   return impl_->content_ids(utf8, cleanup);
 }
 
-int ClipTokenizer::bos_id() const { return impl_->bos; }
-int ClipTokenizer::eos_id() const { return impl_->eos; }
-int ClipTokenizer::unk_id() const { return impl_->unk; }
-int ClipTokenizer::pad_id() const { return impl_->pad; }
-int ClipTokenizer::max_length() const { return impl_->max_length; }
-size_t ClipTokenizer::vocab_size() const { return impl_->vocab_size; }
+int ClipTokenizer::bos_id() const {
+  return impl_->bos;
+}
+int ClipTokenizer::eos_id() const {
+  return impl_->eos;
+}
+int ClipTokenizer::unk_id() const {
+  return impl_->unk;
+}
+int ClipTokenizer::pad_id() const {
+  return impl_->pad;
+}
+int ClipTokenizer::max_length() const {
+  return impl_->max_length;
+}
+size_t ClipTokenizer::vocab_size() const {
+  return impl_->vocab_size;
+}
 
 }  // namespace octodiff

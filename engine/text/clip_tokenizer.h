@@ -17,10 +17,10 @@
 //         ...), &amp; &lt; &gt; &quot; &apos;, Windows-1252 punctuation (&hellip; &mdash;
 //         &rsquo; &ldquo; &euro; &trade; ...), a few symbols, plus ftfy's ALL-CAPS spellings
 //         of all-lowercase names (&EACUTE; -> É);
-//       - mojibake: UTF-8 decoded as Windows-1252/Latin-1, repaired conservatively (rule in
-//         mojibake.cpp: runs of characters whose cp1252 bytes form valid UTF-8, re-decoded
-//         only when unmistakable, e.g. "cafÃ©" -> "café", "â€™" -> "’"; ordinary accented text
-//         never qualifies);
+//       - mojibake: UTF-8 that was decoded as Windows-1252/Latin-1, repaired conservatively
+//         (rule in mojibake.cpp): runs of characters whose cp1252 bytes form valid UTF-8 are
+//         re-decoded only when unmistakable, e.g. "cafÃ©" -> "café", "â€™" -> "’",
+//         "ðŸš€" -> "🚀", "Ð°Ð±" -> "аб"; ordinary text in any script never qualifies;
 //       - C1 controls U+0080-U+009F -> their Windows-1252 characters (U+0085 -> "…");
 //       - Latin ligatures (ﬀ ﬁ ﬂ ﬃ ﬄ ﬅ ﬆ, Ĳ ĳ, ŉ, Ǳ ǲ ǳ, Ǆ ǅ ǆ, Ǉ ǈ ǉ, Ǌ ǋ ǌ) expanded;
 //       - full-width/half-width forms U+FF01-U+FFEF -> NFKC form, U+3000 -> space;
@@ -30,11 +30,12 @@
 //         FFF9-FFFC); NFC.
 //       not implemented (the text is left as it is) —
 //       - the other ~2000 HTML5 entity names;
-//       - mojibake that ftfy only detects with its full "badness" heuristic or context: single
-//         ambiguous sequences (e.g. "Ã…" for Å, or a Cyrillic/Greek/CJK character whose cp1252
-//         mojibake is a single two- or three-character group), mojibake through other code
-//         pages (Windows-1250/1251/1253/1254/1257, ISO-8859-2, MacRoman, cp437), byte 0xA0
-//         that became a space, and sequences with lost bytes (U+FFFD);
+//       - mojibake that ftfy only repairs with its full "badness" heuristic or context: a
+//         lone ambiguous sequence (e.g. "Ã…" for Å, "Ä…" for ą, one CJK character), mojibake
+//         through other code pages (Windows-1250/1251/1253/1254/1257, ISO-8859-2, MacRoman,
+//         cp437), byte 0xA0 that became a space, sequences with lost bytes (U+FFFD). On text
+//         that is mojibake through and through ftfy may also re-decode more (or, next to other
+//         suspicious characters, less) than we do;
 //       - fix_surrogates (cannot occur: input must be valid UTF-8).
 //     Then whitespace_clean: every run of Python whitespace -> one space, trimmed; then Python's
 //     str.lower() (full mapping, Final_Sigma).

@@ -35,7 +35,9 @@ constexpr std::array<char32_t, 32> kCp1252High = {
     0x02DC, 0x2122, 0x0161, 0x203A, 0x0153, 0,      0x017E, 0x0178,  // 98-9F
 };
 
-bool is_continuation(int b) { return b >= 0x80 && b <= 0xBF; }
+bool is_continuation(int b) {
+  return b >= 0x80 && b <= 0xBF;
+}
 
 // Length in characters of the UTF-8 group starting at `i`, or 0 if none starts there.
 size_t group_length(const std::u32string_view text, size_t i) {
@@ -73,9 +75,23 @@ char32_t decode_group(const std::u32string_view text, size_t i, size_t len) {
 // Continuation characters that ordinarily follow letters in real text.
 bool is_typographic(char32_t c) {
   switch (c) {
-    case 0x00A0: case 0x00AD: case 0x00B7: case 0x00AB: case 0x00BB: case 0x2026: case 0x2018:
-    case 0x2019: case 0x201A: case 0x201C: case 0x201D: case 0x201E: case 0x2022: case 0x2013:
-    case 0x2014: case 0x2039: case 0x203A:
+    case 0x00A0:
+    case 0x00AD:
+    case 0x00B7:
+    case 0x00AB:
+    case 0x00BB:
+    case 0x2026:
+    case 0x2018:
+    case 0x2019:
+    case 0x201A:
+    case 0x201C:
+    case 0x201D:
+    case 0x201E:
+    case 0x2022:
+    case 0x2013:
+    case 0x2014:
+    case 0x2039:
+    case 0x203A:
       return true;
     default:
       return false;

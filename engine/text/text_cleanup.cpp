@@ -24,34 +24,31 @@ U32 fix_c1_controls(U32View text) {
   return out;
 }
 
+// Latin ligatures and legacy digraphs, spelled out (ftfy's table; others, e.g. "æ", stay).
+struct Ligature {
+  char32_t from;
+  const char32_t* to;
+};
+constexpr Ligature kLigatures[] = {
+    {0x0132, U"IJ"},      {0x0133, U"ij"},      {0x0149, U"\u02BCn"}, {0x01F1, U"DZ"},      {0x01F2, U"Dz"},
+    {0x01F3, U"dz"},      {0x01C4, U"D\u017D"}, {0x01C5, U"D\u017E"}, {0x01C6, U"d\u017E"}, {0x01C7, U"LJ"},
+    {0x01C8, U"Lj"},      {0x01C9, U"lj"},      {0x01CA, U"NJ"},      {0x01CB, U"Nj"},      {0x01CC, U"nj"},
+    {0xFB00, U"ff"},      {0xFB01, U"fi"},      {0xFB02, U"fl"},      {0xFB03, U"ffi"},     {0xFB04, U"ffl"},
+    {0xFB05, U"\u017Ft"}, {0xFB06, U"st"},
+};
+
 U32 fix_latin_ligatures(U32View text) {
   U32 out;
   out.reserve(text.size());
   for (char32_t c : text) {
-    switch (c) {
-      case 0x0132: out += U"IJ"; break;
-      case 0x0133: out += U"ij"; break;
-      case 0x0149: out += U"\u02BCn"; break;
-      case 0x01F1: out += U"DZ"; break;
-      case 0x01F2: out += U"Dz"; break;
-      case 0x01F3: out += U"dz"; break;
-      case 0x01C4: out += U"D\u017D"; break;
-      case 0x01C5: out += U"D\u017E"; break;
-      case 0x01C6: out += U"d\u017E"; break;
-      case 0x01C7: out += U"LJ"; break;
-      case 0x01C8: out += U"Lj"; break;
-      case 0x01C9: out += U"lj"; break;
-      case 0x01CA: out += U"NJ"; break;
-      case 0x01CB: out += U"Nj"; break;
-      case 0x01CC: out += U"nj"; break;
-      case 0xFB00: out += U"ff"; break;
-      case 0xFB01: out += U"fi"; break;
-      case 0xFB02: out += U"fl"; break;
-      case 0xFB03: out += U"ffi"; break;
-      case 0xFB04: out += U"ffl"; break;
-      case 0xFB05: out += U"\u017Ft"; break;
-      case 0xFB06: out += U"st"; break;
-      default: out.push_back(c);
+    const Ligature* hit = nullptr;
+    for (const Ligature& l : kLigatures) {
+      if (l.from == c) hit = &l;
+    }
+    if (hit) {
+      out += hit->to;
+    } else {
+      out.push_back(c);
     }
   }
   return out;
@@ -187,7 +184,9 @@ U32 whitespace_clean(U32View text) {
   return out;  // trailing whitespace was never emitted
 }
 
-U32 ftfy_clean(U32View text) { return to_lower(whitespace_clean(ftfy_fix_text(text))); }
+U32 ftfy_clean(U32View text) {
+  return to_lower(whitespace_clean(ftfy_fix_text(text)));
+}
 
 U32 basic_clean(U32View text) {
   // _clean_text: drop NUL, U+FFFD and \p{C} except \t \n \r; whitespace (those three and Zs)

@@ -48,7 +48,8 @@ std::optional<AddedTokenSpec> parse_token(const json& value, const fs::path& fil
   t.content = value["content"].get<std::string>();
   auto flag = [&](const char* name) {
     if (!value.contains(name)) return false;
-    if (!value[name].is_boolean()) fail("'", file.string(), "': '", key, ".", name, "' must be true or false");
+    if (!value[name].is_boolean())
+      fail("'", file.string(), "': '", key, ".", name, "' must be true or false");
     return value[name].get<bool>();
   };
   t.lstrip = flag("lstrip");
@@ -63,7 +64,7 @@ const char* const kRoles[] = {"bos_token", "eos_token", "unk_token", "pad_token"
 
 struct ConfigState {
   std::map<std::string, std::optional<AddedTokenSpec>> roles;
-  std::map<std::string, fs::path> role_source;  // which file set each role (for messages)
+  std::map<std::string, fs::path> role_source;             // which file set each role (for messages)
   std::vector<std::pair<AddedTokenSpec, fs::path>> extra;  // additional/added tokens
 };
 
@@ -142,7 +143,8 @@ TokenizerFiles load_tokenizer_files(const fs::path& dir) {
     if (config.contains("added_tokens_decoder")) {
       has_added_tokens_decoder = true;
       const json& decoder = config["added_tokens_decoder"];
-      if (!decoder.is_object()) fail("'", config_path.string(), "': 'added_tokens_decoder' must be an object");
+      if (!decoder.is_object())
+        fail("'", config_path.string(), "': 'added_tokens_decoder' must be an object");
       for (const auto& [key, value] : decoder.items()) {
         int64_t id = -1;
         try {

@@ -18,7 +18,7 @@ struct AddedTokenSpec {
 
 struct TokenizerFiles {
   std::unordered_map<std::string, int32_t> vocab;  // vocab.json
-  std::string merges_text;                          // merges.txt, raw
+  std::string merges_text;                         // merges.txt, raw
   // Resolved like transformers: CLIPTokenizer's defaults, then tokenizer_config.json, then
   // special_tokens_map.json (unless tokenizer_config.json carries added_tokens_decoder).
   AddedTokenSpec bos, eos, unk, pad;

@@ -113,8 +113,8 @@ std::u32string icu_transform(std::u32string_view text, const char* what, Fn&& fn
   const std::vector<UChar> src = to_utf16(text);
   std::vector<UChar> dst(src.size() + 16);
   UErrorCode status = U_ZERO_ERROR;
-  int32_t n = fn(src.data(), static_cast<int32_t>(src.size()), dst.data(),
-                 static_cast<int32_t>(dst.size()), &status);
+  int32_t n =
+      fn(src.data(), static_cast<int32_t>(src.size()), dst.data(), static_cast<int32_t>(dst.size()), &status);
   if (status == U_BUFFER_OVERFLOW_ERROR) {
     dst.resize(n + 1);
     status = U_ZERO_ERROR;
@@ -134,40 +134,58 @@ const UNormalizer2* normalizer(bool compat) {
 
 std::u32string normalize(std::u32string_view text, bool compat) {
   const UNormalizer2* norm = normalizer(compat);
-  return icu_transform(text, "normalisation", [&](const UChar* s, int32_t n, UChar* d, int32_t cap,
-                                                  UErrorCode* st) {
-    return unorm2_normalize(norm, s, n, d, cap, st);
-  });
+  return icu_transform(text, "normalisation",
+                       [&](const UChar* s, int32_t n, UChar* d, int32_t cap, UErrorCode* st) {
+                         return unorm2_normalize(norm, s, n, d, cap, st);
+                       });
 }
 
 }  // namespace
 
-std::u32string nfc(std::u32string_view text) { return normalize(text, false); }
-std::u32string nfkc(std::u32string_view text) { return normalize(text, true); }
+std::u32string nfc(std::u32string_view text) {
+  return normalize(text, false);
+}
+std::u32string nfkc(std::u32string_view text) {
+  return normalize(text, true);
+}
 
 std::u32string to_lower(std::u32string_view text) {
   // The root locale ("") applies exactly the language-independent rules Python applies.
-  return icu_transform(text, "lower-casing", [](const UChar* s, int32_t n, UChar* d, int32_t cap,
-                                                UErrorCode* st) {
-    return u_strToLower(d, cap, s, n, "", st);
-  });
+  return icu_transform(text, "lower-casing",
+                       [](const UChar* s, int32_t n, UChar* d, int32_t cap, UErrorCode* st) {
+                         return u_strToLower(d, cap, s, n, "", st);
+                       });
 }
 
 std::u32string to_upper(std::u32string_view text) {
-  return icu_transform(text, "upper-casing", [](const UChar* s, int32_t n, UChar* d, int32_t cap,
-                                                UErrorCode* st) {
-    return u_strToUpper(d, cap, s, n, "", st);
-  });
+  return icu_transform(text, "upper-casing",
+                       [](const UChar* s, int32_t n, UChar* d, int32_t cap, UErrorCode* st) {
+                         return u_strToUpper(d, cap, s, n, "", st);
+                       });
 }
 
-char32_t simple_fold(char32_t c) { return static_cast<char32_t>(u_foldCase(c, U_FOLD_CASE_DEFAULT)); }
+char32_t simple_fold(char32_t c) {
+  return static_cast<char32_t>(u_foldCase(c, U_FOLD_CASE_DEFAULT));
+}
 
-bool is_letter(char32_t c) { return (U_GET_GC_MASK(c) & U_GC_L_MASK) != 0; }
-bool is_number(char32_t c) { return (U_GET_GC_MASK(c) & U_GC_N_MASK) != 0; }
-bool is_decimal_digit(char32_t c) { return u_charType(c) == U_DECIMAL_DIGIT_NUMBER; }
-bool is_white_space(char32_t c) { return u_hasBinaryProperty(c, UCHAR_WHITE_SPACE); }
-bool is_space_separator(char32_t c) { return u_charType(c) == U_SPACE_SEPARATOR; }
-bool is_other(char32_t c) { return (U_GET_GC_MASK(c) & U_GC_C_MASK) != 0; }
+bool is_letter(char32_t c) {
+  return (U_GET_GC_MASK(c) & U_GC_L_MASK) != 0;
+}
+bool is_number(char32_t c) {
+  return (U_GET_GC_MASK(c) & U_GC_N_MASK) != 0;
+}
+bool is_decimal_digit(char32_t c) {
+  return u_charType(c) == U_DECIMAL_DIGIT_NUMBER;
+}
+bool is_white_space(char32_t c) {
+  return u_hasBinaryProperty(c, UCHAR_WHITE_SPACE);
+}
+bool is_space_separator(char32_t c) {
+  return u_charType(c) == U_SPACE_SEPARATOR;
+}
+bool is_other(char32_t c) {
+  return (U_GET_GC_MASK(c) & U_GC_C_MASK) != 0;
+}
 
 bool is_python_space(char32_t c) {
   // CPython generates its whitespace table from: bidirectional class WS, B or S, or Zs.

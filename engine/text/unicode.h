@@ -25,12 +25,12 @@ std::u32string to_upper(std::u32string_view text);  // Python's str.upper() (ful
 // Simple case folding (what the `regex` module's IGNORECASE compares by).
 char32_t simple_fold(char32_t c);
 
-bool is_letter(char32_t c);             // \p{L}
-bool is_number(char32_t c);             // \p{N}
-bool is_decimal_digit(char32_t c);      // \p{Nd} (Python re's \d)
-bool is_white_space(char32_t c);        // Unicode White_Space (the `regex` module's \s)
-bool is_python_space(char32_t c);       // str.isspace() / `re` \s: bidi WS, B or S, or Zs
-bool is_space_separator(char32_t c);    // \p{Zs}
-bool is_other(char32_t c);              // \p{C}: Cc, Cf, Cs, Co, Cn
+bool is_letter(char32_t c);           // \p{L}
+bool is_number(char32_t c);           // \p{N}
+bool is_decimal_digit(char32_t c);    // \p{Nd} (Python re's \d)
+bool is_white_space(char32_t c);      // Unicode White_Space (the `regex` module's \s)
+bool is_python_space(char32_t c);     // str.isspace() / `re` \s: bidi WS, B or S, or Zs
+bool is_space_separator(char32_t c);  // \p{Zs}
+bool is_other(char32_t c);            // \p{C}: Cc, Cf, Cs, Co, Cn
 
 }  // namespace octodiff::text

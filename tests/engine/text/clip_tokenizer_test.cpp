@@ -2,6 +2,8 @@
 // and without ftfy 6.3.1), truncation/padding, special tokens, error handling, SD 2.x padding
 // and concurrent use. The spec's §6 examples need the real 49 408-token vocabulary, which we
 // do not have, so they are not tested here.
+#include "text/clip_tokenizer.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -14,14 +16,15 @@
 #include "io/files.h"
 #include "io/safetensors.h"
 #include "test_support.h"
-#include "text/clip_tokenizer.h"
 
 using namespace octodiff;
 namespace fs = std::filesystem;
 
 namespace {
 
-fs::path tokenizer_dir() { return test::tiny_sd_dir() / "tokenizer"; }
+fs::path tokenizer_dir() {
+  return test::tiny_sd_dir() / "tokenizer";
+}
 
 const ClipTokenizer& tiny() {
   static const ClipTokenizer tok = ClipTokenizer::from_folder(tokenizer_dir());
@@ -165,13 +168,13 @@ TEST(ClipTokenizer, EndOfTextLiteralIsTheSpecialToken) {
 TEST(ClipTokenizer, RejectsInvalidUtf8WithByteOffset) {
   const std::pair<std::string, std::string> cases[] = {
       {std::string("ab\x80", 3), "byte offset 2"},            // lone continuation byte
-      {std::string("abc\xE2\x82", 5), "byte offset 3"},        // truncated 3-byte sequence
-      {std::string("a\xE2\x82z", 4), "byte offset 1"},         // sequence cut by an ASCII byte
-      {std::string("\xC0\xAF", 2), "byte offset 0"},           // overlong '/'
-      {std::string("x\xE0\x80\xAF", 4), "byte offset 1"},      // overlong 3-byte form
-      {std::string("ok \xED\xA0\x80", 6), "byte offset 3"},    // UTF-16 surrogate U+D800
-      {std::string("\xF4\x90\x80\x80", 4), "byte offset 0"},   // above U+10FFFF
-      {std::string("\xFF", 1), "byte offset 0"},               // never valid
+      {std::string("abc\xE2\x82", 5), "byte offset 3"},       // truncated 3-byte sequence
+      {std::string("a\xE2\x82z", 4), "byte offset 1"},        // sequence cut by an ASCII byte
+      {std::string("\xC0\xAF", 2), "byte offset 0"},          // overlong '/'
+      {std::string("x\xE0\x80\xAF", 4), "byte offset 1"},     // overlong 3-byte form
+      {std::string("ok \xED\xA0\x80", 6), "byte offset 3"},   // UTF-16 surrogate U+D800
+      {std::string("\xF4\x90\x80\x80", 4), "byte offset 0"},  // above U+10FFFF
+      {std::string("\xFF", 1), "byte offset 0"},              // never valid
   };
   for (const auto& [bytes, where] : cases) {
     expect_error([&] { tiny().encode(bytes); }, {"invalid UTF-8", where});
@@ -265,6 +268,29 @@ TEST(ClipTokenizer, Sd2StylePadTokenPadsWithExclamationId) {
   want.push_back(bang);
   EXPECT_EQ(sd2_bang, want);
   EXPECT_NE(sd1_bang, sd2_bang);
+}
+
+TEST(ClipTokenizer, HonoursModelMaxLength) {
+  const fs::path dir = copy_tokenizer("tok_max_length");
+  auto config = nlohmann::json::parse(read_text_file(dir / "tokenizer_config.json"));
+  config["model_max_length"] = 6;
+  write_text(dir / "tokenizer_config.json", config.dump(2));
+  const ClipTokenizer short_tok = ClipTokenizer::from_folder(dir);
+  EXPECT_EQ(short_tok.max_length(), 6);
+  const std::string prompt = "a photograph of an astronaut riding a horse";
+  const auto content = short_tok.tokenize(prompt);
+  const auto e = short_tok.encode(prompt);
+  ASSERT_EQ(e.ids.size(), 6u);
+  EXPECT_TRUE(e.truncated);
+  EXPECT_EQ(e.ids, (std::vector<int32_t>{short_tok.bos_id(), content[0], content[1], content[2], content[3],
+                                         short_tok.eos_id()}));
+  // transformers writes a huge number when no limit is set: we fall back to CLIP's 77.
+  config["model_max_length"] = 1e30;
+  write_text(dir / "tokenizer_config.json", config.dump(2));
+  EXPECT_EQ(ClipTokenizer::from_folder(dir).max_length(), 77);
+  config["model_max_length"] = 1;
+  write_text(dir / "tokenizer_config.json", config.dump(2));
+  expect_error([&] { ClipTokenizer::from_folder(dir); }, {"tokenizer_config.json", "model_max_length"});
 }
 
 TEST(ClipTokenizer, ConcurrentEncodingMatchesSerial) {

@@ -1,12 +1,13 @@
 // The tokenizer's building blocks: the ftfy subset, whitespace_clean, the no-ftfy cleanup, the
 // split scanner, the byte table and BPE. Expected ftfy outputs below are what ftfy 6.3.1's
 // fix_text returns for the same input (run by hand with the reference implementation).
+#include "text/text_cleanup.h"
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
 #include "text/bpe.h"
 #include "text/clip_pretokenizer.h"
-#include "text/text_cleanup.h"
 #include "text/unicode.h"
 
 using namespace octodiff;
@@ -17,8 +18,12 @@ namespace {
 std::string fix(const std::string& utf8) {
   return encode_utf8(ftfy_fix_text(decode_utf8(utf8, "test")));
 }
-std::string clean(const std::string& utf8) { return encode_utf8(ftfy_clean(decode_utf8(utf8, "test"))); }
-std::string basic(const std::string& utf8) { return encode_utf8(basic_clean(decode_utf8(utf8, "test"))); }
+std::string clean(const std::string& utf8) {
+  return encode_utf8(ftfy_clean(decode_utf8(utf8, "test")));
+}
+std::string basic(const std::string& utf8) {
+  return encode_utf8(basic_clean(decode_utf8(utf8, "test")));
+}
 
 std::vector<std::string> pieces(const std::string& utf8) {
   const std::u32string text = decode_utf8(utf8, "test");
@@ -59,10 +64,10 @@ TEST(FtfySubset, UnescapesOnlyUntilALineHasAnAngleBracket) {
 
 TEST(FtfySubset, RepairsClearMojibake) {
   const std::pair<std::string, std::string> cases[] = {
-      {"caf\u00C3\u00A9 mojibake", "caf\u00E9 mojibake"},          // golden prompt 11
+      {"caf\u00C3\u00A9 mojibake", "caf\u00E9 mojibake"},  // golden prompt 11
       {"caf\u00C3\u00A9 cr\u00C3\u00A8me", "caf\u00E9 cr\u00E8me"},
-      {"doesn\u00E2\u0080\u0099t", "doesn't"},                      // then uncurled
-      {"doesn\u00E2\u20AC\u2122t", "doesn't"},                      // same via Windows-1252
+      {"doesn\u00E2\u0080\u0099t", "doesn't"},  // then uncurled
+      {"doesn\u00E2\u20AC\u2122t", "doesn't"},  // same via Windows-1252
       {"\u00F0\u0178\u0161\u20AC rocket", "\U0001F680 rocket"},
       {"\u00E6\u2014\u00A5\u00E6\u0153\u00AC", "\u65E5\u672C"},
       {"\u00C3\u0085rhus", "\u00C5rhus"},
@@ -71,10 +76,11 @@ TEST(FtfySubset, RepairsClearMojibake) {
 }
 
 TEST(FtfySubset, LeavesOrdinaryTextAlone) {
-  for (const char* text : {"caf\u00E9 cr\u00E8me br\u00FBl\u00E9e", "caf\u00E9 au lait", "na\u00EFve Z\u00FCrich",
-                           "S\u00E3o Paulo, \u00C6r\u00F8, \u0141\u00F3d\u017A", "\u00C9T\u00C9\u00A0\u00D6",
-                           "Fu\u00DF 5\u00B0 \u00BD \u00A9 \u00AE \u2122", "\u6771\u4EAC\u306E\u591C\u666F",
-                           "\u041C\u043E\u0441\u043A\u0432\u0430 \u0391\u03B8\u03AE\u03BD\u03B1"}) {
+  for (const char* text :
+       {"caf\u00E9 cr\u00E8me br\u00FBl\u00E9e", "caf\u00E9 au lait", "na\u00EFve Z\u00FCrich",
+        "S\u00E3o Paulo, \u00C6r\u00F8, \u0141\u00F3d\u017A", "\u00C9T\u00C9\u00A0\u00D6",
+        "Fu\u00DF 5\u00B0 \u00BD \u00A9 \u00AE \u2122", "\u6771\u4EAC\u306E\u591C\u666F",
+        "\u041C\u043E\u0441\u043A\u0432\u0430 \u0391\u03B8\u03AE\u03BD\u03B1"}) {
     EXPECT_EQ(fix(text), text);
   }
   // Only uncurled: ftfy leaves the letters of these alone too.
@@ -98,7 +104,8 @@ TEST(ClipPreTokenizer, SplitsLikeTheRegex) {
   using V = std::vector<std::string>;
   EXPECT_EQ(pieces("don't stop 42 times!!, ok"), (V{"don", "'t", "stop", "4", "2", "times", "!!,", "ok"}));
   EXPECT_EQ(pieces("they're we'll i'd it's"), (V{"they", "'re", "we", "'ll", "i", "'d", "it", "'s"}));
-  EXPECT_EQ(pieces("x<|endoftext|>y !<|endoftext|>"), (V{"x", "<|endoftext|>", "y", "!<|", "endoftext", "|>"}));
+  EXPECT_EQ(pieces("x<|endoftext|>y !<|endoftext|>"),
+            (V{"x", "<|endoftext|>", "y", "!<|", "endoftext", "|>"}));
   // IGNORECASE: long s folds to 's'; U+0345 matches no alternative; U+001C is not \s there.
   EXPECT_EQ(pieces("it'\u017F a\u0345b c\x1c"), (V{"it", "'\u017F", "a", "b", "c", "\x1c"}));
   EXPECT_EQ(pieces("\u6771\u4EAC\u306E 2\u00B2 \u00BD"), (V{"\u6771\u4EAC\u306E", "2", "\u00B2", "\u00BD"}));
