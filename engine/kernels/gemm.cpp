@@ -8,6 +8,7 @@
 // so neither the tiling nor the thread count changes a single bit of the result.
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 #include "core/error.h"
@@ -59,8 +60,21 @@ PackedMatrix pack_b(const float* b, int64_t K, int64_t N, bool transposed) {
 
 namespace detail {
 
+DirectA::DirectA(const float* a, int64_t lda) : a_(a), lda_(lda) {
+  // Rows r·lda floats apart start in L1 set (r·lda/16) mod 64: 64 / gcd(lda/16, 64) distinct
+  // sets when lda is a multiple of 16 floats, all different when it is not.
+  int64_t g = 64;
+  if (lda % 16 == 0) g = std::gcd(lda / 16, int64_t{64});
+  else g = 1;
+  copy_ = g > 4;
+}
+
 const float* DirectA::rows(int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* scratch,
                            int64_t* lda) const {
+  if (!copy_) {
+    *lda = lda_;
+    return a_ + i0 * lda_ + k0;
+  }
   const int64_t ld = scratch_lda(kc);
   for (int64_t r = 0; r < mc; ++r) std::memcpy(scratch + r * ld, a_ + (i0 + r) * lda_ + k0, kc * sizeof(float));
   *lda = ld;
@@ -77,6 +91,25 @@ MicroKernel micro_kernel(Isa isa) {
 }
 
 namespace {
+
+// Per-thread A-block buffer, kept between calls (allocating and zeroing ~200 KiB per call
+// costs as much as a small GEMM). Only ever grows.
+float* thread_scratch(int64_t floats) {
+  struct Buffer {
+    float* p = nullptr;
+    int64_t n = 0;
+    ~Buffer() { aligned_free(p); }
+  };
+  thread_local Buffer b;
+  if (b.n < floats) {
+    aligned_free(b.p);
+    b.p = nullptr;
+    b.n = 0;
+    b.p = static_cast<float*>(aligned_alloc_or_throw(static_cast<size_t>(floats) * sizeof(float)));
+    b.n = floats;
+  }
+  return b.p;
+}
 
 // K chunk: the B slice of a panel (kc × 32 floats, 48 KiB) and the A block (MC × kc, ≤ 170 KiB)
 // sit in L1/L2; measured 256…512 within noise on Zen 4.
@@ -135,7 +168,7 @@ void run_gemm(const ASource& src, int64_t M, const PackedMatrix& b, float* c, in
   const bool scratch = src.needs_scratch();
 
   parallel_for(m_blocks * n_blocks, [&](int64_t t0, int64_t t1) {
-    std::vector<float> buffer(scratch ? static_cast<size_t>(mc * scratch_lda(kc_max)) : 0);
+    float* buffer = scratch ? thread_scratch(mc * scratch_lda(kc_max)) : nullptr;
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t i0 = (t / n_blocks) * mc, rows = std::min(mc, M - i0);
       const int64_t p0 = (t % n_blocks) * tile_panels, p1 = std::min(panels, p0 + tile_panels);
@@ -144,7 +177,7 @@ void run_gemm(const ASource& src, int64_t M, const PackedMatrix& b, float* c, in
         const bool last = k0 + kc == K;
         const bool load = k0 > 0 || ep.accumulate;
         int64_t lda = 0;
-        const float* a = src.rows(i0, rows, k0, kc, buffer.data(), &lda);
+        const float* a = src.rows(i0, rows, k0, kc, buffer, &lda);
         for (int64_t p = p0; p < p1; ++p) {
           const float* bp = b.data() + p * K * kPanel + k0 * kPanel;
           const int64_t j0 = p * kPanel;

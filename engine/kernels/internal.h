@@ -65,17 +65,20 @@ class ASource {
 // 4 KiB would put them all in one 8-way set).
 inline int64_t scratch_lda(int64_t kc) { return (kc + 15) / 16 * 16 + 16; }
 
-// A row-major matrix in the caller's memory, copied block by block into a compact buffer.
+// A row-major matrix in the caller's memory. Read in place when its row stride spreads the
+// micro-kernel's row streams over at least 16 L1 sets; otherwise copied block by block into a
+// buffer with scratch_lda().
 class DirectA final : public ASource {
  public:
-  DirectA(const float* a, int64_t lda) : a_(a), lda_(lda) {}
+  DirectA(const float* a, int64_t lda);
   const float* rows(int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* scratch,
                     int64_t* lda) const override;
-  bool needs_scratch() const override { return true; }
+  bool needs_scratch() const override { return copy_; }
 
  private:
   const float* a_;
   int64_t lda_;
+  bool copy_;
 };
 
 // C[M × N] = A · B (+ epilogue), threads over output tiles, K in fixed chunks.
