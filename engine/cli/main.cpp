@@ -1,51 +1,71 @@
 // octodiff-cli: the Qt-free command line over the engine.
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
 
+#include "commands.h"
 #include "core/error.h"
+#include "io/png.h"
 #include "io/safetensors.h"
+#include "pipeline/metadata.h"
+
+namespace octodiff::cli {
+
+int run_inspect(const std::vector<std::string>& args) {
+  if (args.size() != 1) fail("usage: octodiff-cli inspect FILE.safetensors");
+  auto f = SafetensorsFile::open(args[0]);
+  for (const auto& [k, v] : f->metadata()) std::printf("# %s = %s\n", k.c_str(), v.c_str());
+  for (const auto& t : f->tensors())
+    std::printf("%-80s %-5s %s\n", t.name.c_str(), dtype_name(t.dtype), shape_str(t.shape).c_str());
+  std::printf("%zu tensors\n", f->tensors().size());
+  return 0;
+}
+
+int run_metadata(const std::vector<std::string>& args) {
+  if (args.size() != 1) fail("usage: octodiff-cli metadata IMAGE.png");
+  auto texts = read_png_text(args[0]);
+  if (texts.empty()) std::printf("(no text chunks)\n");
+  for (const auto& t : texts) std::printf("[%s]\n%s\n\n", t.key.c_str(), t.text.c_str());
+  return parse_png_metadata(texts) ? 0 : 1;
+}
+
+}  // namespace octodiff::cli
 
 namespace {
 
-int usage() {
-  std::printf(
-      "octodiff-cli %s — offline Stable Diffusion on the CPU\n\n"
-      "usage:\n"
-      "  octodiff-cli inspect FILE.safetensors   list the tensors in a weights file\n",
-      OCTODIFF_VERSION);
-  return 2;
-}
-
-int inspect(const std::vector<std::string>& args) {
-  if (args.size() != 1) return usage();
-  auto f = octodiff::SafetensorsFile::open(args[0]);
-  for (const auto& [k, v] : f->metadata()) std::printf("# %s = %s\n", k.c_str(), v.c_str());
-  for (const auto& t : f->tensors())
-    std::printf("%-80s %-5s %s\n", t.name.c_str(), octodiff::dtype_name(t.dtype),
-                octodiff::shape_str(t.shape).c_str());
-  std::printf("%zu tensors\n", f->tensors().size());
-  return 0;
+int usage(FILE* out) {
+  std::fprintf(out,
+               "octodiff-cli %s — offline Stable Diffusion on the CPU, the way diffusers' Flax pipeline runs it\n\n"
+               "usage:\n"
+               "  octodiff-cli generate [options]          text to image (see: generate --help)\n"
+               "  octodiff-cli metadata IMAGE.png          print the settings stored in an image\n"
+               "  octodiff-cli inspect FILE.safetensors    list the tensors in a weights file\n",
+               OCTODIFF_VERSION);
+  return out == stderr ? 2 : 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) return usage();
-  std::string cmd = argv[1];
-  std::vector<std::string> args(argv + 2, argv + argc);
+  if (argc < 2) return usage(stderr);
+  const std::string cmd = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
   try {
-    if (cmd == "inspect") return inspect(args);
-    if (cmd == "--help" || cmd == "-h" || cmd == "help") {
-      usage();
-      return 0;
-    }
-    std::fprintf(stderr, "octodiff-cli: unknown command '%s'\n", cmd.c_str());
-    return usage();
+    if (cmd == "generate") return octodiff::cli::run_generate(args);
+    if (cmd == "inspect") return octodiff::cli::run_inspect(args);
+    if (cmd == "metadata") return octodiff::cli::run_metadata(args);
+    if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(stdout);
+    std::fprintf(stderr, "octodiff-cli: unknown command '%s'\n\n", cmd.c_str());
+    return usage(stderr);
+  } catch (const octodiff::Cancelled&) {
+    std::fprintf(stderr, "octodiff-cli: cancelled\n");
+    return 130;
   } catch (const octodiff::Error& e) {
     std::fprintf(stderr, "octodiff-cli: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "octodiff-cli: error: out of memory\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "octodiff-cli: internal error: %s\n", e.what());

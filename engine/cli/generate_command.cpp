@@ -1,0 +1,204 @@
+// octodiff-cli generate: the sharded text-to-image pipeline from the command line.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "args.h"
+#include "commands.h"
+#include "core/error.h"
+#include "io/npy.h"
+#include "pipeline/export.h"
+#include "pipeline/metadata.h"
+#include "pipeline/sharded_pipeline.h"
+
+namespace octodiff::cli {
+
+const char* kGenerateUsage =
+    "usage: octodiff-cli generate [options]\n"
+    "  --prompt TEXT             a prompt (repeat up to 8 times; one device per prompt)\n"
+    "  --negative-prompt TEXT    negative prompt for every image (default: empty)\n"
+    "  --model PATH              diffusers folder or single-file .safetensors (default: the\n"
+    "                            embedded demo model)\n"
+    "  --tokenizer DIR           folder with vocab.json + merges.txt (single-file checkpoints)\n"
+    "  --seed N|random           PRNGKey seed (default 0)\n"
+    "  --steps N                 denoising steps (default 50)\n"
+    "  --guidance G              classifier-free guidance scale (default 7.5)\n"
+    "  --scheduler NAME          pndm (default), ddim, lms, dpm++, euler\n"
+    "  --height H --width W      image size (default: the model's)\n"
+    "  --devices D               devices (default: number of prompts / batch per device)\n"
+    "  --batch-per-device B      images per device (default 1)\n"
+    "  --compat flax|diffusers   pipeline semantics (default flax)\n"
+    "  --rng classic|partitionable   JAX PRNG scheme (default classic = JAX <= 0.4)\n"
+    "  --dtype f32|bf16          compute dtype (default f32)\n"
+    "  --threads N               CPU threads (default: all)\n"
+    "  --latents FILE.npy        initial latents, float32 (D, B, 4, h, w)\n"
+    "  --save-latents FILE.npy   write the initial latents drawn from the seed\n"
+    "  --save-array FILE.npy     write the images as float32 (D, B, H, W, 3) in [0, 1]\n"
+    "  --out FILE.png            the grid (2x4 for eight images; default octodiff-<seed>.png)\n"
+    "  --out-dir DIR             also write every image as its own PNG\n"
+    "  --repeat N                call the pipeline N times (the first call compiles)\n"
+    "  --json                    settings and timings as JSON on stdout\n"
+    "  --quiet                   no progress output\n";
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+nlohmann::json timings_json(const GenerationResult& r) {
+  return {{"compiled", r.compiled},
+          {"compile_seconds", r.timings.compile},
+          {"text_encode_seconds", r.timings.text_encode},
+          {"denoise_seconds", r.timings.denoise},
+          {"mean_step_seconds", r.timings.mean_step},
+          {"step_seconds", r.timings.step},
+          {"decode_seconds", r.timings.decode},
+          {"total_seconds", r.timings.total},
+          {"model_calls_per_device", r.model_calls},
+          {"concurrent_devices", r.concurrent_devices},
+          {"threads_per_device", r.threads_per_device},
+          {"peak_rss_mb", static_cast<double>(r.peak_rss_bytes) / (1024.0 * 1024.0)}};
+}
+
+}  // namespace
+
+int run_generate(const std::vector<std::string>& argv) {
+  Args args(argv,
+            {"negative-prompt", "model", "tokenizer", "seed", "steps", "guidance", "scheduler", "height", "width",
+             "devices", "batch-per-device", "compat", "rng", "dtype", "threads", "latents", "save-latents",
+             "save-array", "out", "out-dir", "repeat"},
+            {"json", "quiet", "help"}, {"prompt"});
+  if (args.flag("help")) {
+    std::printf("%s", kGenerateUsage);
+    return 0;
+  }
+  if (!args.positional().empty()) fail("unexpected argument '", args.positional()[0], "' (prompts go after --prompt)");
+  const bool json_out = args.flag("json");
+  const bool quiet = args.flag("quiet");
+  FILE* info = json_out ? stderr : stdout;
+
+  GenerationRequest req;
+  req.prompts = args.all("prompt");
+  if (req.prompts.empty()) fail("give at least one --prompt");
+  if (req.prompts.size() > 8) fail(req.prompts.size(), " prompts given; at most 8 (one per device of the 2x4 grid)");
+  if (auto n = args.get("negative-prompt")) req.negative_prompts = {*n};
+  const std::string seed = args.get_or("seed", "0");
+  if (seed == "random") {
+    req.seed = static_cast<int64_t>(std::random_device{}() & 0x7fffffff);
+  } else {
+    req.seed = args.get_int64("seed", 0);
+  }
+  req.steps = args.get_int("steps", 50, 1, 1000);
+  req.guidance_scale = args.get_double("guidance", 7.5);
+  req.scheduler = parse_scheduler_kind(args.get_or("scheduler", "pndm"));
+  req.height = args.get_int("height", 0, 1, 1 << 16);
+  req.width = args.get_int("width", 0, 1, 1 << 16);
+  req.devices = args.get_int("devices", 0, 1, 64);
+  req.batch_per_device = args.get_int("batch-per-device", 1, 1, 64);
+  req.compat = parse_compat(args.get_or("compat", "flax"));
+  req.rng = jax::parse_rng_scheme(args.get_or("rng", "classic"));
+  req.dtype = parse_dtype_name(args.get_or("dtype", "f32"));
+  req.threads = args.get_int("threads", 0, 1, 1024);
+  if (auto p = args.get("latents")) req.latents = read_npy(*p);
+  const int repeat = args.get_int("repeat", 1, 1, 1000);
+
+  ModelLoadOptions load;
+  if (auto t = args.get("tokenizer")) load.tokenizer_dir = *t;
+  const std::filesystem::path model_path = args.get_or("model", StableDiffusionModel::default_model_path().string());
+  const auto t_load = Clock::now();
+  auto model = StableDiffusionModel::load(model_path, load);
+  const double load_seconds = std::chrono::duration<double>(Clock::now() - t_load).count();
+  ShardedPipeline pipe(model);
+  const ResolvedRequest resolved = pipe.resolve(req);  // fail fast, before any output
+  const std::string out = args.get_or("out", "octodiff-" + std::to_string(req.seed) + ".png");
+
+  std::fprintf(info, "model: %s (%s), loaded in %.2f s\n", model->path().string().c_str(),
+               model->description().c_str(), load_seconds);
+  std::fprintf(info, "signature: %s, seed %lld, rng %s\n", resolved.signature.str().c_str(),
+               static_cast<long long>(req.seed), jax::rng_scheme_name(req.rng).c_str());
+
+  // A live progress line on a terminal; logs and pipes get the summaries only.
+  ProgressCallback progress;
+  if (!quiet && isatty(STDERR_FILENO)) {
+    progress = [&](const ProgressEvent& e) {
+      if (e.phase == Phase::Denoise)
+        std::fprintf(stderr, "\r  device %d/%d  step %d/%d  %.2f s/step   ", e.device + 1,
+                     resolved.signature.devices, e.step, e.total_steps, e.seconds);
+    };
+  }
+
+  nlohmann::json runs = nlohmann::json::array();
+  GenerationResult result;
+  for (int k = 0; k < repeat; ++k) {
+    result = pipe.run(req, progress);
+    if (progress) std::fprintf(stderr, "\r%60s\r", "");
+    const Timings& t = result.timings;
+    if (result.compiled)
+      std::fprintf(info, "call %d: compiled the plan in %.3f s, then ran\n", k + 1, t.compile);
+    else
+      std::fprintf(info, "call %d: cached plan, no compile\n", k + 1);
+    std::fprintf(info,
+                 "  inference %.2f s: text encoding %.2f s, denoising %.2f s (%d UNet calls × %d device%s, %.3f "
+                 "s/step), decoding %.2f s\n",
+                 t.total - t.compile, t.text_encode, t.denoise, result.model_calls, resolved.signature.devices,
+                 resolved.signature.devices == 1 ? "" : "s", t.mean_step, t.decode);
+    for (const auto& w : result.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+    runs.push_back(timings_json(result));
+  }
+
+  save_grid_png(out, req, result, *model);
+  std::fprintf(info, "wrote %s\n", out.c_str());
+  nlohmann::json outputs = {{"grid", out}};
+  if (auto dir = args.get("out-dir")) {
+    auto paths = save_image_pngs(*dir, req, result, *model);
+    std::fprintf(info, "wrote %zu images to %s\n", paths.size(), dir->c_str());
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& p : paths) list.push_back(p.string());
+    outputs["images"] = list;
+  }
+  if (auto p = args.get("save-latents")) {
+    write_npy(*p, result.initial_latents);
+    std::fprintf(info, "wrote initial latents %s to %s\n", shape_str(result.initial_latents.shape()).c_str(), p->c_str());
+    outputs["latents"] = *p;
+  }
+  if (auto p = args.get("save-array")) {
+    write_npy(*p, result.images);
+    std::fprintf(info, "wrote images %s to %s\n", shape_str(result.images.shape()).c_str(), p->c_str());
+    outputs["array"] = *p;
+  }
+
+  if (json_out) {
+    const Signature& s = result.signature;
+    nlohmann::json keys = nlohmann::json::array();
+    for (const auto& k : result.device_keys) keys.push_back({k.k0, k.k1});
+    nlohmann::json j = {
+        {"settings",
+         {{"model", model->path().string()},
+          {"model_hash", model->model_hash()},
+          {"prompts", result.prompts},
+          {"negative_prompts", result.negative_prompts},
+          {"seed", req.seed},
+          {"steps", s.steps},
+          {"guidance_scale", req.guidance_scale},
+          {"scheduler", scheduler_name(s.scheduler)},
+          {"height", s.height},
+          {"width", s.width},
+          {"devices", s.devices},
+          {"batch_per_device", s.batch},
+          {"compat", compat_name(s.compat)},
+          {"rng", jax::rng_scheme_name(req.rng)},
+          {"dtype", dtype_display_name(s.dtype)},
+          {"device_keys", keys}}},
+        {"load_seconds", load_seconds},
+        {"runs", runs},
+        {"warnings", result.warnings},
+        {"outputs", outputs}};
+    std::printf("%s\n", j.dump(2).c_str());
+  }
+  return 0;
+}
+
+}  // namespace octodiff::cli

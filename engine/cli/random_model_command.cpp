@@ -1,0 +1,425 @@
+// make-random-model: a full-size Stable Diffusion model with random weights.
+//
+// Every tensor comes from the parameter catalogs (models/parameter_catalog.h) and is generated
+// while the file is written, one tensor in memory at a time. Values depend only on (seed,
+// component, tensor name, element index), so both layouts hold the same model.
+#include "cli/random_model_command.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/files.h"
+#include "io/safetensors.h"
+#include "io/single_file.h"
+#include "models/configs.h"
+#include "models/parameter_catalog.h"
+
+namespace octodiff {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const char kUsage[] =
+    "  octodiff-cli make-random-model --arch sd15|sd21|sd21-base --layout diffusers|single-file\n"
+    "                                 --out DIR [--dtype f32|f16|bf16] [--seed N] [--tokenizer-from DIR]\n"
+    "      write a full-size model with deterministic random weights (benchmarks only: it draws noise).\n"
+    "      diffusers: DIR/{model_index.json,unet,vae,text_encoder,scheduler,tokenizer}/;\n"
+    "      single-file: DIR/model.safetensors (ldm keys) and DIR/tokenizer/. DIR must be new or empty.\n"
+    "      --dtype f32 (default) | f16 | bf16; --seed (default 0);\n"
+    "      --tokenizer-from: a CLIP tokenizer folder to copy (default: the source tree's\n"
+    "      tests/data/tiny-sd/tokenizer, a small vocabulary; no real CLIP vocabulary is shipped).\n";
+
+struct Arch {
+  std::string name;
+  SingleFileCheckpoint::Family family;
+  ClipTextConfig text;
+  UNetConfig unet;
+  VaeConfig vae;
+  bool v_prediction;
+  std::string title;
+};
+
+Arch arch_named(const std::string& name) {
+  Arch a;
+  if (name == "sd15") {
+    a = {name, SingleFileCheckpoint::Family::SD1, ClipTextConfig::sd1(), UNetConfig::sd1(), VaeConfig::sd(), false,
+         "Stable Diffusion 1.5"};
+  } else if (name == "sd21" || name == "sd21-base") {
+    const bool v = name == "sd21";
+    a = {name, SingleFileCheckpoint::Family::SD2, ClipTextConfig::sd2(), UNetConfig::sd2(v), VaeConfig::sd(), v,
+         v ? "Stable Diffusion 2.1 (768-v)" : "Stable Diffusion 2.1-base"};
+    if (v) a.vae.sample_size = 768;
+  } else {
+    fail("unknown --arch '", name, "' (use sd15, sd21 or sd21-base)");
+  }
+  return a;
+}
+
+DType dtype_named(const std::string& s) {
+  if (s == "f32") return DType::F32;
+  if (s == "f16") return DType::F16;
+  if (s == "bf16") return DType::BF16;
+  fail("unknown --dtype '", s, "' (use f32, f16 or bf16)");
+}
+
+const char* torch_dtype(DType t) { return t == DType::F32 ? "float32" : t == DType::F16 ? "float16" : "bfloat16"; }
+
+// ---- Config files (key sets of diffusers 0.31 / transformers 4.48, as in tests/data/tiny-sd) ----
+
+json text_encoder_config(const ClipTextConfig& c, DType dtype) {
+  return {{"architectures", {"CLIPTextModel"}},
+          {"attention_dropout", 0.0},
+          {"bos_token_id", 0},
+          {"eos_token_id", 2},
+          {"hidden_act", c.hidden_act},
+          {"hidden_size", c.hidden_size},
+          {"initializer_factor", 1.0},
+          {"initializer_range", 0.02},
+          {"intermediate_size", c.intermediate_size},
+          {"layer_norm_eps", c.layer_norm_eps},
+          {"max_position_embeddings", c.max_position_embeddings},
+          {"model_type", "clip_text_model"},
+          {"num_attention_heads", c.num_attention_heads},
+          {"num_hidden_layers", c.num_hidden_layers},
+          {"pad_token_id", 1},
+          {"projection_dim", c.hidden_size == 1024 ? 512 : 768},
+          {"torch_dtype", torch_dtype(dtype)},
+          {"transformers_version", "4.48.0.dev0"},
+          {"vocab_size", c.vocab_size}};
+}
+
+json unet_config(const UNetConfig& c, bool sd2) {
+  json heads = sd2 ? json(c.num_heads) : json(c.num_heads[0]);
+  return {{"_class_name", "UNet2DConditionModel"},
+          {"_diffusers_version", "0.31.0"},
+          {"act_fn", "silu"},
+          {"addition_embed_type", nullptr},
+          {"addition_embed_type_num_heads", 64},
+          {"addition_time_embed_dim", nullptr},
+          {"attention_head_dim", heads},
+          {"attention_type", "default"},
+          {"block_out_channels", c.block_out_channels},
+          {"center_input_sample", false},
+          {"class_embed_type", nullptr},
+          {"class_embeddings_concat", false},
+          {"conv_in_kernel", 3},
+          {"conv_out_kernel", 3},
+          {"cross_attention_dim", c.cross_attention_dim},
+          {"cross_attention_norm", nullptr},
+          {"down_block_types", c.down_block_types},
+          {"downsample_padding", c.downsample_padding},
+          {"dropout", 0.0},
+          {"dual_cross_attention", false},
+          {"encoder_hid_dim", nullptr},
+          {"encoder_hid_dim_type", nullptr},
+          {"flip_sin_to_cos", c.flip_sin_to_cos},
+          {"freq_shift", 0},
+          {"in_channels", c.in_channels},
+          {"layers_per_block", c.layers_per_block},
+          {"mid_block_only_cross_attention", nullptr},
+          {"mid_block_scale_factor", 1},
+          {"mid_block_type", "UNetMidBlock2DCrossAttn"},
+          {"norm_eps", c.norm_eps},
+          {"norm_num_groups", c.norm_num_groups},
+          {"num_attention_heads", nullptr},
+          {"num_class_embeds", nullptr},
+          {"only_cross_attention", false},
+          {"out_channels", c.out_channels},
+          {"projection_class_embeddings_input_dim", nullptr},
+          {"resnet_out_scale_factor", 1.0},
+          {"resnet_skip_time_act", false},
+          {"resnet_time_scale_shift", "default"},
+          {"reverse_transformer_layers_per_block", nullptr},
+          {"sample_size", c.sample_size},
+          {"time_cond_proj_dim", nullptr},
+          {"time_embedding_act_fn", nullptr},
+          {"time_embedding_dim", nullptr},
+          {"time_embedding_type", "positional"},
+          {"timestep_post_act", nullptr},
+          {"transformer_layers_per_block", 1},
+          {"up_block_types", c.up_block_types},
+          {"upcast_attention", c.upcast_attention},
+          {"use_linear_projection", c.use_linear_projection}};
+}
+
+json vae_config(const VaeConfig& c) {
+  const size_t n = c.block_out_channels.size();
+  return {{"_class_name", "AutoencoderKL"},
+          {"_diffusers_version", "0.31.0"},
+          {"act_fn", "silu"},
+          {"block_out_channels", c.block_out_channels},
+          {"down_block_types", std::vector<std::string>(n, "DownEncoderBlock2D")},
+          {"force_upcast", true},
+          {"in_channels", c.in_channels},
+          {"latent_channels", c.latent_channels},
+          {"latents_mean", nullptr},
+          {"latents_std", nullptr},
+          {"layers_per_block", c.layers_per_block},
+          {"mid_block_add_attention", c.mid_block_add_attention},
+          {"norm_num_groups", c.norm_num_groups},
+          {"out_channels", c.out_channels},
+          {"sample_size", c.sample_size},
+          {"scaling_factor", c.scaling_factor},
+          {"shift_factor", nullptr},
+          {"up_block_types", std::vector<std::string>(n, "UpDecoderBlock2D")},
+          {"use_post_quant_conv", c.use_post_quant_conv},
+          {"use_quant_conv", c.use_quant_conv}};
+}
+
+// SD v1.x's PNDM config (spec schedulers.md §0); SD2 adds its prediction type.
+json scheduler_config(const Arch& a) {
+  json j = {{"_class_name", "PNDMScheduler"}, {"_diffusers_version", "0.31.0"},
+            {"beta_end", 0.012},              {"beta_schedule", "scaled_linear"},
+            {"beta_start", 0.00085},          {"clip_sample", false},
+            {"num_train_timesteps", 1000},    {"set_alpha_to_one", false},
+            {"skip_prk_steps", true},         {"steps_offset", 1},
+            {"trained_betas", nullptr}};
+  if (a.family == SingleFileCheckpoint::Family::SD2) j["prediction_type"] = a.v_prediction ? "v_prediction" : "epsilon";
+  return j;
+}
+
+json model_index() {
+  return {{"_class_name", "StableDiffusionPipeline"},
+          {"_diffusers_version", "0.31.0"},
+          {"feature_extractor", {nullptr, nullptr}},
+          {"image_encoder", {nullptr, nullptr}},
+          {"requires_safety_checker", false},
+          {"safety_checker", {nullptr, nullptr}},
+          {"scheduler", {"diffusers", "PNDMScheduler"}},
+          {"text_encoder", {"transformers", "CLIPTextModel"}},
+          {"tokenizer", {"transformers", "CLIPTokenizer"}},
+          {"unet", {"diffusers", "UNet2DConditionModel"}},
+          {"vae", {"diffusers", "AutoencoderKL"}}};
+}
+
+void write_json(const fs::path& path, const json& j) {
+  const std::string text = j.dump(2) + "\n";
+  write_file_atomic(path, text.data(), text.size());
+}
+
+// ---- Tokenizer ----
+
+fs::path default_tokenizer_dir() {
+  return fs::path(OCTODIFF_RESOURCE_DIR).parent_path() / "tests" / "data" / "tiny-sd" / "tokenizer";
+}
+
+// Copies the tokenizer files; SD2 tokenizers pad with "!" (spec tokenizer.md §1). Returns the
+// vocabulary size.
+size_t copy_tokenizer(const fs::path& from, const fs::path& to, bool sd2, int64_t embedding_rows) {
+  for (const char* f : {"vocab.json", "merges.txt"})
+    if (!fs::is_regular_file(from / f))
+      fail("'", from.string(), "' is not a CLIP tokenizer folder (no ", f, "); pass --tokenizer-from DIR");
+  json vocab = json::parse(read_text_file(from / "vocab.json"));
+  int64_t max_id = -1;
+  for (const auto& [token, id] : vocab.items()) max_id = std::max<int64_t>(max_id, id.get<int64_t>());
+  if (max_id >= embedding_rows)
+    fail("the tokenizer in '", from.string(), "' has ids up to ", max_id, ", more than the model's ",
+         embedding_rows, " token embeddings");
+  fs::create_directories(to);
+  for (const auto& entry : fs::directory_iterator(from)) {
+    if (!entry.is_regular_file()) continue;
+    const std::string name = entry.path().filename().string();
+    std::string text = read_text_file(entry.path());
+    if (sd2 && (name == "special_tokens_map.json" || name == "tokenizer_config.json")) {
+      json j = json::parse(text);
+      if (vocab.contains("!")) j["pad_token"] = "!";
+      text = j.dump(2) + "\n";
+    }
+    write_file_atomic(to / name, text.data(), text.size());
+  }
+  return vocab.size();
+}
+
+// ---- Weights ----
+
+// Component seeds differ so that equal names in two components never share values.
+uint64_t component_seed(uint64_t seed, int component) { return seed * 0x9e3779b97f4a7c15ull + component; }
+
+std::vector<DiffusersTensor> random_tensors(const std::vector<ParameterSpec>& specs, uint64_t seed) {
+  std::vector<DiffusersTensor> out;
+  for (const auto& s : specs)
+    out.push_back({s.name, s.shape, [s, seed](float* dst) { synthetic_parameter_values(s, seed, dst); }});
+  return out;
+}
+
+void write_component(const fs::path& path, const std::vector<DiffusersTensor>& tensors, DType dtype,
+                     const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorToWrite> list;
+  for (const auto& t : tensors)
+    list.push_back({t.name, dtype, t.shape, [&t, dtype](uint8_t* dst, size_t) {
+                      if (dtype == DType::F32) return t.values(reinterpret_cast<float*>(dst));
+                      std::vector<float> values(shape_numel(t.shape));
+                      t.values(values.data());
+                      store_floats(values.data(), static_cast<int64_t>(values.size()), dtype, dst);
+                    }});
+  write_safetensors(path, list, metadata);
+}
+
+// Non-weight tensors of an original ldm checkpoint, so readers meet them as in real files.
+std::vector<TensorToWrite> ldm_extras(const Arch& a) {
+  std::vector<TensorToWrite> extra;
+  auto schedule = [](const char* name, int which) {
+    return TensorToWrite{name, DType::F32, {1000}, [which](uint8_t* dst, size_t) {
+                           float* out = reinterpret_cast<float*>(dst);
+                           double cumprod = 1.0, s0 = std::sqrt(0.00085), s1 = std::sqrt(0.012);
+                           for (int i = 0; i < 1000; ++i) {
+                             const double b = std::pow(s0 + (s1 - s0) * i / 999.0, 2.0);
+                             const double prev = cumprod;
+                             cumprod *= 1.0 - b;
+                             out[i] = static_cast<float>(which == 0 ? b : which == 1 ? cumprod : prev);
+                           }
+                         }};
+  };
+  extra.push_back(schedule("betas", 0));
+  extra.push_back(schedule("alphas_cumprod", 1));
+  extra.push_back(schedule("alphas_cumprod_prev", 2));
+  if (a.family == SingleFileCheckpoint::Family::SD1)
+    extra.push_back({"cond_stage_model.transformer.text_model.embeddings.position_ids", DType::I64, {1, 77},
+                     [](uint8_t* dst, size_t) {
+                       for (int64_t i = 0; i < 77; ++i) std::memcpy(dst + 8 * i, &i, 8);
+                     }});
+  // Readers take SD2 files without global_step for 768-v models; mark the 2-base one (875000).
+  if (a.name == "sd21-base")
+    extra.push_back({"global_step", DType::I64, {}, [](uint8_t* dst, size_t) {
+                       const int64_t step = 875000;
+                       std::memcpy(dst, &step, 8);
+                     }});
+  return extra;
+}
+
+std::string readme(const Arch& a, const std::string& layout, DType dtype, uint64_t seed, const fs::path& tokenizer,
+                   size_t vocab, int64_t unet, int64_t vae, int64_t text, const std::string& command) {
+  return cat("# Random-weight ", a.title, "\n\n",
+             "**Random weights, for benchmarks only.** This model draws noise, not pictures.\n\n",
+             "- Architecture: ", a.title, " at full size — UNet ", unet, " parameters, VAE ", vae,
+             ", text encoder ", text, "; stored as ", dtype_name(dtype), ".\n",
+             "- Layout: ",
+             layout == "diffusers" ? "diffusers folder (model_index.json, unet/, vae/, text_encoder/, scheduler/, "
+                                     "tokenizer/)"
+                                   : "single file `model.safetensors` with original (ldm) keys, tokenizer/ beside it",
+             ".\n",
+             "- Weights: deterministic synthetic values (seed ", seed,
+             "): weights ~ N(0, 1/fan_in) (Irwin-Hall approximation), biases 0.01*N(0,1), embeddings "
+             "0.02*N(0,1), norm scales 1, norm shifts 0.\n",
+             "- Tokenizer: copied from `", tokenizer.string(), "` (", vocab, " entries). It is NOT the real CLIP ",
+             "vocabulary (49408 entries), which is not shipped; its ids are valid rows of the 49408-row token "
+             "embedding, so prompts tokenize, but to other ids than with real Stable Diffusion.\n",
+             "- Made by: `", command, "`\n");
+}
+
+}  // namespace
+
+const char* make_random_model_usage() { return kUsage; }
+
+int run_make_random_model(const std::vector<std::string>& args) {
+  std::map<std::string, std::string> opt = {{"--dtype", "f32"}, {"--seed", "0"}};
+  std::string command = "octodiff-cli make-random-model";
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string key = args[i], value;
+    const size_t eq = key.find('=');
+    if (eq != std::string::npos) {
+      value = key.substr(eq + 1);
+      key.resize(eq);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      std::fprintf(stderr, "make-random-model: %s needs a value\n\nusage:\n%s", key.c_str(), kUsage);
+      return 2;
+    }
+    if (key != "--arch" && key != "--layout" && key != "--out" && key != "--dtype" && key != "--seed" &&
+        key != "--tokenizer-from") {
+      std::fprintf(stderr, "make-random-model: unknown option '%s'\n\nusage:\n%s", key.c_str(), kUsage);
+      return 2;
+    }
+    opt[key] = value;
+    command += " " + key + " " + value;
+  }
+  for (const char* required : {"--arch", "--layout", "--out"})
+    if (!opt.count(required)) {
+      std::fprintf(stderr, "make-random-model: %s is required\n\nusage:\n%s", required, kUsage);
+      return 2;
+    }
+  const Arch arch = arch_named(opt["--arch"]);
+  const std::string layout = opt["--layout"];
+  if (layout != "diffusers" && layout != "single-file")
+    fail("unknown --layout '", layout, "' (use diffusers or single-file)");
+  const DType dtype = dtype_named(opt["--dtype"]);
+  uint64_t seed = 0;
+  try {
+    if (opt["--seed"].empty() || opt["--seed"][0] == '-') throw std::invalid_argument("negative");
+    size_t used = 0;
+    seed = std::stoull(opt["--seed"], &used);
+    if (used != opt["--seed"].size()) throw std::invalid_argument("trailing characters");
+  } catch (const std::exception&) {
+    fail("--seed must be a non-negative integer, got '", opt["--seed"], "'");
+  }
+  const fs::path out = opt["--out"];
+  const fs::path tokenizer_from = opt.count("--tokenizer-from") ? fs::path(opt["--tokenizer-from"]) : default_tokenizer_dir();
+  if (fs::exists(out) && (!fs::is_directory(out) || !fs::is_empty(out)))
+    fail("'", out.string(), "' already exists and is not an empty folder; choose a new --out");
+  fs::create_directories(out);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  const auto unet_specs = unet_parameters(arch.unet);
+  const auto vae_specs = vae_parameters(arch.vae);
+  const auto text_specs = clip_text_parameters(arch.text);
+  const auto unet = random_tensors(unet_specs, component_seed(seed, 0));
+  const auto vae = random_tensors(vae_specs, component_seed(seed, 1));
+  const auto text = random_tensors(text_specs, component_seed(seed, 2));
+  const std::map<std::string, std::string> metadata = {
+      {"format", "pt"}, {"octodiff", "random weights for benchmarks (make-random-model, seed " + std::to_string(seed) + ")"}};
+
+  const size_t vocab = copy_tokenizer(tokenizer_from, out / "tokenizer", arch.family == SingleFileCheckpoint::Family::SD2,
+                                      arch.text.vocab_size);
+  if (layout == "diffusers") {
+    for (const char* dir : {"unet", "vae", "text_encoder", "scheduler"}) fs::create_directories(out / dir);
+    write_json(out / "model_index.json", model_index());
+    write_json(out / "scheduler" / "scheduler_config.json", scheduler_config(arch));
+    write_json(out / "unet" / "config.json", unet_config(arch.unet, arch.family == SingleFileCheckpoint::Family::SD2));
+    write_json(out / "vae" / "config.json", vae_config(arch.vae));
+    write_json(out / "text_encoder" / "config.json", text_encoder_config(arch.text, dtype));
+    struct Part {
+      const char* label;
+      fs::path file;
+      const std::vector<DiffusersTensor>* tensors;
+    };
+    for (const Part& p : {Part{"text_encoder", out / "text_encoder" / "model.safetensors", &text},
+                          Part{"vae", out / "vae" / "diffusion_pytorch_model.safetensors", &vae},
+                          Part{"unet", out / "unet" / "diffusion_pytorch_model.safetensors", &unet}}) {
+      write_component(p.file, *p.tensors, dtype, metadata);
+      std::printf("wrote %-12s %6.2f GB  (%.1f s)\n", p.label, fs::file_size(p.file) / 1e9, elapsed());
+      std::fflush(stdout);
+    }
+  } else {
+    SingleFileContents contents;
+    contents.family = arch.family;
+    contents.unet = unet;
+    contents.vae = vae;
+    contents.text_encoder = text;
+    contents.fill_unused = [&](const std::string& name, const Shape& shape, float* dst) {
+      synthetic_values(name, shape, component_seed(seed, 3), dst);
+    };
+    contents.extra = ldm_extras(arch);
+    contents.metadata = metadata;
+    write_single_file(out / "model.safetensors", contents, dtype);
+    std::printf("wrote model.safetensors %6.2f GB  (%.1f s)\n", fs::file_size(out / "model.safetensors") / 1e9,
+                elapsed());
+  }
+  const std::string notes = readme(arch, layout, dtype, seed, tokenizer_from, vocab, parameter_count(unet_specs),
+                                   parameter_count(vae_specs), parameter_count(text_specs), command);
+  write_file_atomic(out / "README.md", notes.data(), notes.size());
+  std::printf("%s random model (%s, %s) in '%s' after %.1f s\n", arch.title.c_str(), layout.c_str(),
+              dtype_name(dtype), out.string().c_str(), elapsed());
+  return 0;
+}
+
+}  // namespace octodiff

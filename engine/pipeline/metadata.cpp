@@ -1,0 +1,227 @@
+#include "pipeline/metadata.h"
+
+#include <cstdio>
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "pipeline/model.h"
+
+namespace octodiff {
+
+using nlohmann::json;
+
+std::string sampler_display_name(SchedulerKind kind) {
+  switch (kind) {
+    case SchedulerKind::Pndm: return "PNDM";
+    case SchedulerKind::Ddim: return "DDIM";
+    case SchedulerKind::Lms: return "LMS";
+    case SchedulerKind::DpmSolverPP: return "DPM++ 2M";
+    case SchedulerKind::Euler: return "Euler";
+  }
+  return "?";
+}
+
+ImageMetadata describe_image(const GenerationRequest& request, const GenerationResult& result,
+                             const StableDiffusionModel& model, int d, int b) {
+  const Signature& s = result.signature;
+  ImageMetadata m;
+  m.seed = request.seed;
+  m.steps = s.steps;
+  m.guidance_scale = request.guidance_scale;
+  m.scheduler = s.scheduler;
+  m.width = s.width;
+  m.height = s.height;
+  m.devices = s.devices;
+  m.batch_per_device = s.batch;
+  m.compat = s.compat;
+  m.rng = request.rng;
+  m.dtype = s.dtype;
+  m.model_name = model.display_name();
+  m.model_hash = model.model_hash();
+  m.injected_latents = request.latents.has_value();
+  m.version = OCTODIFF_VERSION;
+  if (d < 0) {
+    m.prompts = result.prompts;
+    m.negative_prompts = result.negative_prompts;
+  } else {
+    const int i = d * s.batch + b;
+    m.prompts = {result.prompts.at(i)};
+    m.negative_prompts = {result.negative_prompts.at(i)};
+    m.device = d;
+    m.batch_index = b;
+    m.device_key = result.device_keys.at(d);
+  }
+  return m;
+}
+
+std::string a1111_parameters(const ImageMetadata& m) {
+  std::string out = m.prompts.empty() ? "" : m.prompts[0];
+  const std::string neg = m.negative_prompts.empty() ? "" : m.negative_prompts[0];
+  if (!neg.empty()) out += "\nNegative prompt: " + neg;
+  char cfg[32];
+  std::snprintf(cfg, sizeof cfg, "%g", m.guidance_scale);
+  out += cat("\nSteps: ", m.steps, ", Sampler: ", sampler_display_name(m.scheduler), ", CFG scale: ", cfg,
+             ", Seed: ", m.seed, ", Size: ", m.width, "x", m.height, ", Model hash: ", m.model_hash,
+             ", Model: ", m.model_name, ", RNG: JAX ", jax::rng_scheme_name(m.rng), ", Compat: ",
+             compat_name(m.compat));
+  if (m.device >= 0) out += cat(", Device: ", m.device + 1, "/", m.devices);
+  if (m.devices * m.batch_per_device > 1 && m.device < 0) out += cat(", Grid: ", m.devices * m.batch_per_device, " images");
+  if (!m.version.empty()) out += ", Version: Octodiff " + m.version;
+  return out;
+}
+
+std::string metadata_json(const ImageMetadata& m) {
+  json j;
+  j["generator"] = "octodiff";
+  j["version"] = m.version;
+  j["prompts"] = m.prompts;
+  j["negative_prompts"] = m.negative_prompts;
+  j["seed"] = m.seed;
+  j["steps"] = m.steps;
+  j["guidance_scale"] = m.guidance_scale;
+  j["scheduler"] = scheduler_name(m.scheduler);
+  j["width"] = m.width;
+  j["height"] = m.height;
+  j["devices"] = m.devices;
+  j["batch_per_device"] = m.batch_per_device;
+  if (m.device >= 0) {
+    j["device"] = m.device;
+    j["batch_index"] = m.batch_index;
+  }
+  if (m.device_key) j["device_key"] = {m.device_key->k0, m.device_key->k1};
+  j["compat"] = compat_name(m.compat);
+  j["rng"] = jax::rng_scheme_name(m.rng);
+  j["dtype"] = dtype_display_name(m.dtype);
+  j["model"] = {{"name", m.model_name}, {"hash", m.model_hash}};
+  j["latents"] = m.injected_latents ? "injected" : "seeded";
+  return j.dump();
+}
+
+std::vector<PngText> png_texts(const ImageMetadata& m) {
+  return {{"parameters", a1111_parameters(m)}, {"octodiff", metadata_json(m)}};
+}
+
+namespace {
+
+std::optional<ImageMetadata> from_json(const std::string& text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || j.value("generator", "") != "octodiff") return std::nullopt;
+  try {
+    ImageMetadata m;
+    m.version = j.value("version", "");
+    m.prompts = j.at("prompts").get<std::vector<std::string>>();
+    m.negative_prompts = j.value("negative_prompts", std::vector<std::string>(m.prompts.size(), ""));
+    m.seed = j.at("seed").get<int64_t>();
+    m.steps = j.at("steps").get<int>();
+    m.guidance_scale = j.at("guidance_scale").get<double>();
+    m.scheduler = parse_scheduler_kind(j.at("scheduler").get<std::string>());
+    m.width = j.at("width").get<int>();
+    m.height = j.at("height").get<int>();
+    m.devices = j.value("devices", 1);
+    m.batch_per_device = j.value("batch_per_device", 1);
+    m.device = j.value("device", -1);
+    m.batch_index = j.value("batch_index", -1);
+    if (j.contains("device_key")) m.device_key = jax::Key{j["device_key"][0].get<uint32_t>(), j["device_key"][1].get<uint32_t>()};
+    m.compat = parse_compat(j.value("compat", "flax"));
+    m.rng = jax::parse_rng_scheme(j.value("rng", "classic"));
+    m.dtype = parse_dtype_name(j.value("dtype", "f32"));
+    if (j.contains("model")) {
+      m.model_name = j["model"].value("name", "");
+      m.model_hash = j["model"].value("hash", "");
+    }
+    m.injected_latents = j.value("latents", "seeded") == "injected";
+    return m;
+  } catch (const std::exception&) {
+    return std::nullopt;  // a damaged chunk: fall back to the A1111 text
+  }
+}
+
+std::optional<ImageMetadata> from_a1111(const std::string& text) {
+  // The last line holds "Key: value, Key: value"; lines before it are the prompt, then
+  // optionally "Negative prompt: ...".
+  const size_t last_nl = text.rfind('\n');
+  if (last_nl == std::string::npos) return std::nullopt;
+  const std::string params = text.substr(last_nl + 1);
+  std::string head = text.substr(0, last_nl);
+  if (params.find("Steps: ") == std::string::npos) return std::nullopt;
+  ImageMetadata m;
+  std::string negative;
+  const std::string marker = "\nNegative prompt: ";
+  size_t neg = head.find(marker);
+  if (head.rfind("Negative prompt: ", 0) == 0) {
+    negative = head.substr(17);
+    head.clear();
+  } else if (neg != std::string::npos) {
+    negative = head.substr(neg + marker.size());
+    head = head.substr(0, neg);
+  }
+  m.prompts = {head};
+  m.negative_prompts = {negative};
+  std::regex field(R"(([A-Za-z][A-Za-z0-9 +]*): ([^,]*)(,|$))");
+  for (auto it = std::sregex_iterator(params.begin(), params.end(), field); it != std::sregex_iterator(); ++it) {
+    const std::string key = (*it)[1], value = (*it)[2];
+    try {
+      if (key == "Steps") m.steps = std::stoi(value);
+      else if (key == "CFG scale") m.guidance_scale = std::stod(value);
+      else if (key == "Seed") m.seed = std::stoll(value);
+      else if (key == "Model hash") m.model_hash = value;
+      else if (key == "Model") m.model_name = value;
+      else if (key == "Size") {
+        size_t x = value.find('x');
+        if (x != std::string::npos) {
+          m.width = std::stoi(value.substr(0, x));
+          m.height = std::stoi(value.substr(x + 1));
+        }
+      } else if (key == "Sampler") {
+        for (SchedulerKind k : {SchedulerKind::Pndm, SchedulerKind::Ddim, SchedulerKind::Lms,
+                                SchedulerKind::DpmSolverPP, SchedulerKind::Euler})
+          if (value == sampler_display_name(k)) m.scheduler = k;
+      } else if (key == "RNG") {
+        m.rng = value.find("partitionable") != std::string::npos ? jax::RngScheme::Partitionable
+                                                                  : jax::RngScheme::Classic;
+      } else if (key == "Compat") {
+        m.compat = parse_compat(value);
+      }
+    } catch (const std::exception&) {
+      // Tolerate fields other tools write differently.
+    }
+  }
+  if (m.steps <= 0) return std::nullopt;
+  return m;
+}
+
+}  // namespace
+
+std::optional<ImageMetadata> parse_png_metadata(const std::vector<PngText>& texts) {
+  for (const auto& t : texts)
+    if (t.key == "octodiff")
+      if (auto m = from_json(t.text)) return m;
+  for (const auto& t : texts)
+    if (t.key == "parameters")
+      if (auto m = from_a1111(t.text)) return m;
+  return std::nullopt;
+}
+
+GenerationRequest request_from_metadata(const ImageMetadata& m) {
+  GenerationRequest r;
+  r.prompts = m.prompts;
+  r.negative_prompts = m.negative_prompts;
+  r.seed = m.seed;
+  r.steps = m.steps;
+  r.guidance_scale = m.guidance_scale;
+  r.scheduler = m.scheduler;
+  r.width = m.width;
+  r.height = m.height;
+  r.compat = m.compat;
+  r.rng = m.rng;
+  r.dtype = m.dtype;
+  if (m.is_grid()) {
+    r.devices = m.devices;
+    r.batch_per_device = m.batch_per_device;
+  }
+  return r;
+}
+
+}  // namespace octodiff

@@ -1,0 +1,59 @@
+// How an image was made, written into its PNG and read back.
+//
+// Two text chunks: "parameters" in AUTOMATIC1111's format (so other tools show the prompt and
+// settings), and "octodiff": JSON with everything needed to reproduce the image exactly —
+// model hash, compatibility mode, RNG scheme, device index and that device's PRNG key.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/png.h"
+#include "pipeline/generation.h"
+
+namespace octodiff {
+
+class StableDiffusionModel;
+
+struct ImageMetadata {
+  std::vector<std::string> prompts;           // one for a single image; every image's for a grid
+  std::vector<std::string> negative_prompts;  // same count as prompts
+  int64_t seed = 0;
+  int steps = 0;
+  double guidance_scale = 7.5;
+  SchedulerKind scheduler = SchedulerKind::Pndm;
+  int width = 0, height = 0;
+  int devices = 1, batch_per_device = 1;
+  int device = -1, batch_index = -1;          // -1: a grid of all images
+  std::optional<jax::Key> device_key;
+  Compat compat = Compat::Flax;
+  jax::RngScheme rng = jax::RngScheme::Classic;
+  ComputeDType dtype = ComputeDType::F32;
+  std::string model_name, model_hash;
+  bool injected_latents = false;
+  std::string version;                        // octodiff version that made it (empty if unknown)
+
+  bool is_grid() const { return device < 0; }
+};
+
+// Metadata of image (d, b) of a result, or of the whole grid when d < 0.
+ImageMetadata describe_image(const GenerationRequest& request, const GenerationResult& result,
+                             const StableDiffusionModel& model, int d, int b);
+
+// A1111 "parameters" text: prompt, "Negative prompt: …", then "Steps: …, Sampler: …, …".
+std::string a1111_parameters(const ImageMetadata& m);
+std::string metadata_json(const ImageMetadata& m);
+std::vector<PngText> png_texts(const ImageMetadata& m);
+
+// Reads the "octodiff" chunk, or failing that the A1111 "parameters" text (fewer fields).
+// nullopt when the PNG carries neither.
+std::optional<ImageMetadata> parse_png_metadata(const std::vector<PngText>& texts);
+
+// A request that makes this image (or grid) again.
+GenerationRequest request_from_metadata(const ImageMetadata& m);
+
+// Canonical A1111-style sampler name ("PNDM", "DDIM", "LMS", "DPM++ 2M", "Euler").
+std::string sampler_display_name(SchedulerKind kind);
+
+}  // namespace octodiff
