@@ -10,6 +10,11 @@
 #include "schedulers/scheduler_classes.h"
 #include "schedulers/scheduler_math.h"
 
+// Round every a·b + c as written, like torch's separate element-wise kernels and numpy's
+// baseline build (GCC would otherwise fuse them into FMAs in C++ even in ISO mode); the FMAs
+// the references do contain are written as std::fma.
+#pragma GCC optimize("fp-contract=off")
+
 namespace octodiff {
 
 using sched::elementwise;
@@ -29,7 +34,8 @@ SchedulerState DdimScheduler::set_timesteps(int n) const {
   switch (spacing) {
     case TimestepSpacing::Linspace: {
       auto grid = sched::numpy_linspace(0, T - 1, n);
-      for (auto it = grid.rbegin(); it != grid.rend(); ++it) state.timesteps.push_back(sched::round_half_even(*it));
+      for (auto it = grid.rbegin(); it != grid.rend(); ++it)
+        state.timesteps.push_back(sched::round_half_even(*it));
       break;
     }
     case TimestepSpacing::Leading:
@@ -42,7 +48,9 @@ SchedulerState DdimScheduler::set_timesteps(int n) const {
   return state;
 }
 
-double DdimScheduler::init_noise_sigma(const SchedulerState&) const { return 1.0; }
+double DdimScheduler::init_noise_sigma(const SchedulerState&) const {
+  return 1.0;
+}
 
 int DdimScheduler::num_model_calls(const SchedulerState& state) const {
   return static_cast<int>(state.timesteps.size());

@@ -15,6 +15,11 @@
 #include "schedulers/scheduler_classes.h"
 #include "schedulers/scheduler_math.h"
 
+// Round every a·b + c as written, like torch's separate element-wise kernels and numpy's
+// baseline build (GCC would otherwise fuse them into FMAs in C++ even in ISO mode); the FMAs
+// the references do contain are written as std::fma.
+#pragma GCC optimize("fp-contract=off")
+
 namespace octodiff {
 
 using sched::elementwise;
@@ -22,9 +27,11 @@ using sched::elementwise;
 DpmSolverMultistepScheduler::DpmSolverMultistepScheduler(const SchedulerConfig& config,
                                                          SchedulerSemantics semantics)
     : Scheduler(config, semantics), train_sigmas_(sched::training_sigmas(alphas_cumprod_)) {
-  if (semantics_ == SchedulerSemantics::Diffusers && !data_prediction() && config_.final_sigmas_type == "zero")
-    fail("DPMSolverMultistepScheduler: algorithm_type 'dpmsolver' cannot end at sigma 0; set "
-         "final_sigmas_type to 'sigma_min'");
+  if (semantics_ == SchedulerSemantics::Diffusers && !data_prediction() &&
+      config_.final_sigmas_type == "zero")
+    fail(
+        "DPMSolverMultistepScheduler: algorithm_type 'dpmsolver' cannot end at sigma 0; set "
+        "final_sigmas_type to 'sigma_min'");
 }
 
 SchedulerState DpmSolverMultistepScheduler::set_timesteps(int n) const {
@@ -65,7 +72,9 @@ SchedulerState DpmSolverMultistepScheduler::set_timesteps(int n) const {
   return state;
 }
 
-double DpmSolverMultistepScheduler::init_noise_sigma(const SchedulerState&) const { return 1.0; }
+double DpmSolverMultistepScheduler::init_noise_sigma(const SchedulerState&) const {
+  return 1.0;
+}
 
 int DpmSolverMultistepScheduler::num_model_calls(const SchedulerState& state) const {
   return static_cast<int>(state.timesteps.size());
@@ -99,29 +108,36 @@ DpmSolverMultistepScheduler::Level DpmSolverMultistepScheduler::level_of_timeste
   return l;
 }
 
-Tensor DpmSolverMultistepScheduler::convert_model_output(const Tensor& m, const Tensor& x, const Level& s) const {
+Tensor DpmSolverMultistepScheduler::convert_model_output(const Tensor& m, const Tensor& x,
+                                                         const Level& s) const {
   const float a = s.alpha, sg = s.sigma;
   const PredictionType p = config_.prediction_type;
   if (data_prediction()) {  // x0 prediction
-    if (p == PredictionType::Epsilon) return elementwise([=](float xv, float mv) { return (xv - sg * mv) / a; }, x, m);
-    if (p == PredictionType::VPrediction) return elementwise([=](float xv, float mv) { return a * xv - sg * mv; }, x, m);
+    if (p == PredictionType::Epsilon)
+      return elementwise([=](float xv, float mv) { return (xv - sg * mv) / a; }, x, m);
+    if (p == PredictionType::VPrediction)
+      return elementwise([=](float xv, float mv) { return a * xv - sg * mv; }, x, m);
     return m;
   }
   // noise prediction
-  if (p == PredictionType::Sample) return elementwise([=](float xv, float mv) { return (xv - a * mv) / sg; }, x, m);
-  if (p == PredictionType::VPrediction) return elementwise([=](float xv, float mv) { return a * mv + sg * xv; }, x, m);
+  if (p == PredictionType::Sample)
+    return elementwise([=](float xv, float mv) { return (xv - a * mv) / sg; }, x, m);
+  if (p == PredictionType::VPrediction)
+    return elementwise([=](float xv, float mv) { return a * mv + sg * xv; }, x, m);
   return m;
 }
 
 // outputs/levels: newest last (levels[k] belongs to outputs[k]); `order` of them are used.
-Tensor DpmSolverMultistepScheduler::update(const std::vector<Tensor>& outputs, const std::vector<Level>& levels,
-                                           const Level& t, int order, const Tensor& x) const {
+Tensor DpmSolverMultistepScheduler::update(const std::vector<Tensor>& outputs,
+                                           const std::vector<Level>& levels, const Level& t, int order,
+                                           const Tensor& x) const {
   const size_t n = outputs.size();
   const Tensor& m0 = outputs[n - 1];
   const Level& s0 = levels[n - 1];
   const float h = t.lambda - s0.lambda;
   const bool pp = data_prediction();
-  // dpmsolver++: x_t = (σ_t/σ_s0)·x − α_t(e^{−h} − 1)·D0 ...; dpmsolver: (α_t/α_s0)·x − σ_t(e^{h} − 1)·D0 ...
+  // dpmsolver++: x_t = (σ_t/σ_s0)·x − α_t(e^{−h} − 1)·D0 ...
+  // dpmsolver:   x_t = (α_t/α_s0)·x − σ_t(e^{h} − 1)·D0 ...
   const float x_coeff = pp ? t.sigma / s0.sigma : t.alpha / s0.alpha;
   const float phi = pp ? std::exp(-h) - 1.0f : std::exp(h) - 1.0f;
   const float base = pp ? t.alpha : t.sigma;
@@ -156,12 +172,12 @@ Tensor DpmSolverMultistepScheduler::update(const std::vector<Tensor>& outputs, c
   const float c2 = pp ? t.alpha * ((phi + h) / (h * h) - 0.5f) : t.sigma * ((phi - h) / (h * h) - 0.5f);
   if (pp) {
     return elementwise(
-        [=](float xv, float v0, float v1, float v2) { return x_coeff * xv - c0 * v0 + c1 * v1 - c2 * v2; }, x, m0,
-        d1, d2);
+        [=](float xv, float v0, float v1, float v2) { return x_coeff * xv - c0 * v0 + c1 * v1 - c2 * v2; }, x,
+        m0, d1, d2);
   }
   return elementwise(
-      [=](float xv, float v0, float v1, float v2) { return x_coeff * xv - c0 * v0 - c1 * v1 - c2 * v2; }, x, m0, d1,
-      d2);
+      [=](float xv, float v0, float v1, float v2) { return x_coeff * xv - c0 * v0 - c1 * v1 - c2 * v2; }, x,
+      m0, d1, d2);
 }
 
 StepResult DpmSolverMultistepScheduler::step(const SchedulerState& state, const Tensor& model_output, int i,

@@ -17,6 +17,11 @@
 #include "schedulers/scheduler_classes.h"
 #include "schedulers/scheduler_math.h"
 
+// Round every a·b + c as written, like torch's separate element-wise kernels and numpy's
+// baseline build (GCC would otherwise fuse them into FMAs in C++ even in ISO mode); the FMAs
+// the references do contain are written as std::fma.
+#pragma GCC optimize("fp-contract=off")
+
 namespace octodiff {
 
 using sched::elementwise;
@@ -25,9 +30,13 @@ EulerDiscreteScheduler::EulerDiscreteScheduler(const SchedulerConfig& config, Sc
     : Scheduler(config, semantics), train_sigmas_(sched::training_sigmas(alphas_cumprod_)) {
   if (semantics_ == SchedulerSemantics::Flax) {
     if (config_.timestep_spacing == TimestepSpacing::Trailing)
-      fail("EulerDiscreteScheduler (Flax): timestep_spacing 'trailing' is not supported (use linspace or leading)");
+      fail(
+          "EulerDiscreteScheduler (Flax): timestep_spacing 'trailing' is not supported (use linspace or "
+          "leading)");
     if (config_.prediction_type == PredictionType::Sample)
-      fail("EulerDiscreteScheduler (Flax): prediction_type 'sample' is not supported (use epsilon or v_prediction)");
+      fail(
+          "EulerDiscreteScheduler (Flax): prediction_type 'sample' is not supported (use epsilon or "
+          "v_prediction)");
   }
 }
 

@@ -18,6 +18,11 @@
 #include "schedulers/scheduler_classes.h"
 #include "schedulers/scheduler_math.h"
 
+// Round every a·b + c as written, like torch's separate element-wise kernels and numpy's
+// baseline build (GCC would otherwise fuse them into FMAs in C++ even in ISO mode); the FMAs
+// the references do contain are written as std::fma.
+#pragma GCC optimize("fp-contract=off")
+
 namespace octodiff {
 namespace {
 
@@ -104,7 +109,8 @@ double LmsDiscreteScheduler::model_timestep(const SchedulerState& state, int i) 
   return state.timesteps[i];  // Flax grid entries are already int32-truncated
 }
 
-Tensor LmsDiscreteScheduler::scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const {
+Tensor LmsDiscreteScheduler::scale_model_input(const SchedulerState& state, const Tensor& sample,
+                                               int i) const {
   sched::check_call(state, i, "LMS scale_model_input");
   const float sigma = static_cast<float>(state.sigmas[i]);
   const float scale = std::sqrt(sigma * sigma + 1.0f);
@@ -146,8 +152,7 @@ StepResult LmsDiscreteScheduler::step(const SchedulerState& state, const Tensor&
   // Coefficients are rounded to f32 where torch multiplies them into the f32 derivatives, and
   // the terms are summed newest first, as Python's sum() does.
   std::array<float, kLmsOrder> coeff{};
-  for (int k = 0; k < order; ++k)
-    coeff[k] = static_cast<float>(lms_coefficient(state.sigmas, i, order, k));
+  for (int k = 0; k < order; ++k) coeff[k] = static_cast<float>(lms_coefficient(state.sigmas, i, order, k));
   Tensor sum = elementwise([&](float d) { return coeff[0] * d; }, r.state.history[n - 1]);
   for (int k = 1; k < order; ++k)
     sum = elementwise([&](float s, float d) { return s + coeff[k] * d; }, sum, r.state.history[n - 1 - k]);

@@ -12,6 +12,11 @@
 #include "schedulers/scheduler_classes.h"
 #include "schedulers/scheduler_math.h"
 
+// Round every a·b + c as written, like torch's separate element-wise kernels and numpy's
+// baseline build (GCC would otherwise fuse them into FMAs in C++ even in ISO mode); the FMAs
+// the references do contain are written as std::fma.
+#pragma GCC optimize("fp-contract=off")
+
 namespace octodiff {
 
 using sched::elementwise;
@@ -33,7 +38,8 @@ SchedulerState PndmScheduler::set_timesteps(int n) const {
       for (double v : sched::numpy_linspace(0, T - 1, n)) ascending.push_back(sched::round_half_even(v));
       break;
     case TimestepSpacing::Leading:
-      for (int k = 0; k < n; ++k) ascending.push_back(static_cast<double>(k * (T / n) + config_.steps_offset));
+      for (int k = 0; k < n; ++k)
+        ascending.push_back(static_cast<double>(k * (T / n) + config_.steps_offset));
       break;
     case TimestepSpacing::Trailing: {
       auto grid = sched::trailing_grid(T, n, false);
@@ -51,7 +57,8 @@ SchedulerState PndmScheduler::set_timesteps(int n) const {
     plms.push_back(ascending[m - 1]);
     state.timesteps.assign(plms.rbegin(), plms.rend());
   } else {
-    if (m < 4) fail("PNDM with Runge-Kutta warm-up steps (skip_prk_steps = false) needs at least 4 inference steps");
+    if (m < 4)
+      fail("PNDM with Runge-Kutta warm-up steps (skip_prk_steps = false) needs at least 4 inference steps");
     // The last four grid points, each followed by its half step, minus the last one; every
     // entry repeated twice, minus the first and the last; reversed: 12 entries.
     const double half = static_cast<double>(T / n / 2);
@@ -70,7 +77,9 @@ SchedulerState PndmScheduler::set_timesteps(int n) const {
   return state;
 }
 
-double PndmScheduler::init_noise_sigma(const SchedulerState&) const { return 1.0; }
+double PndmScheduler::init_noise_sigma(const SchedulerState&) const {
+  return 1.0;
+}
 
 int PndmScheduler::num_model_calls(const SchedulerState& state) const {
   const int listed = static_cast<int>(state.timesteps.size());
@@ -97,7 +106,8 @@ StepResult PndmScheduler::step(const SchedulerState& state, const Tensor& model_
   return step_plms(state, model_output, t, sample);
 }
 
-StepResult PndmScheduler::step_prk(const SchedulerState& state, const Tensor& e, int t, const Tensor& x) const {
+StepResult PndmScheduler::step_prk(const SchedulerState& state, const Tensor& e, int t,
+                                   const Tensor& x) const {
   const int c = state.step_index;
   const int half = config_.num_train_timesteps / state.num_inference_steps / 2;
   const int t_prev = t - (c % 2 ? 0 : half);
@@ -117,7 +127,8 @@ StepResult PndmScheduler::step_prk(const SchedulerState& state, const Tensor& e,
       break;
     case 1:
     case 2:
-      r.state.accumulator = elementwise([&](float a, float v) { return a + third * v; }, state.accumulator, e);
+      r.state.accumulator =
+          elementwise([&](float a, float v) { return a + third * v; }, state.accumulator, e);
       break;
     case 3:
       slope = elementwise([&](float a, float v) { return a + sixth * v; }, state.accumulator, e);
@@ -129,7 +140,8 @@ StepResult PndmScheduler::step_prk(const SchedulerState& state, const Tensor& e,
   return r;
 }
 
-StepResult PndmScheduler::step_plms(const SchedulerState& state, const Tensor& e, int t, const Tensor& x) const {
+StepResult PndmScheduler::step_plms(const SchedulerState& state, const Tensor& e, int t,
+                                    const Tensor& x) const {
   const int c = state.step_index;
   const int r_step = config_.num_train_timesteps / state.num_inference_steps;
   int t_prev = t - r_step;
@@ -165,14 +177,15 @@ StepResult PndmScheduler::step_plms(const SchedulerState& state, const Tensor& e
       slope = elementwise([](float a, float b) { return (3.0f * a - b) / 2.0f; }, at(1), at(2));
       break;
     case 3:
-      slope = elementwise([](float a, float b, float d) { return (23.0f * a - 16.0f * b + 5.0f * d) / 12.0f; },
-                          at(1), at(2), at(3));
+      slope =
+          elementwise([](float a, float b, float d) { return (23.0f * a - 16.0f * b + 5.0f * d) / 12.0f; },
+                      at(1), at(2), at(3));
       break;
     default: {
       const float w = static_cast<float>(1.0 / 24.0);
-      slope = elementwise(
-          [w](float a, float b, float d, float f) { return w * (55.0f * a - 59.0f * b + 37.0f * d - 9.0f * f); },
-          at(1), at(2), at(3), at(4));
+      slope = elementwise([w](float a, float b, float d,
+                              float f) { return w * (55.0f * a - 59.0f * b + 37.0f * d - 9.0f * f); },
+                          at(1), at(2), at(3), at(4));
     }
   }
   r.prev_sample = transfer(r.state.cur_sample, t, t_prev, slope);

@@ -23,22 +23,32 @@ SchedulerKind parse_scheduler_kind(const std::string& name) {
 
 std::string scheduler_name(SchedulerKind kind) {
   switch (kind) {
-    case SchedulerKind::Pndm: return "pndm";
-    case SchedulerKind::Ddim: return "ddim";
-    case SchedulerKind::Lms: return "lms";
-    case SchedulerKind::DpmSolverPP: return "dpm++";
-    case SchedulerKind::Euler: return "euler";
+    case SchedulerKind::Pndm:
+      return "pndm";
+    case SchedulerKind::Ddim:
+      return "ddim";
+    case SchedulerKind::Lms:
+      return "lms";
+    case SchedulerKind::DpmSolverPP:
+      return "dpm++";
+    case SchedulerKind::Euler:
+      return "euler";
   }
   return "?";
 }
 
 std::string scheduler_class_name(SchedulerKind kind) {
   switch (kind) {
-    case SchedulerKind::Pndm: return "PNDMScheduler";
-    case SchedulerKind::Ddim: return "DDIMScheduler";
-    case SchedulerKind::Lms: return "LMSDiscreteScheduler";
-    case SchedulerKind::DpmSolverPP: return "DPMSolverMultistepScheduler";
-    case SchedulerKind::Euler: return "EulerDiscreteScheduler";
+    case SchedulerKind::Pndm:
+      return "PNDMScheduler";
+    case SchedulerKind::Ddim:
+      return "DDIMScheduler";
+    case SchedulerKind::Lms:
+      return "LMSDiscreteScheduler";
+    case SchedulerKind::DpmSolverPP:
+      return "DPMSolverMultistepScheduler";
+    case SchedulerKind::Euler:
+      return "EulerDiscreteScheduler";
   }
   return "?";
 }
@@ -53,11 +63,16 @@ std::unique_ptr<Scheduler> Scheduler::create(SchedulerKind kind, const Scheduler
                                              SchedulerSemantics semantics) {
   config.validate(kind);
   switch (kind) {
-    case SchedulerKind::Pndm: return std::make_unique<PndmScheduler>(config, semantics);
-    case SchedulerKind::Ddim: return std::make_unique<DdimScheduler>(config, semantics);
-    case SchedulerKind::Lms: return std::make_unique<LmsDiscreteScheduler>(config, semantics);
-    case SchedulerKind::DpmSolverPP: return std::make_unique<DpmSolverMultistepScheduler>(config, semantics);
-    case SchedulerKind::Euler: return std::make_unique<EulerDiscreteScheduler>(config, semantics);
+    case SchedulerKind::Pndm:
+      return std::make_unique<PndmScheduler>(config, semantics);
+    case SchedulerKind::Ddim:
+      return std::make_unique<DdimScheduler>(config, semantics);
+    case SchedulerKind::Lms:
+      return std::make_unique<LmsDiscreteScheduler>(config, semantics);
+    case SchedulerKind::DpmSolverPP:
+      return std::make_unique<DpmSolverMultistepScheduler>(config, semantics);
+    case SchedulerKind::Euler:
+      return std::make_unique<EulerDiscreteScheduler>(config, semantics);
   }
   fail("unknown scheduler kind");
 }

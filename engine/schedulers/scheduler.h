@@ -30,7 +30,7 @@ enum class TimestepSpacing { Leading, Linspace, Trailing };
 // "pndm", "ddim", "lms", "dpm++" (also "dpmpp2m", "dpm"), "euler"; throws octodiff::Error listing
 // the valid names otherwise.
 SchedulerKind parse_scheduler_kind(const std::string& name);
-std::string scheduler_name(SchedulerKind kind);  // canonical CLI name ("dpm++", ...)
+std::string scheduler_name(SchedulerKind kind);        // canonical CLI name ("dpm++", ...)
 std::string scheduler_class_name(SchedulerKind kind);  // diffusers class, e.g. "PNDMScheduler"
 
 // Configuration as diffusers' `Cls.from_config(scheduler_config.json)` builds it: keys present
@@ -49,8 +49,8 @@ struct SchedulerConfig {
   double clip_sample_range = 1.0;
   PredictionType prediction_type = PredictionType::Epsilon;
   TimestepSpacing timestep_spacing = TimestepSpacing::Leading;
-  int solver_order = 2;            // DPM-Solver
-  bool lower_order_final = true;   // DPM-Solver
+  int solver_order = 2;                        // DPM-Solver
+  bool lower_order_final = true;               // DPM-Solver
   std::string algorithm_type = "dpmsolver++";  // dpmsolver++ | dpmsolver
   std::string solver_type = "midpoint";        // midpoint | heun
   // DPM-Solver/Euler under Diffusers semantics: the sigma the last step lands on ("zero" |
@@ -69,7 +69,7 @@ struct SchedulerState {
   std::vector<double> timesteps;  // the grid as the scheduler stores it (may be fractional)
   std::vector<double> sigmas;     // LMS/Euler/DPM (diffusers): per-step sigmas, last = final
   int num_inference_steps = 0;
-  int step_index = 0;             // number of completed step() calls
+  int step_index = 0;  // number of completed step() calls
   // Multistep history (PNDM ets, LMS derivatives, DPM model outputs), newest last.
   std::vector<Tensor> history;
   std::vector<double> history_t;  // the timestep/sigma each history entry belongs to

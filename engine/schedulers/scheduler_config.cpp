@@ -1,7 +1,6 @@
 // SchedulerConfig: class defaults, scheduler_config.json parsing and validation.
 #include <cmath>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -14,9 +13,12 @@ using nlohmann::json;
 
 const char* prediction_name(PredictionType p) {
   switch (p) {
-    case PredictionType::Epsilon: return "epsilon";
-    case PredictionType::VPrediction: return "v_prediction";
-    case PredictionType::Sample: return "sample";
+    case PredictionType::Epsilon:
+      return "epsilon";
+    case PredictionType::VPrediction:
+      return "v_prediction";
+    case PredictionType::Sample:
+      return "sample";
   }
   return "?";
 }
@@ -173,7 +175,8 @@ SchedulerConfig SchedulerConfig::from_json(const std::string& json_text, Schedul
 
   SchedulerConfig c = defaults(kind);
   const auto has = [&](const char* key) { return j.contains(key); };
-  if (has("num_train_timesteps")) c.num_train_timesteps = int_value(j["num_train_timesteps"], "num_train_timesteps");
+  if (has("num_train_timesteps"))
+    c.num_train_timesteps = int_value(j["num_train_timesteps"], "num_train_timesteps");
   if (has("beta_start")) c.beta_start = number_value(j["beta_start"], "beta_start");
   if (has("beta_end")) c.beta_end = number_value(j["beta_end"], "beta_end");
   if (has("beta_schedule")) c.beta_schedule = string_value(j["beta_schedule"], "beta_schedule");
@@ -187,15 +190,18 @@ SchedulerConfig SchedulerConfig::from_json(const std::string& json_text, Schedul
   if (has("skip_prk_steps")) c.skip_prk_steps = bool_value(j["skip_prk_steps"], "skip_prk_steps");
   if (has("steps_offset")) c.steps_offset = int_value(j["steps_offset"], "steps_offset");
   if (has("clip_sample")) c.clip_sample = bool_value(j["clip_sample"], "clip_sample");
-  if (has("clip_sample_range")) c.clip_sample_range = number_value(j["clip_sample_range"], "clip_sample_range");
-  if (has("prediction_type")) c.prediction_type = parse_prediction(string_value(j["prediction_type"], "prediction_type"));
+  if (has("clip_sample_range"))
+    c.clip_sample_range = number_value(j["clip_sample_range"], "clip_sample_range");
+  if (has("prediction_type"))
+    c.prediction_type = parse_prediction(string_value(j["prediction_type"], "prediction_type"));
   if (has("timestep_spacing"))
     c.timestep_spacing = parse_spacing(string_value(j["timestep_spacing"], "timestep_spacing"));
   if (has("solver_order")) c.solver_order = int_value(j["solver_order"], "solver_order");
   if (has("lower_order_final")) c.lower_order_final = bool_value(j["lower_order_final"], "lower_order_final");
   if (has("algorithm_type")) c.algorithm_type = string_value(j["algorithm_type"], "algorithm_type");
   if (has("solver_type")) c.solver_type = string_value(j["solver_type"], "solver_type");
-  if (has("final_sigmas_type")) c.final_sigmas_type = string_value(j["final_sigmas_type"], "final_sigmas_type");
+  if (has("final_sigmas_type"))
+    c.final_sigmas_type = string_value(j["final_sigmas_type"], "final_sigmas_type");
   reject_unsupported_options(j, kind);
   c.validate(kind);
   return c;

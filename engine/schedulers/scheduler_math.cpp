@@ -3,6 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+// Round every a·b + c as written, like torch's separate element-wise kernels and numpy's
+// baseline build (GCC would otherwise fuse them into FMAs in C++ even in ISO mode); the FMAs
+// the references do contain are written as std::fma.
+#pragma GCC optimize("fp-contract=off")
+
 namespace octodiff::sched {
 
 std::vector<double> numpy_linspace(double start, double stop, int64_t num) {
@@ -28,7 +33,9 @@ std::vector<double> numpy_arange(double start, double stop, double step) {
   return out;
 }
 
-double round_half_even(double x) { return std::nearbyint(x); }  // default FE_TONEAREST mode
+double round_half_even(double x) {
+  return std::nearbyint(x);
+}  // default FE_TONEAREST mode
 
 std::vector<float> torch_linspace_f32(float start, float end, int64_t steps, int vector_width) {
   std::vector<float> out(static_cast<size_t>(steps));
@@ -39,10 +46,11 @@ std::vector<float> torch_linspace_f32(float start, float end, int64_t steps, int
   const float step = (end - start) / static_cast<float>(steps - 1);
   const int64_t halfway = steps / 2;
   // The element (or, in the vector loop, the chunk base) counts from `start` in the first half
-  // and back from `end` in the second.
+  // and back from `end` in the second. ATen's CPU kernels are built with FMA contraction, so
+  // `start + step·idx` (and `base + k·step` below) are single fused operations there.
   auto anchored = [&](int64_t idx) {
-    return idx < halfway ? start + step * static_cast<float>(idx)
-                         : end - step * static_cast<float>(steps - idx - 1);
+    return idx < halfway ? std::fma(step, static_cast<float>(idx), start)
+                         : std::fma(-step, static_cast<float>(steps - idx - 1), end);
   };
   int64_t i = 0;
   if (vector_width > 0) {
@@ -52,7 +60,7 @@ std::vector<float> torch_linspace_f32(float start, float end, int64_t steps, int
     const int64_t vector_end = steps / (2 * w) * (2 * w);
     for (; i < vector_end; i += w) {
       const float base = anchored(i);
-      for (int64_t k = 0; k < w; ++k) out[i + k] = base + static_cast<float>(k) * step;
+      for (int64_t k = 0; k < w; ++k) out[i + k] = std::fma(static_cast<float>(k), step, base);
     }
   }
   for (; i < steps; ++i) out[i] = anchored(i);
@@ -81,9 +89,9 @@ std::vector<float> make_betas(const SchedulerConfig& config, SchedulerSemantics 
     for (double b : config.trained_betas) betas.push_back(static_cast<float>(b));
     return betas;
   }
-  // torch.linspace fills through ATen's vectorised CPU loop (chunk base + k·step). With 4, 8 or
-  // 16 lanes this, with the double cumprod, reproduces the golden alphas_cumprod bit for bit;
-  // the scalar formula alone misses by up to 2 ulp.
+  // torch.linspace fills through ATen's vectorised CPU loop (fused chunk base + k·step). With 4,
+  // 8 or 16 lanes this, with the double cumprod, reproduces the golden alphas_cumprod bit for
+  // bit; the scalar formula, or unfused arithmetic, misses by up to 4 ulp.
   constexpr int kTorchVectorWidth = 8;
   auto linspace = [&](double a, double b) {
     return semantics == SchedulerSemantics::Diffusers

@@ -28,7 +28,8 @@ TEST(SchedulerNames, ParseAndPrint) {
   EXPECT_EQ(parse_scheduler_kind("DDIM"), SchedulerKind::Ddim);
   EXPECT_EQ(parse_scheduler_kind("lms"), SchedulerKind::Lms);
   EXPECT_EQ(parse_scheduler_kind("euler"), SchedulerKind::Euler);
-  for (const char* n : {"dpm++", "dpmpp2m", "dpm"}) EXPECT_EQ(parse_scheduler_kind(n), SchedulerKind::DpmSolverPP);
+  for (const char* n : {"dpm++", "dpmpp2m", "dpm"})
+    EXPECT_EQ(parse_scheduler_kind(n), SchedulerKind::DpmSolverPP);
   for (SchedulerKind k : kAllKinds) EXPECT_EQ(parse_scheduler_kind(scheduler_name(k)), k);
   EXPECT_EQ(scheduler_class_name(SchedulerKind::DpmSolverPP), "DPMSolverMultistepScheduler");
   expect_error([] { parse_scheduler_kind("heun"); }, "valid: pndm, ddim, lms, dpm++, euler");
@@ -56,7 +57,8 @@ TEST(SchedulerConfigTest, ClassDefaults) {
   EXPECT_EQ(dpm.solver_type, "midpoint");
   EXPECT_TRUE(dpm.lower_order_final);
   EXPECT_EQ(dpm.final_sigmas_type, "zero");
-  for (SchedulerKind k : kAllKinds) EXPECT_EQ(SchedulerConfig::defaults(k).prediction_type, PredictionType::Epsilon);
+  for (SchedulerKind k : kAllKinds)
+    EXPECT_EQ(SchedulerConfig::defaults(k).prediction_type, PredictionType::Epsilon);
 }
 
 TEST(SchedulerConfigTest, SdJsonOverridesOnlyKeysPresent) {
@@ -73,7 +75,8 @@ TEST(SchedulerConfigTest, SdJsonOverridesOnlyKeysPresent) {
   const SchedulerConfig ddim = SchedulerConfig::from_json(json, SchedulerKind::Ddim);
   EXPECT_FALSE(ddim.clip_sample);  // the json says false; the class default is true
   // Keys the file lacks keep the *target* class default, not the PNDM one.
-  EXPECT_EQ(SchedulerConfig::from_json(json, SchedulerKind::Euler).timestep_spacing, TimestepSpacing::Linspace);
+  EXPECT_EQ(SchedulerConfig::from_json(json, SchedulerKind::Euler).timestep_spacing,
+            TimestepSpacing::Linspace);
   EXPECT_EQ(SchedulerConfig::from_json(json, SchedulerKind::DpmSolverPP).solver_order, 2);
 }
 
@@ -127,11 +130,13 @@ TEST(SchedulerConfigTest, RejectsBadJsonAndValues) {
   expect_error(parse(R"({"skip_prk_steps": "yes"})"), "'skip_prk_steps' must be true or false");
   expect_error(parse(R"({"steps_offset": -1})"), "steps_offset");
   expect_error(parse(R"({"trained_betas": [0.1, 0.2]})"), "trained_betas has 2 values");
-  expect_error(parse(R"({"prediction_type": "sample"})", SchedulerKind::Pndm), "PNDM handles epsilon and v_prediction");
+  expect_error(parse(R"({"prediction_type": "sample"})", SchedulerKind::Pndm),
+               "PNDM handles epsilon and v_prediction");
   // Options this port does not implement are refused for the classes that know them...
   expect_error(parse(R"({"thresholding": true})", SchedulerKind::Ddim), "'thresholding' = true");
   expect_error(parse(R"({"use_karras_sigmas": true})", SchedulerKind::Euler), "'use_karras_sigmas' = true");
-  expect_error(parse(R"({"rescale_betas_zero_snr": true})", SchedulerKind::DpmSolverPP), "rescale_betas_zero_snr");
+  expect_error(parse(R"({"rescale_betas_zero_snr": true})", SchedulerKind::DpmSolverPP),
+               "rescale_betas_zero_snr");
   expect_error(parse(R"({"lambda_min_clipped": -5.1})", SchedulerKind::DpmSolverPP), "lambda_min_clipped");
   expect_error(parse(R"({"interpolation_type": "log_linear"})", SchedulerKind::Euler), "interpolation_type");
   // ... and ignored by classes that do not (as diffusers' from_config does).
@@ -151,8 +156,9 @@ TEST(SchedulerConfigTest, SemanticsSpecificRestrictions) {
   dpm.final_sigmas_type = "sigma_min";
   EXPECT_NO_THROW(Scheduler::create(SchedulerKind::DpmSolverPP, dpm, SchedulerSemantics::Diffusers));
   SchedulerConfig pndm = SchedulerConfig::defaults(SchedulerKind::Pndm);  // PRK needs >= 4 steps
-  expect_error([&] { Scheduler::create(SchedulerKind::Pndm, pndm, SchedulerSemantics::Flax)->set_timesteps(3); },
-               "at least 4");
+  expect_error(
+      [&] { Scheduler::create(SchedulerKind::Pndm, pndm, SchedulerSemantics::Flax)->set_timesteps(3); },
+      "at least 4");
 }
 
 TEST(SchedulerErrors, StepCounts) {
@@ -170,7 +176,8 @@ TEST(SchedulerErrors, StepCounts) {
 
 TEST(SchedulerErrors, StepMisuse) {
   for (SchedulerKind k : kAllKinds) {
-    auto s = Scheduler::create(k, SchedulerConfig::from_json(tiny_sd_scheduler_json(), k), SchedulerSemantics::Diffusers);
+    auto s = Scheduler::create(k, SchedulerConfig::from_json(tiny_sd_scheduler_json(), k),
+                               SchedulerSemantics::Diffusers);
     const Tensor x = Tensor::full({1, 4, 2, 2}, 0.5f), m = Tensor::full({1, 4, 2, 2}, 0.1f);
     expect_error([&] { s->step(SchedulerState{}, m, 0, x); }, "set_timesteps() first");
     SchedulerState state = s->set_timesteps(5);

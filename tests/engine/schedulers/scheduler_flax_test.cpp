@@ -13,13 +13,17 @@ namespace {
 
 constexpr auto kFlax = SchedulerSemantics::Flax;
 
-SchedulerConfig sd_config(SchedulerKind kind) { return SchedulerConfig::from_json(tiny_sd_scheduler_json(), kind); }
+SchedulerConfig sd_config(SchedulerKind kind) {
+  return SchedulerConfig::from_json(tiny_sd_scheduler_json(), kind);
+}
 
 std::unique_ptr<Scheduler> flax(SchedulerKind kind, const SchedulerConfig& config) {
   return Scheduler::create(kind, config, kFlax);
 }
 
-std::vector<double> as_doubles(std::initializer_list<int> v) { return std::vector<double>(v.begin(), v.end()); }
+std::vector<double> as_doubles(std::initializer_list<int> v) {
+  return std::vector<double>(v.begin(), v.end());
+}
 
 // ---- §8: full loops of the diffusers Flax tests ------------------------------------------------
 
@@ -53,8 +57,8 @@ Tensor full_loop(SchedulerKind kind, double beta_start, bool set_alpha_to_one) {
 void expect_sum_mean(const std::string& label, const Tensor& x, double sum, double mean) {
   double s = 0;
   for (float v : x) s += std::fabs(v);
-  std::printf("[flax-vector] %-44s sum|x|=%.4f (ref %.4f, diff %.1e)  mean|x|=%.6f (ref %.6f)\n", label.c_str(), s,
-              sum, std::fabs(s - sum), s / x.numel(), mean);
+  std::printf("[flax-vector] %-44s sum|x|=%.4f (ref %.4f, diff %.1e)  mean|x|=%.6f (ref %.6f)\n",
+              label.c_str(), s, sum, std::fabs(s - sum), s / x.numel(), mean);
   EXPECT_NEAR(s, sum, 1e-2) << label;
   EXPECT_NEAR(s / x.numel(), mean, 1e-3) << label;
 }
@@ -63,19 +67,20 @@ TEST(FlaxVectors, Ddim) {
   SchedulerConfig defaults = SchedulerConfig::defaults(SchedulerKind::Ddim);
   ASSERT_TRUE(defaults.clip_sample && defaults.set_alpha_to_one);
   expect_sum_mean("DDIM defaults", full_loop(SchedulerKind::Ddim, 0.0001, true), 172.0067, 0.223967);
-  expect_sum_mean("DDIM beta_start 0.01 set_alpha_to_one", full_loop(SchedulerKind::Ddim, 0.01, true), 149.8295,
-                  0.1951);
-  expect_sum_mean("DDIM beta_start 0.01 !set_alpha_to_one", full_loop(SchedulerKind::Ddim, 0.01, false), 149.0784,
-                  0.1941);
+  expect_sum_mean("DDIM beta_start 0.01 set_alpha_to_one", full_loop(SchedulerKind::Ddim, 0.01, true),
+                  149.8295, 0.1951);
+  expect_sum_mean("DDIM beta_start 0.01 !set_alpha_to_one", full_loop(SchedulerKind::Ddim, 0.01, false),
+                  149.0784, 0.1941);
 }
 
 TEST(FlaxVectors, PndmWithRungeKuttaWarmup) {
   ASSERT_FALSE(SchedulerConfig::defaults(SchedulerKind::Pndm).skip_prk_steps);
-  expect_sum_mean("PNDM defaults (PRK + PLMS)", full_loop(SchedulerKind::Pndm, 0.0001, false), 198.1318, 0.2580);
-  expect_sum_mean("PNDM beta_start 0.01 set_alpha_to_one", full_loop(SchedulerKind::Pndm, 0.01, true), 186.9466,
-                  0.24342);
-  expect_sum_mean("PNDM beta_start 0.01 !set_alpha_to_one", full_loop(SchedulerKind::Pndm, 0.01, false), 186.9482,
-                  0.2434);
+  expect_sum_mean("PNDM defaults (PRK + PLMS)", full_loop(SchedulerKind::Pndm, 0.0001, false), 198.1318,
+                  0.2580);
+  expect_sum_mean("PNDM beta_start 0.01 set_alpha_to_one", full_loop(SchedulerKind::Pndm, 0.01, true),
+                  186.9466, 0.24342);
+  expect_sum_mean("PNDM beta_start 0.01 !set_alpha_to_one", full_loop(SchedulerKind::Pndm, 0.01, false),
+                  186.9482, 0.2434);
 }
 
 // ---- §2: grids ---------------------------------------------------------------------------------
@@ -91,7 +96,8 @@ TEST(FlaxGrids, PndmSd50StepsRunsNCallsAndStopsAtT1) {
   EXPECT_EQ(s->model_timestep(state, 2), 961);
   EXPECT_EQ(s->model_timestep(state, 49), 21);  // the last UNet call; its step lands on t = 1
   // Diffusers semantics runs the full list (N + 1 calls).
-  auto torch = Scheduler::create(SchedulerKind::Pndm, sd_config(SchedulerKind::Pndm), SchedulerSemantics::Diffusers);
+  auto torch =
+      Scheduler::create(SchedulerKind::Pndm, sd_config(SchedulerKind::Pndm), SchedulerSemantics::Diffusers);
   EXPECT_EQ(torch->num_model_calls(torch->set_timesteps(50)), 51);
 }
 
@@ -99,7 +105,8 @@ TEST(FlaxGrids, PndmAndDdimWithStepsOffset) {
   SchedulerConfig c = SchedulerConfig::defaults(SchedulerKind::Pndm);
   c.steps_offset = 1;
   EXPECT_EQ(flax(SchedulerKind::Pndm, c)->set_timesteps(10).timesteps,
-            as_doubles({901, 851, 851, 801, 801, 751, 751, 701, 701, 651, 651, 601, 601, 501, 401, 301, 201, 101, 1}));
+            as_doubles({901, 851, 851, 801, 801, 751, 751, 701, 701, 651, 651, 601, 601, 501, 401, 301, 201,
+                        101, 1}));
   SchedulerConfig d = SchedulerConfig::defaults(SchedulerKind::Ddim);
   d.steps_offset = 1;
   EXPECT_EQ(flax(SchedulerKind::Ddim, d)->set_timesteps(5).timesteps, as_doubles({801, 601, 401, 201, 1}));
@@ -113,10 +120,10 @@ TEST(FlaxGrids, DpmSolverSpacings) {
   ASSERT_EQ(c.timestep_spacing, TimestepSpacing::Linspace);
   EXPECT_EQ(flax(SchedulerKind::DpmSolverPP, c)->set_timesteps(25).timesteps,
             as_doubles({999, 959, 919, 879, 839, 799, 759, 719, 679, 639, 599, 559, 519,
-                        480, 440, 400, 360, 320, 280, 240, 200, 160, 120, 80, 40}));
+                        480, 440, 400, 360, 320, 280, 240, 200, 160, 120, 80,  40}));
   EXPECT_EQ(flax(SchedulerKind::DpmSolverPP, c)->set_timesteps(20).timesteps,
-            as_doubles({999, 949, 899, 849, 799, 749, 699, 649, 599, 549, 500, 450, 400, 350, 300, 250, 200, 150, 100,
-                        50}));
+            as_doubles({999, 949, 899, 849, 799, 749, 699, 649, 599, 549,
+                        500, 450, 400, 350, 300, 250, 200, 150, 100, 50}));
   c.timestep_spacing = TimestepSpacing::Leading;  // ratio 1000 // 26 = 38, + steps_offset 1
   std::vector<double> leading;
   for (int k = 25; k >= 1; --k) leading.push_back(k * 38 + 1);
@@ -133,7 +140,8 @@ TEST(FlaxGrids, LmsTruncatesTimestepsAndUsesMaxTrainingSigma) {
   auto s = flax(SchedulerKind::Lms, sd_config(SchedulerKind::Lms));
   SchedulerState state = s->set_timesteps(50);
   ASSERT_EQ(state.timesteps.size(), 50u);
-  EXPECT_EQ(std::vector<double>(state.timesteps.begin(), state.timesteps.begin() + 4), as_doubles({999, 978, 958, 937}));
+  EXPECT_EQ(std::vector<double>(state.timesteps.begin(), state.timesteps.begin() + 4),
+            as_doubles({999, 978, 958, 937}));
   EXPECT_EQ(state.timesteps.back(), 0);
   EXPECT_EQ(s->model_timestep(state, 1), 978);
   // Read before set_timesteps by the pipeline: the largest training sigma, whatever the grid.
@@ -243,7 +251,8 @@ TEST(FlaxVsTorch, DpmSolverStepsToTrainingTimestepZero) {
     // torch's last step lands on sigma 0 (= its x0 prediction); Flax's on training t = 0.
     const Tensor torch_final = row(g.samples, n), flax_final = out[n - 1];
     const double gap = diff(flax_final, torch_final).max_abs;
-    std::printf("[flax-vs-torch] %s last step: |flax - torch| = %.3e (expected to differ)\n", g.prefix.c_str(), gap);
+    std::printf("[flax-vs-torch] %s last step: |flax - torch| = %.3e (expected to differ)\n",
+                g.prefix.c_str(), gap);
     EXPECT_GT(gap, 1e-3);
     if (n < 15) {
       // First order (lower_order_final, N < 15) = DDIM to t = 0: sqrt(ā_0)·x0 + sqrt(1 − ā_0)·eps.
@@ -288,7 +297,8 @@ TEST(FlaxVsTorch, EulerLinspaceFallsBackToIndexZero) {
   auto s = flax(SchedulerKind::Euler, sd_config(SchedulerKind::Euler));
   SchedulerState state = s->set_timesteps(5);
   EXPECT_EQ(state.timesteps, std::vector<double>({999, 749.25, 499.5, 249.75, 0}));
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(s->model_timestep(state, i), (std::vector<double>{999, 749, 499, 249, 0})[i]);
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(s->model_timestep(state, i), (std::vector<double>{999, 749, 499, 249, 0})[i]);
   const float s0 = static_cast<float>(state.sigmas[0]), s1 = static_cast<float>(state.sigmas[1]);
   const float s4 = static_cast<float>(state.sigmas[4]);
   EXPECT_GT(s4, 0.029f);
@@ -307,8 +317,10 @@ TEST(FlaxVsTorch, EulerLinspaceFallsBackToIndexZero) {
       const float x0 = x[j] - sigma * m[j];
       expected[j] = x[j] + (x[j] - x0) / sigma * (next - sigma);
     }
-    EXPECT_EQ(diff(scaled, expected_in).max_abs, 0.0) << "step " << k;
-    EXPECT_EQ(diff(r.prev_sample, expected).max_abs, 0.0) << "step " << k;
+    // Up to rounding (this file may be compiled with a·b + c fused); a wrong sigma index would
+    // be off by whole units.
+    EXPECT_LE(diff(scaled, expected_in).max_abs, 1e-6 * 30) << "step " << k;
+    EXPECT_LE(diff(r.prev_sample, expected).max_abs, 1e-6 * 30) << "step " << k;
     // Steps 0 and 4 (integral timesteps) agree with torch; 1..3 do not.
     if (k == 0 || k == 4) {
       expect_parity("euler.n5 flax vs torch step " + std::to_string(k), r.prev_sample, row(g.samples, k + 1));

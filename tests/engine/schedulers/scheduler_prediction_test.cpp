@@ -18,8 +18,9 @@ struct Level {
 
 // The noise level of the first step as each scheduler sees it.
 Level first_level(const Scheduler& s, const SchedulerState& state) {
-  const bool sigma_space = s.kind() == SchedulerKind::Lms || s.kind() == SchedulerKind::Euler ||
-                           (s.kind() == SchedulerKind::DpmSolverPP && s.semantics() == SchedulerSemantics::Diffusers);
+  const bool sigma_space =
+      s.kind() == SchedulerKind::Lms || s.kind() == SchedulerKind::Euler ||
+      (s.kind() == SchedulerKind::DpmSolverPP && s.semantics() == SchedulerSemantics::Diffusers);
   if (sigma_space) {
     const double sig = state.sigmas[0];
     const double alpha = 1.0 / std::sqrt(sig * sig + 1.0);
@@ -37,10 +38,11 @@ TEST(PredictionTypes, ConsistentModelsAgree) {
     x0[i] = static_cast<float>(0.9 * std::sin(0.7 * i + 0.3));
     eps[i] = static_cast<float>(1.5 * std::cos(1.3 * i));
   }
-  for (SchedulerKind kind : {SchedulerKind::Pndm, SchedulerKind::Ddim, SchedulerKind::Lms, SchedulerKind::Euler,
-                             SchedulerKind::DpmSolverPP}) {
+  for (SchedulerKind kind : {SchedulerKind::Pndm, SchedulerKind::Ddim, SchedulerKind::Lms,
+                             SchedulerKind::Euler, SchedulerKind::DpmSolverPP}) {
     for (auto semantics : {SchedulerSemantics::Diffusers, SchedulerSemantics::Flax}) {
-      const std::string label = scheduler_name(kind) + (semantics == SchedulerSemantics::Flax ? " flax" : " torch");
+      const std::string label =
+          scheduler_name(kind) + (semantics == SchedulerSemantics::Flax ? " flax" : " torch");
       SchedulerConfig config = SchedulerConfig::from_json(tiny_sd_scheduler_json(), kind);
       auto eps_scheduler = Scheduler::create(kind, config, semantics);
       const SchedulerState state = eps_scheduler->set_timesteps(10);
@@ -51,11 +53,12 @@ TEST(PredictionTypes, ConsistentModelsAgree) {
         v[i] = static_cast<float>(l.alpha * eps[i] - l.sigma * x0[i]);
       }
       const StepResult ref = eps_scheduler->step(state, eps, 0, x);
-      if (ref.pred_original_sample.numel() > 0) expect_parity(label + " epsilon: x0", ref.pred_original_sample, x0);
+      if (ref.pred_original_sample.numel() > 0)
+        expect_parity(label + " epsilon: x0", ref.pred_original_sample, x0);
 
       std::vector<std::pair<PredictionType, Tensor>> others = {{PredictionType::VPrediction, v}};
-      const bool supports_sample =
-          kind != SchedulerKind::Pndm && !(kind == SchedulerKind::Euler && semantics == SchedulerSemantics::Flax);
+      const bool supports_sample = kind != SchedulerKind::Pndm &&
+                                   !(kind == SchedulerKind::Euler && semantics == SchedulerSemantics::Flax);
       if (supports_sample) others.push_back({PredictionType::Sample, x0});
       for (const auto& [type, model_output] : others) {
         config.prediction_type = type;

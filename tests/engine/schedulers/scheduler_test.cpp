@@ -35,7 +35,8 @@ const Variant kVariants[] = {
 // have to be written (and justified) here.
 constexpr double kRel = 1e-4;
 
-std::unique_ptr<Scheduler> make(const Variant& v, SchedulerSemantics semantics = SchedulerSemantics::Diffusers) {
+std::unique_ptr<Scheduler> make(const Variant& v,
+                                SchedulerSemantics semantics = SchedulerSemantics::Diffusers) {
   SchedulerConfig config = SchedulerConfig::from_json(tiny_sd_scheduler_json(), v.kind);
   if (v.leading) config.timestep_spacing = TimestepSpacing::Leading;
   return Scheduler::create(v.kind, config, semantics);
@@ -70,7 +71,8 @@ TEST_P(GoldenVariant, GridSigmasAndInitNoiseSigma) {
     const std::vector<double> ref_s = golden_numbers(scheduler_goldens(), key("sigmas"));
     ASSERT_EQ(state.sigmas.size(), ref_s.size());
     for (size_t i = 0; i < ref_s.size(); ++i)
-      EXPECT_EQ(static_cast<float>(state.sigmas[i]), static_cast<float>(ref_s[i])) << key("sigmas") << "[" << i << "]";
+      EXPECT_EQ(static_cast<float>(state.sigmas[i]), static_cast<float>(ref_s[i]))
+          << key("sigmas") << "[" << i << "]";
   }
   const double ref_init = golden_numbers(scheduler_goldens(), key("init_noise_sigma"))[0];
   EXPECT_EQ(static_cast<float>(s->init_noise_sigma(state)), static_cast<float>(ref_init));
@@ -79,7 +81,8 @@ TEST_P(GoldenVariant, GridSigmasAndInitNoiseSigma) {
 TEST_P(GoldenVariant, OpenLoopTrajectory) {
   auto s = make(variant());
   SchedulerState state = s->set_timesteps(steps());
-  const Tensor samples = golden("samples"), inputs = golden("model_inputs"), outputs = golden("model_outputs");
+  const Tensor samples = golden("samples"), inputs = golden("model_inputs"),
+               outputs = golden("model_outputs");
   const Tensor pred = variant().has_pred_original ? golden("pred_original") : Tensor();
   const int calls = s->num_model_calls(state);
   ASSERT_EQ(calls, outputs.dim(0));
@@ -140,7 +143,8 @@ TEST_P(GoldenVariant, StepIsReplayable) {
   }
   for (int k = 0; k < static_cast<int>(saved.size()); ++k) {
     StepResult again = s->step(saved[k], row(outputs, k), k, row(samples, k));
-    ASSERT_EQ(std::memcmp(again.prev_sample.data(), results[k].data(), results[k].numel() * 4), 0) << "step " << k;
+    ASSERT_EQ(std::memcmp(again.prev_sample.data(), results[k].data(), results[k].numel() * 4), 0)
+        << "step " << k;
   }
 }
 
@@ -149,12 +153,13 @@ std::string variant_name(const ::testing::TestParamInfo<std::tuple<Variant, int>
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, GoldenVariant,
-                         ::testing::Combine(::testing::ValuesIn(kVariants), ::testing::Values(5, 20)), variant_name);
+                         ::testing::Combine(::testing::ValuesIn(kVariants), ::testing::Values(5, 20)),
+                         variant_name);
 
 TEST(SchedulerGoldens, AlphasCumprodBitExact) {
   const Tensor ref = scheduler_goldens().to_f32("alphas_cumprod");
-  for (SchedulerKind kind : {SchedulerKind::Pndm, SchedulerKind::Ddim, SchedulerKind::Lms, SchedulerKind::Euler,
-                             SchedulerKind::DpmSolverPP}) {
+  for (SchedulerKind kind : {SchedulerKind::Pndm, SchedulerKind::Ddim, SchedulerKind::Lms,
+                             SchedulerKind::Euler, SchedulerKind::DpmSolverPP}) {
     auto s = Scheduler::create(kind, SchedulerConfig::from_json(tiny_sd_scheduler_json(), kind),
                                SchedulerSemantics::Diffusers);
     const std::vector<float>& ac = s->alphas_cumprod();
@@ -170,8 +175,12 @@ TEST(SchedulerGoldens, AlphasCumprodBitExact) {
 TEST(SchedulerGoldens, PipelineTimesteps) {
   const SafetensorsFile& f = golden_file("pipeline.safetensors");
   const std::pair<const char*, SchedulerKind> runs[] = {
-      {"pndm", SchedulerKind::Pndm}, {"ddim", SchedulerKind::Ddim},        {"lms", SchedulerKind::Lms},
-      {"euler", SchedulerKind::Euler}, {"dpmpp2m", SchedulerKind::DpmSolverPP}, {"nocfg_pndm", SchedulerKind::Pndm},
+      {"pndm", SchedulerKind::Pndm},
+      {"ddim", SchedulerKind::Ddim},
+      {"lms", SchedulerKind::Lms},
+      {"euler", SchedulerKind::Euler},
+      {"dpmpp2m", SchedulerKind::DpmSolverPP},
+      {"nocfg_pndm", SchedulerKind::Pndm},
   };
   for (const auto& [name, kind] : runs) {
     auto s = Scheduler::create(kind, SchedulerConfig::from_json(tiny_sd_scheduler_json(), kind),
@@ -180,7 +189,8 @@ TEST(SchedulerGoldens, PipelineTimesteps) {
     const std::vector<double> ref = golden_numbers(f, std::string(name) + ".timesteps");
     EXPECT_EQ(state.timesteps, ref) << name;
     ASSERT_EQ(s->num_model_calls(state), static_cast<int>(ref.size())) << name;
-    for (int i = 0; i < s->num_model_calls(state); ++i) EXPECT_EQ(s->model_timestep(state, i), ref[i]) << name;
+    for (int i = 0; i < s->num_model_calls(state); ++i)
+      EXPECT_EQ(s->model_timestep(state, i), ref[i]) << name;
   }
 }
 
@@ -200,7 +210,8 @@ TEST(SchedulerGrids, TorchSpacingsWithoutGoldens) {
   EXPECT_EQ(grid(SchedulerKind::Lms, TimestepSpacing::Trailing, 4), V({999, 749, 499, 249}));
   EXPECT_EQ(grid(SchedulerKind::DpmSolverPP, TimestepSpacing::Trailing, 5), V({999, 799, 599, 399, 199}));
   // numpy's arange yields n + 1 values for n = 61 (ending at t = -1): refused, not reproduced.
-  for (SchedulerKind k : {SchedulerKind::Pndm, SchedulerKind::Ddim, SchedulerKind::Euler, SchedulerKind::DpmSolverPP}) {
+  for (SchedulerKind k :
+       {SchedulerKind::Pndm, SchedulerKind::Ddim, SchedulerKind::Euler, SchedulerKind::DpmSolverPP}) {
     try {
       grid(k, TimestepSpacing::Trailing, 61);
       ADD_FAILURE() << scheduler_name(k) << ": trailing with 61 steps accepted";

@@ -2,6 +2,8 @@
 // parity check for trajectories that prints one summary line.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -9,8 +11,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "io/safetensors.h"
 #include "schedulers/scheduler.h"
@@ -36,7 +36,9 @@ inline const SafetensorsFile& golden_file(const std::string& name) {
   if (!f) f = SafetensorsFile::open(tiny_sd_dir() / "goldens" / name);
   return *f;
 }
-inline const SafetensorsFile& scheduler_goldens() { return golden_file("schedulers.safetensors"); }
+inline const SafetensorsFile& scheduler_goldens() {
+  return golden_file("schedulers.safetensors");
+}
 
 // Any numeric tensor as doubles (int64 timesteps, f32 timesteps/sigmas, f64 scalars).
 inline std::vector<double> golden_numbers(const SafetensorsFile& f, const std::string& name) {
@@ -76,8 +78,10 @@ class TrajectoryParity {
   }
 
   void report() const {
-    std::printf("[parity] %-40s %2d steps  max_abs_err=%.3e (step %d, tol there %.3e)  worst err/tol=%.3f  rel=%.0e\n",
-                label_.c_str(), steps_, max_abs_, max_step_, max_tol_, worst_ratio_, rel_);
+    std::printf(
+        "[parity] %-40s %2d steps  max_abs_err=%.3e (step %d, tol there %.3e)  worst err/tol=%.3f  "
+        "rel=%.0e\n",
+        label_.c_str(), steps_, max_abs_, max_step_, max_tol_, worst_ratio_, rel_);
     std::fflush(stdout);
   }
 

@@ -58,8 +58,8 @@ Tensor full_loop(SchedulerKind kind, const SchedulerConfig& config, Loop loop) {
 void expect_sum_mean(const std::string& label, const Tensor& x, double sum, double mean) {
   double s = 0;
   for (float v : x) s += std::fabs(v);
-  std::printf("[torch-vector] %-46s sum|x|=%.4f (ref %.4f, diff %.1e)  mean|x|=%.6g (ref %.6g)\n", label.c_str(), s,
-              sum, std::fabs(s - sum), s / x.numel(), mean);
+  std::printf("[torch-vector] %-46s sum|x|=%.4f (ref %.4f, diff %.1e)  mean|x|=%.6g (ref %.6g)\n",
+              label.c_str(), s, sum, std::fabs(s - sum), s / x.numel(), mean);
   if (!std::isnan(sum)) {
     EXPECT_NEAR(s, sum, 1e-2) << label;
   }
@@ -104,16 +104,17 @@ TEST(TorchVectors, LmsWith1100TrainingSteps) {
   SchedulerConfig c = test_config(SchedulerKind::Lms, 1100);
   expect_sum_mean("LMS T=1100", full_loop(SchedulerKind::Lms, c, Loop::ScaledSampleReplaced), 1006.388, 1.31);
   c.prediction_type = PredictionType::VPrediction;
-  expect_sum_mean("LMS T=1100 v_prediction", full_loop(SchedulerKind::Lms, c, Loop::ScaledSampleReplaced), 0.0017,
-                  2.2676e-06);
+  expect_sum_mean("LMS T=1100 v_prediction", full_loop(SchedulerKind::Lms, c, Loop::ScaledSampleReplaced),
+                  0.0017, 2.2676e-06);
 }
 
 TEST(TorchVectors, EulerWith1100TrainingSteps) {
   SchedulerConfig c = test_config(SchedulerKind::Euler, 1100);
-  expect_sum_mean("Euler T=1100", full_loop(SchedulerKind::Euler, c, Loop::ScaledSampleReplaced), 10.0807, 0.0131);
+  expect_sum_mean("Euler T=1100", full_loop(SchedulerKind::Euler, c, Loop::ScaledSampleReplaced), 10.0807,
+                  0.0131);
   c.prediction_type = PredictionType::VPrediction;
-  expect_sum_mean("Euler T=1100 v_prediction", full_loop(SchedulerKind::Euler, c, Loop::ScaledSampleReplaced), 0.0002,
-                  2.2676e-06);
+  expect_sum_mean("Euler T=1100 v_prediction", full_loop(SchedulerKind::Euler, c, Loop::ScaledSampleReplaced),
+                  0.0002, 2.2676e-06);
 }
 
 TEST(TorchVectors, DpmSolverSigmaMinNoLowerOrderFinal) {
@@ -123,8 +124,8 @@ TEST(TorchVectors, DpmSolverSigmaMinNoLowerOrderFinal) {
   // The torch test checks the mean only.
   expect_sum_mean("DPM++ 2M sigma_min", full_loop(SchedulerKind::DpmSolverPP, c, Loop::Plain), NAN, 0.3301);
   c.prediction_type = PredictionType::VPrediction;
-  expect_sum_mean("DPM++ 2M sigma_min v_prediction", full_loop(SchedulerKind::DpmSolverPP, c, Loop::Plain), NAN,
-                  0.2251);
+  expect_sum_mean("DPM++ 2M sigma_min v_prediction", full_loop(SchedulerKind::DpmSolverPP, c, Loop::Plain),
+                  NAN, 0.2251);
 }
 
 }  // namespace
