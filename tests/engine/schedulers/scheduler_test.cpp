@@ -7,6 +7,9 @@
 #include "core/error.h"
 #include "scheduler_test_util.h"
 
+// The stand-in model is two torch ops (multiply, then add): keep GCC from fusing them.
+#pragma GCC optimize("fp-contract=off")
+
 using namespace octodiff;
 using namespace octodiff::test;
 
