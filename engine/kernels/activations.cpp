@@ -35,6 +35,14 @@ void gelu_tanh_generic(const float* x, int64_t n, float* y) {
   }
 }
 
+// x·Φ(x) = ½·x·erfc(−x/√2): erfc keeps full relative accuracy in the negative tail.
+void gelu_erf_generic(const float* x, int64_t n, float* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    y[i] = static_cast<float>(0.5 * v * std::erfc(-v * 0.70710678118654752));
+  }
+}
+
 float softmax_update_generic(float* s, int n, float scale, float* m, float* l) {
   float mx = -std::numeric_limits<float>::infinity();
   for (int i = 0; i < n; ++i) {
@@ -56,7 +64,8 @@ float softmax_update_generic(float* s, int n, float scale, float* m, float* l) {
 }  // namespace
 
 const VecMath& vec_math_generic() {
-  static const VecMath v{&silu_generic, &gelu_tanh_generic, &quick_gelu_generic, &softmax_update_generic};
+  static const VecMath v{&silu_generic, &gelu_tanh_generic, &quick_gelu_generic, &softmax_update_generic,
+                         &gelu_erf_generic};
   return v;
 }
 
@@ -83,14 +92,6 @@ void map_parallel(const float* x, int64_t n, float* y, Fn fn) {
   });
 }
 
-void gelu_erf(const float* x, int64_t n, float* y) {
-  // x·Φ(x) = ½·x·erfc(−x/√2): erfc keeps full relative accuracy in the negative tail.
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = x[i];
-    y[i] = static_cast<float>(0.5 * v * std::erfc(-v * 0.70710678118654752));
-  }
-}
-
 }  // namespace
 
 void silu(const float* x, int64_t n, float* y) { map_parallel(x, n, y, detail::vec_math(kernel_isa()).silu); }
@@ -100,12 +101,13 @@ void quick_gelu(const float* x, int64_t n, float* y) {
 }
 
 void gelu(const float* x, int64_t n, float* y, Gelu kind) {
-  if (kind == Gelu::Erf) return map_parallel(x, n, y, gelu_erf);
-  map_parallel(x, n, y, detail::vec_math(kernel_isa()).gelu_tanh);
+  const detail::VecMath& vm = detail::vec_math(kernel_isa());
+  map_parallel(x, n, y, kind == Gelu::Erf ? vm.gelu_erf : vm.gelu_tanh);
 }
 
 void geglu(const float* u, int64_t rows, int64_t inner, float* y, Gelu kind) {
-  const auto act = kind == Gelu::Erf ? &gelu_erf : detail::vec_math(kernel_isa()).gelu_tanh;
+  const detail::VecMath& vm = detail::vec_math(kernel_isa());
+  const auto act = kind == Gelu::Erf ? vm.gelu_erf : vm.gelu_tanh;
   const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(1, inner));
   parallel_for(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {

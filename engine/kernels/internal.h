@@ -43,6 +43,7 @@ struct VecMath {
   // m' = max(m, max s), s ← exp(s − m'), l ← l·exp(m − m') + Σ s, m ← m'. Returns exp(m − m')
   // (0 when m was −∞), the factor the output row must be rescaled by.
   float (*softmax_update)(float* s, int n, float scale, float* m, float* l) = nullptr;
+  void (*gelu_erf)(const float* x, int64_t n, float* y) = nullptr;  // x·Φ(x)
 };
 const VecMath& vec_math(Isa isa);
 const VecMath& vec_math_generic();

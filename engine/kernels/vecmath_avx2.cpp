@@ -105,6 +105,55 @@ void gelu_tanh(const float* x, int64_t n, float* y) {
   });
 }
 
+// ½·erfc(z) for z ≥ 0 as ½·t·exp(P(t) − z²), t = 1/(1 + z/2), P of degree 9 fitted by least
+// squares (our own fit, relative error of erfc ≤ 7e-8 on [0, 10] with these float
+// coefficients). z and z² come from double so that the large z² of the tail adds no error.
+inline __m256 gelu_erf8(__m256 x) {
+  const __m256 ax = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+  const __m256d rs2 = _mm256_set1_pd(0.70710678118654752440);
+  const __m256d z_lo = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(ax)), rs2);
+  const __m256d z_hi = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(ax, 1)), rs2);
+  const __m256d zz_lo = _mm256_mul_pd(z_lo, z_lo), zz_hi = _mm256_mul_pd(z_hi, z_hi);
+  auto join = [](__m128 a, __m128 b) { return _mm256_insertf128_ps(_mm256_castps128_ps256(a), b, 1); };
+  const __m128 zz_lo_f = _mm256_cvtpd_ps(zz_lo), zz_hi_f = _mm256_cvtpd_ps(zz_hi);
+  const __m256 z = join(_mm256_cvtpd_ps(z_lo), _mm256_cvtpd_ps(z_hi));
+  const __m256 zz = join(zz_lo_f, zz_hi_f);
+  const __m256 zz_res = join(_mm256_cvtpd_ps(_mm256_sub_pd(zz_lo, _mm256_cvtps_pd(zz_lo_f))),
+                             _mm256_cvtpd_ps(_mm256_sub_pd(zz_hi, _mm256_cvtps_pd(zz_hi_f))));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(z, _mm256_set1_ps(0.5f), one));
+  __m256 p = _mm256_set1_ps(0.144930213708f);
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.68082717772f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.156733757f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.69625189876f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.0802804322893f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.00126758641915f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.0346027999885f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.386640412152f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.998632783338f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.2654479969f));
+  // w = p − zz exactly as w + err (TwoSum), so exp(p − zz) = exp(w)·(1 + err − zz_res).
+  const __m256 b = _mm256_sub_ps(_mm256_setzero_ps(), zz);
+  const __m256 w = _mm256_add_ps(p, b);
+  const __m256 bb = _mm256_sub_ps(w, p);
+  const __m256 err = _mm256_add_ps(_mm256_sub_ps(p, _mm256_sub_ps(w, bb)), _mm256_sub_ps(b, bb));
+  const __m256 corr = _mm256_sub_ps(err, zz_res);
+  __m256 e = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), t), exp8(w));
+  e = _mm256_fmadd_ps(e, corr, e);  // ½·erfc(|x|/√2)
+  const __m256 neg = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
+  const __m256 phi = _mm256_blendv_ps(_mm256_sub_ps(one, e), e, neg);
+  return _mm256_mul_ps(x, phi);
+}
+
+void gelu_erf(const float* x, int64_t n, float* y) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, gelu_erf8(_mm256_loadu_ps(x + i)));
+  if (i < n) {
+    const __m256i m = lane_mask(n - i);
+    _mm256_maskstore_ps(y + i, m, gelu_erf8(_mm256_maskload_ps(x + i, m)));
+  }
+}
+
 float hmax(__m256 v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -159,7 +208,7 @@ float softmax_update(float* s, int n, float scale, float* m, float* l) {
 }  // namespace
 
 const VecMath& vec_math_avx2() {
-  static const VecMath v{&silu, &gelu_tanh, &quick_gelu, &softmax_update};
+  static const VecMath v{&silu, &gelu_tanh, &quick_gelu, &softmax_update, &gelu_erf};
   return v;
 }
 

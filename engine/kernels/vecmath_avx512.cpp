@@ -93,33 +93,78 @@ void gelu_tanh(const float* x, int64_t n, float* y) {
   });
 }
 
+// ½·erfc(z) for z ≥ 0 as ½·t·exp(P(t) − z²), t = 1/(1 + z/2), P of degree 9 fitted by least
+// squares (our own fit, relative error of erfc ≤ 7e-8 on [0, 10] with these float
+// coefficients). z and z² come from double so that the large z² of the tail adds no error.
+inline __m512 gelu_erf16(__m512 x) {
+  const __m512 ax = _mm512_abs_ps(x);
+  const __m512d rs2 = _mm512_set1_pd(0.70710678118654752440);
+  const __m512d z_lo = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(ax)), rs2);
+  const __m512d z_hi = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(ax, 1)), rs2);
+  const __m512d zz_lo = _mm512_mul_pd(z_lo, z_lo), zz_hi = _mm512_mul_pd(z_hi, z_hi);
+  auto join = [](__m256 a, __m256 b) { return _mm512_insertf32x8(_mm512_castps256_ps512(a), b, 1); };
+  const __m256 zz_lo_f = _mm512_cvtpd_ps(zz_lo), zz_hi_f = _mm512_cvtpd_ps(zz_hi);
+  const __m512 z = join(_mm512_cvtpd_ps(z_lo), _mm512_cvtpd_ps(z_hi));
+  const __m512 zz = join(zz_lo_f, zz_hi_f);
+  const __m512 zz_res = join(_mm512_cvtpd_ps(_mm512_sub_pd(zz_lo, _mm512_cvtps_pd(zz_lo_f))),
+                             _mm512_cvtpd_ps(_mm512_sub_pd(zz_hi, _mm512_cvtps_pd(zz_hi_f))));
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 t = _mm512_div_ps(one, _mm512_fmadd_ps(z, _mm512_set1_ps(0.5f), one));
+  __m512 p = _mm512_set1_ps(0.144930213708f);
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.68082717772f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.156733757f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.69625189876f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.0802804322893f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.00126758641915f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.0346027999885f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.386640412152f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.998632783338f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.2654479969f));
+  // w = p − zz exactly as w + err (TwoSum), so exp(p − zz) = exp(w)·(1 + err − zz_res).
+  const __m512 b = _mm512_sub_ps(_mm512_setzero_ps(), zz);
+  const __m512 w = _mm512_add_ps(p, b);
+  const __m512 bb = _mm512_sub_ps(w, p);
+  const __m512 err = _mm512_add_ps(_mm512_sub_ps(p, _mm512_sub_ps(w, bb)), _mm512_sub_ps(b, bb));
+  const __m512 corr = _mm512_sub_ps(err, zz_res);
+  __m512 e = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), t), exp16(w));
+  e = _mm512_fmadd_ps(e, corr, e);  // ½·erfc(|x|/√2)
+  const __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+  const __m512 phi = _mm512_mask_blend_ps(neg, _mm512_sub_ps(one, e), e);
+  return _mm512_mul_ps(x, phi);
+}
+
+void gelu_erf(const float* x, int64_t n, float* y) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, gelu_erf16(_mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 m = __mmask16((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, m, gelu_erf16(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
 float softmax_update(float* s, int n, float scale, float* m, float* l) {
+  const float ninf_f = -std::numeric_limits<float>::infinity();
+  const __m512 ninf = _mm512_set1_ps(ninf_f);
   const __m512 vscale = _mm512_set1_ps(scale);
-  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  // Pass 1: the row maximum of scale·s (scale·s is rounded as the spec computes it).
   __m512 vmax = ninf;
   int i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(s + i), vscale);
-    _mm512_storeu_ps(s + i, v);
-    vmax = _mm512_max_ps(vmax, v);
-  }
+  for (; i + 16 <= n; i += 16) vmax = _mm512_max_ps(vmax, _mm512_mul_ps(_mm512_loadu_ps(s + i), vscale));
   const __mmask16 tail = __mmask16((1u << (n - i)) - 1);
-  if (i < n) {
-    const __m512 v = _mm512_mul_ps(_mm512_mask_loadu_ps(ninf, tail, s + i), vscale);
-    _mm512_mask_storeu_ps(s + i, tail, v);
-    vmax = _mm512_max_ps(vmax, v);
-  }
+  if (i < n) vmax = _mm512_max_ps(vmax, _mm512_mul_ps(_mm512_mask_loadu_ps(ninf, tail, s + i), vscale));
   const float m_new = std::max(*m, _mm512_reduce_max_ps(vmax));
-  const float alpha = *m == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(*m - m_new);
+  const float alpha = *m == ninf_f ? 0.0f : std::exp(*m - m_new);
+  // Pass 2: s ← exp(scale·s − m'), summed.
   const __m512 vm = _mm512_set1_ps(m_new);
   __m512 sum = _mm512_setzero_ps();
   for (i = 0; i + 16 <= n; i += 16) {
-    const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + i), vm));
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(s + i), vscale), vm));
     _mm512_storeu_ps(s + i, e);
     sum = _mm512_add_ps(sum, e);
   }
   if (i < n) {
-    const __m512 e = _mm512_maskz_mov_ps(tail, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, s + i), vm)));
+    const __m512 e = _mm512_maskz_mov_ps(
+        tail, exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(tail, s + i), vscale), vm)));
     _mm512_mask_storeu_ps(s + i, tail, e);
     sum = _mm512_add_ps(sum, e);
   }
@@ -131,7 +176,7 @@ float softmax_update(float* s, int n, float scale, float* m, float* l) {
 }  // namespace
 
 const VecMath& vec_math_avx512() {
-  static const VecMath v{&silu, &gelu_tanh, &quick_gelu, &softmax_update};
+  static const VecMath v{&silu, &gelu_tanh, &quick_gelu, &softmax_update, &gelu_erf};
   return v;
 }
 

@@ -17,6 +17,7 @@ double gelu_tanh_ref(double x) {
 // Inputs over the range activations see, plus edge values; n not a multiple of any width.
 std::vector<float> inputs() {
   std::vector<float> x = random_vec(10007, 51, -12.0f, 12.0f);
+  for (int i = -150000; i <= 150000; ++i) x.push_back(static_cast<float>(i) * 1e-4f);  // dense sweep of [-15, 15]
   for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-7f, -1e-7f, 0.5f, -0.5f, 3.0f, -3.0f, 8.0f, -8.0f, 30.0f,
                   -30.0f, 90.0f, -90.0f})
     x.push_back(v);
