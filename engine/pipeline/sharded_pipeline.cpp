@@ -207,13 +207,22 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
   // Tokenize every prompt on the host (the Flax pipeline's prepare_inputs).
   const ClipTokenizer& tok = m.tokenizer();
   std::vector<std::vector<int32_t>> cond_ids(D * B), uncond_ids(D * B);
+  auto encode = [&](const std::string& text, const char* what, int i) {
+    try {
+      return tok.encode(text);
+    } catch (const Cancelled&) {
+      throw;
+    } catch (const Error& e) {
+      fail(what, " ", i + 1, ": ", e.what());
+    }
+  };
   for (int i = 0; i < D * B; ++i) {
-    auto enc = tok.encode(r.prompts[i]);
+    auto enc = encode(r.prompts[i], "prompt", i);
     if (enc.truncated)
       result.warnings.push_back(cat("prompt ", i + 1, " has ", enc.untruncated_length, " tokens; only the first ",
                                     tok.max_length(), " (", tok.max_length() - 2, " words and symbols) are used"));
     cond_ids[i] = std::move(enc.ids);
-    auto neg = tok.encode(r.negative_prompts[i]);
+    auto neg = encode(r.negative_prompts[i], "negative prompt", i);
     if (neg.truncated && (i == 0 || r.negative_prompts[i] != r.negative_prompts[i - 1]))
       result.warnings.push_back(cat("negative prompt ", i + 1, " has ", neg.untruncated_length,
                                     " tokens and was truncated to ", tok.max_length()));

@@ -1,0 +1,192 @@
+// octodiff-cli end to end: runs the real binary on the tiny model and checks what it writes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/sha256.h"
+#include "io/files.h"
+#include "io/npy.h"
+#include "io/png.h"
+#include "pipeline/metadata.h"
+#include "test_support.h"
+
+using namespace octodiff;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct CliRun {
+  int code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+CliRun cli(const std::vector<std::string>& args, const fs::path& cwd) {
+  std::string cmd = "cd " + quote(cwd.string()) + " && " + quote(OCTODIFF_CLI_PATH);
+  for (const auto& a : args) cmd += " " + quote(a);
+  const fs::path err_file = cwd / "stderr.txt";
+  cmd += " 2>" + quote(err_file.string());
+  CliRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = read_text_file(err_file);
+  return r;
+}
+
+std::vector<std::string> tiny(std::vector<std::string> args) {
+  args.insert(args.begin(), {"generate", "--model", test::tiny_sd_dir().string()});
+  return args;
+}
+
+}  // namespace
+
+TEST(Cli, EightPromptsMakeA2x4GridWhoseMetadataReadsBack) {
+  auto dir = test::temp_dir("cli_grid");
+  std::vector<std::string> args = tiny({"--steps", "2", "--seed", "42", "--out", "grid.png", "--out-dir", "images",
+                                        "--negative-prompt", "blurry"});
+  const std::vector<std::string> prompts = {"a red circle",   "a blue square",  "a green ring",  "a star",
+                                            "café crème",     "東京の夜景",      "two shapes",    "a purple triangle"};
+  for (const auto& p : prompts) args.insert(args.end(), {"--prompt", p});
+  CliRun r = cli(args, dir);
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  std::vector<PngText> texts;
+  Image8 grid = read_png(dir / "grid.png", &texts);
+  EXPECT_EQ(grid.width, 4 * 64);
+  EXPECT_EQ(grid.height, 2 * 64);
+  auto meta = parse_png_metadata(texts);
+  ASSERT_TRUE(meta.has_value());
+  EXPECT_EQ(meta->prompts, prompts);
+  EXPECT_EQ(meta->negative_prompts[0], "blurry");
+  EXPECT_EQ(meta->seed, 42);
+  EXPECT_EQ(meta->devices, 8);
+  EXPECT_EQ(meta->scheduler, SchedulerKind::Pndm);
+  EXPECT_EQ(meta->compat, Compat::Flax);
+  EXPECT_FALSE(meta->model_hash.empty());
+  bool a1111 = false;
+  for (const auto& t : texts)
+    if (t.key == "parameters") {
+      a1111 = true;
+      std::printf("[parameters] %s\n", t.text.c_str());
+      EXPECT_NE(t.text.find("Negative prompt: blurry"), std::string::npos);
+      EXPECT_NE(t.text.find("Steps: 2, Sampler: PNDM, CFG scale: 7.5, Seed: 42, Size: 64x64, Model hash: "),
+                std::string::npos);
+      EXPECT_NE(t.text.find("RNG: "), std::string::npos);
+    }
+  EXPECT_TRUE(a1111);
+  // Single images carry their own prompt, device and key.
+  std::vector<PngText> one;
+  read_png(dir / "images" / "octodiff-42-6.png", &one);
+  auto m6 = parse_png_metadata(one);
+  ASSERT_TRUE(m6.has_value());
+  EXPECT_EQ(m6->prompts, std::vector<std::string>{"東京の夜景"});
+  EXPECT_EQ(m6->device, 5);
+  ASSERT_TRUE(m6->device_key.has_value());
+}
+
+TEST(Cli, RepeatShowsCompileOnTheFirstCallOnly) {
+  auto dir = test::temp_dir("cli_repeat");
+  CliRun r = cli(tiny({"--prompt", "a", "--prompt", "b", "--steps", "2", "--repeat", "2", "--json", "--quiet"}), dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::printf("%s", r.err.c_str());
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["runs"].size(), 2u);
+  EXPECT_TRUE(j["runs"][0]["compiled"].get<bool>());
+  EXPECT_GT(j["runs"][0]["compile_seconds"].get<double>(), 0.0);
+  EXPECT_FALSE(j["runs"][1]["compiled"].get<bool>());
+  EXPECT_EQ(j["runs"][1]["compile_seconds"].get<double>(), 0.0);
+  EXPECT_NE(r.err.find("call 1: compiled"), std::string::npos);
+  EXPECT_NE(r.err.find("call 2: cached plan, no compile"), std::string::npos);
+  for (const char* key : {"text_encode_seconds", "denoise_seconds", "decode_seconds", "total_seconds"})
+    EXPECT_GE(j["runs"][1][key].get<double>(), 0.0) << key;
+}
+
+TEST(Cli, SavedAndInjectedLatentsRoundTrip) {
+  auto dir = test::temp_dir("cli_latents");
+  CliRun a = cli(tiny({"--prompt", "x", "--prompt", "y", "--steps", "2", "--seed", "3", "--rng", "partitionable",
+                    "--save-latents", "lat.npy", "--save-array", "a.npy", "--out", "a.png", "--quiet"}),
+              dir);
+  ASSERT_EQ(a.code, 0) << a.err;
+  Tensor lat = read_npy(dir / "lat.npy");
+  EXPECT_EQ(lat.shape(), (Shape{2, 1, 4, 32, 32}));
+  // Injecting the saved latents with another seed reproduces the images exactly.
+  CliRun b = cli(tiny({"--prompt", "x", "--prompt", "y", "--steps", "2", "--seed", "999", "--latents", "lat.npy",
+                    "--save-array", "b.npy", "--out", "b.png", "--quiet"}),
+              dir);
+  ASSERT_EQ(b.code, 0) << b.err;
+  Tensor ia = read_npy(dir / "a.npy"), ib = read_npy(dir / "b.npy");
+  ASSERT_EQ(ia.shape(), (Shape{2, 1, 64, 64, 3}));
+  for (int64_t i = 0; i < ia.numel(); ++i) ASSERT_EQ(ia[i], ib[i]);
+}
+
+TEST(Cli, SaveLatentsReproducesJaxPerDeviceSha256) {
+  // 8 devices, 64×64 latents (128×128 on the tiny model), seed 0, both RNG schemes.
+  auto vectors = nlohmann::json::parse(read_text_file(test::data_dir() / "jax-prng" / "vectors.json"));
+  auto dir = test::temp_dir("cli_sha");
+  for (const char* mode : {"classic", "partitionable"}) {
+    CliRun r = cli(tiny({"--prompt", "", "--devices", "8", "--steps", "1", "--height", "128", "--width", "128",
+                      "--seed", "0", "--rng", mode, "--save-latents", "lat.npy", "--out", "g.png", "--quiet"}),
+                dir);
+    ASSERT_EQ(r.code, 0) << r.err;
+    Tensor lat = read_npy(dir / "lat.npy");
+    ASSERT_EQ(lat.shape(), (Shape{8, 1, 4, 64, 64}));
+    const auto& cases = vectors["modes"][mode]["diffusers_latents"]["cases"];
+    for (const auto& c : cases) {
+      if (c["seed"].get<int>() != 0) continue;
+      for (int d = 0; d < 8; ++d) {
+        const int64_t n = 4 * 64 * 64;
+        EXPECT_EQ(sha256_hex(lat.data() + d * n, sizeof(float) * n), c["devices"][d]["sha256_f32le"].get<std::string>())
+            << mode << " device " << d;
+      }
+      std::printf("[cli] --save-latents %s seed 0: 8 device sha256 sums match\n", mode);
+    }
+  }
+}
+
+TEST(Cli, BadInputGetsClearErrorsAndNoPartialFiles) {
+  auto dir = test::temp_dir("cli_errors");
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect;
+  };
+  std::vector<Case> cases = {
+      {{"generate", "--prompt", "x", "--model", "/nonexistent/model"}, "does not exist"},
+      {tiny({"--prompt", "x", "--height", "90"}), "multiple of"},
+      {tiny({"--prompt", "x", "--steps", "0"}), "--steps must be between"},
+      {tiny({"--prompt", "x", "--scheduler", "magic"}), "magic"},
+      {tiny({"--prompt", "x", "--rng", "xla"}), "xla"},
+      {tiny({"--prompt", "x", "--frobnicate", "1"}), "unknown option --frobnicate"},
+      {tiny({}), "--prompt"},
+      {tiny({"--prompt", "1", "--prompt", "2", "--prompt", "3", "--prompt", "4", "--prompt", "5", "--prompt", "6",
+             "--prompt", "7", "--prompt", "8", "--prompt", "9"}),
+       "at most 8"},
+      {tiny({"--prompt", "caf\xc3"}), "UTF-8"},
+      {tiny({"--prompt", "x", "--latents", "missing.npy"}), "missing.npy"},
+      {tiny({"--prompt", "x", "--steps", "1", "--out", "no/such/dir/grid.png"}), "no/such/dir/grid.png"},
+      {{"generate", "--prompt", "x", "--model", (test::tiny_sd_dir() / "unet" / "config.json").string()},
+       "config.json"},
+  };
+  for (const auto& c : cases) {
+    CliRun r = cli(c.args, dir);
+    std::printf("[cli error] exit %d: %s", r.code, r.err.c_str());
+    EXPECT_NE(r.code, 0);
+    EXPECT_LT(r.code, 128) << "crashed";
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << r.err;
+  }
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    EXPECT_TRUE(e.path().filename() == "stderr.txt") << "left behind: " << e.path();
+}
