@@ -213,7 +213,9 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
     } catch (const Cancelled&) {
       throw;
     } catch (const Error& e) {
-      fail(what, " ", i + 1, ": ", e.what());
+      std::string msg = e.what();
+      if (msg.rfind("prompt: ", 0) == 0) msg = msg.substr(8);  // the tokenizer's own label
+      fail(what, " ", i + 1, ": ", msg);
     }
   };
   for (int i = 0; i < D * B; ++i) {
