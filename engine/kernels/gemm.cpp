@@ -157,8 +157,11 @@ void run_gemm(const ASource& src, int64_t M, const PackedMatrix& b, float* c, in
   const MicroKernel mk = micro_kernel(kernel_isa());
   const int64_t K = b.K(), N = b.N();
   const int64_t kc_max = chunk_size(K);
-  const int64_t mc = static_cast<int64_t>(mk.mr) * (mk.mr >= 8 ? 8 : 16);
-  const int64_t m_blocks = (M + mc - 1) / mc;
+  // Row blocks of at most mc_max rows, as equal as whole micro-rows allow (so a 128-row conv
+  // at 8×8 splits 70 + 58, not 112 + 16).
+  const int64_t mc_max = static_cast<int64_t>(mk.mr) * (mk.mr >= 8 ? 8 : 16);
+  const int64_t m_blocks = (M + mc_max - 1) / mc_max;
+  const int64_t mc = ((M + m_blocks - 1) / m_blocks + mk.mr - 1) / mk.mr * mk.mr;
   const int64_t panels = (N + kPanel - 1) / kPanel;
   // Column blocks of about 8 panels (A blocks are reused across them), split further until
   // there are enough tiles to keep every thread busy; the tiling does not affect the result.
