@@ -1,0 +1,130 @@
+"""Noise schedule, DDIM / PNDM(PLMS) samplers with classifier-free guidance, and the loader for
+an exported diffusers folder — the torch counterpart of what the C++ pipeline does:
+CFG batch [uncond; cond], noise = uncond + g * (cond - uncond), latents / scaling_factor -> VAE,
+image = clamp(decoded/2 + 0.5, 0, 1)."""
+import json
+import os
+
+import numpy as np
+import torch
+
+import clip_tokenizer
+import models
+import st_io
+
+
+def alphas_cumprod(cfg):
+    assert cfg["beta_schedule"] == "scaled_linear"
+    betas = torch.linspace(cfg["beta_start"] ** 0.5, cfg["beta_end"] ** 0.5, cfg["num_train_timesteps"],
+                           dtype=torch.float32) ** 2
+    return torch.cumprod(1.0 - betas, dim=0)
+
+
+def leading_timesteps(n, offset=1, train=1000):
+    ratio = train // n
+    return [int(round(i * ratio)) + offset for i in range(n)][::-1]
+
+
+def ddim_sample(eps_fn, x, ac, steps):
+    """DDIM, eta 0, 'leading' spacing, steps_offset 1, set_alpha_to_one false (as diffusers)."""
+    ratio = 1000 // steps
+    for t in leading_timesteps(steps):
+        eps = eps_fn(x, t)
+        prev = t - ratio
+        a_t = ac[t]
+        a_p = ac[prev] if prev >= 0 else ac[0]
+        x0 = (x - (1 - a_t).sqrt() * eps) / a_t.sqrt()
+        x = a_p.sqrt() * x0 + (1 - a_p).sqrt() * eps
+    return x
+
+
+def pndm_sample(eps_fn, x, ac, steps):
+    """diffusers PNDMScheduler with skip_prk_steps (PLMS), torch pipeline: all steps+1 timesteps."""
+    ratio = 1000 // steps
+    ts = [int(round(i * ratio)) + 1 for i in range(steps)]
+    ts = (ts[:-1] + ts[-2:-1] + ts[-1:])[::-1]
+    ets, counter, cur = [], 0, None
+
+    def prev_sample(sample, t, tp, out):
+        a_t, a_p = ac[t], (ac[tp] if tp >= 0 else ac[0])
+        b_t, b_p = 1 - a_t, 1 - a_p
+        denom = a_t * b_p.sqrt() + (a_t * b_t * a_p).sqrt()
+        return (a_p / a_t).sqrt() * sample - (a_p - a_t) * out / denom
+
+    for t in ts:
+        out = eps_fn(x, t)
+        tp = t - ratio
+        if counter != 1:
+            ets = ets[-3:]
+            ets.append(out)
+        else:
+            tp, t = t, t + ratio
+        if len(ets) == 1 and counter == 0:
+            cur = x
+        elif len(ets) == 1 and counter == 1:
+            out = (out + ets[-1]) / 2
+            x, cur = cur, None
+        elif len(ets) == 2:
+            out = (3 * ets[-1] - ets[-2]) / 2
+        elif len(ets) == 3:
+            out = (23 * ets[-1] - 16 * ets[-2] + 5 * ets[-3]) / 12
+        else:
+            out = (55 * ets[-1] - 59 * ets[-2] + 37 * ets[-3] - 9 * ets[-4]) / 24
+        x = prev_sample(x, t, tp, out)
+        counter += 1
+    return x
+
+
+class Pipeline:
+    """Loads a diffusers folder (ours) with our modules; generate() mirrors the SD pipeline."""
+
+    def __init__(self, folder):
+        def cfg(sub, name):
+            with open(os.path.join(folder, sub, name)) as f:
+                return json.load(f)
+
+        def weights(m, sub, name):
+            sd, _ = st_io.load(os.path.join(folder, sub, name))
+            m.load_state_dict({k: torch.from_numpy(v.astype(np.float32)) for k, v in sd.items()})
+            return m.eval()
+
+        self.tok = clip_tokenizer.CLIPTokenizer(os.path.join(folder, "tokenizer"))
+        self.te = weights(models.CLIPTextModel(cfg("text_encoder", "config.json")), "text_encoder", "model.safetensors")
+        self.unet = weights(models.UNet2DConditionModel(cfg("unet", "config.json")), "unet",
+                            "diffusion_pytorch_model.safetensors")
+        self.vae = weights(models.AutoencoderKL(cfg("vae", "config.json")), "vae", "diffusion_pytorch_model.safetensors")
+        self.sched = cfg("scheduler", "scheduler_config.json")
+        self.ac = alphas_cumprod(self.sched)
+
+    @torch.no_grad()
+    def embed(self, prompts):
+        return self.te(torch.tensor([self.tok.encode_padded(p) for p in prompts]))
+
+    @torch.no_grad()
+    def generate(self, prompts, seeds, guidance=7.5, negative=None, steps=20, sampler="ddim", latents=None,
+                 as_float=False):
+        """Returns uint8 images [B,H,W,3] (float in [0,1] if as_float). One torch.Generator per seed
+        draws that image's initial latents unless `latents` is given."""
+        n = len(prompts)
+        cond = self.embed(prompts)
+        uncond = self.embed(negative if negative is not None else [""] * n)
+        s = self.unet.config["sample_size"]
+        if latents is None:
+            latents = torch.stack([torch.randn(self.unet.config["in_channels"], s, s,
+                                               generator=torch.Generator().manual_seed(sd)) for sd in seeds])
+        x = latents
+        ctx = torch.cat([uncond, cond])
+
+        def eps_fn(x, t):
+            if guidance == 1.0:
+                return self.unet(x, torch.tensor(t), cond)
+            e = self.unet(torch.cat([x, x]), torch.tensor(t), ctx)
+            eu, ec = e.chunk(2)
+            return eu + guidance * (ec - eu)
+
+        x = (ddim_sample if sampler == "ddim" else pndm_sample)(eps_fn, x, self.ac, steps)
+        img = self.vae.decode(x / self.vae.config["scaling_factor"])
+        img = (img / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).numpy()
+        if as_float:
+            return img
+        return np.rint(img * 255).astype(np.uint8)
