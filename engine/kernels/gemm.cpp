@@ -1,6 +1,6 @@
 // GEMM driver: packed weights, fixed K chunks, output tiles spread over threads.
 //
-// Loop nest per output tile (MC rows × a few 32-column panels):
+// Loop nest per output tile (MC rows × up to 32 panels of 32 columns):
 //   for each K chunk (≤ kMaxKc, fixed by K alone)        — A block of MC × kc stays in L2
 //     for each panel of the tile                         — B slice kc × 32 stays in L1
 //       for each group of mr rows: micro-kernel
@@ -163,9 +163,11 @@ void run_gemm(const ASource& src, int64_t M, const PackedMatrix& b, float* c, in
   const int64_t m_blocks = (M + mc_max - 1) / mc_max;
   const int64_t mc = ((M + m_blocks - 1) / m_blocks + mk.mr - 1) / mk.mr * mk.mr;
   const int64_t panels = (N + kPanel - 1) / kPanel;
-  // Column blocks of about 8 panels (A blocks are reused across them), split further until
-  // there are enough tiles to keep every thread busy; the tiling does not affect the result.
-  int64_t n_blocks = (panels + 7) / 8;
+  // Column blocks of up to 32 panels (1024 columns): an A block, gathered or copied once, is
+  // reused across all of them (B slices stream from L2/L3 at a small fraction of the compute
+  // time). Split further until there are enough tiles to keep every thread busy; the tiling
+  // does not affect the result.
+  int64_t n_blocks = (panels + 31) / 32;
   while (n_blocks < panels && m_blocks * n_blocks < 8) ++n_blocks;
   const int64_t tile_panels = (panels + n_blocks - 1) / n_blocks;
   const bool scratch = src.needs_scratch();
