@@ -18,6 +18,14 @@ void kernel(int64_t kc, const float* a, int64_t lda, const float* b, float* c, i
             int cols, bool load) {
   __m512 c0[MR], c1[kHalf ? 1 : MR];
   const __mmask16 m0 = lane_mask(cols), m1 = lane_mask(cols - 16);
+  if (!load) {
+    // Fetch the output lines now so that their misses overlap the k loop instead of stalling
+    // the stores at the end.
+    for (int r = 0; r < MR; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+      if constexpr (!kHalf) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16), _MM_HINT_T0);
+    }
+  }
   for (int r = 0; r < MR; ++r) {
     c0[r] = load ? _mm512_maskz_loadu_ps(m0, c + r * ldc) : _mm512_setzero_ps();
     if constexpr (!kHalf) c1[r] = load ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();
