@@ -27,6 +27,25 @@ constexpr int64_t kKeyTile = 256;  // Bc, a multiple of kPanel
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+// The packed K/V of one call (tens of MiB at 64×64 latents), kept per calling thread so that
+// repeated calls do not pay for fresh pages each time. Only ever grows.
+float* packed_kv_buffer(int64_t floats) {
+  struct Buffer {
+    float* p = nullptr;
+    int64_t n = 0;
+    ~Buffer() { aligned_free(p); }
+  };
+  thread_local Buffer b;
+  if (b.n < floats) {
+    aligned_free(b.p);
+    b.p = nullptr;
+    b.n = 0;
+    b.p = static_cast<float*>(aligned_alloc_or_throw(static_cast<size_t>(floats) * sizeof(float)));
+    b.n = floats;
+  }
+  return b.p;
+}
+
 struct AlignedBuffer {
   explicit AlignedBuffer(int64_t n)
       : p(static_cast<float*>(aligned_alloc_or_throw(static_cast<size_t>(std::max<int64_t>(n, 16)) * sizeof(float)))) {}
@@ -58,21 +77,25 @@ void attention(const float* q, const float* k, const float* v, float* out, const
   const int64_t k_size = Lkp * d, v_size = dp * Lk;  // floats per (batch, head)
 
   // Pack K as Kᵀ panels and V as panels, per (batch, head).
-  AlignedBuffer kv_packed(B * H * (k_size + v_size));
+  float* const kv_packed = packed_kv_buffer(B * H * (k_size + v_size));
   parallel_for(B * H, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t b = t / H, h = t % H;
-      float* kp = kv_packed.p + t * (k_size + v_size);
+      float* kp = kv_packed + t * (k_size + v_size);
       float* vp = kp + k_size;
-      std::memset(kp, 0, (k_size + v_size) * sizeof(float));
-      for (int64_t j = 0; j < Lk; ++j) {
+      for (int64_t j = 0; j < Lkp; ++j) {  // keys past Lk are zero columns of Kᵀ
         const float* kr = k + b * bsk + j * ldk + h * d;
         float* dst = kp + (j / kPanel) * d * kPanel + j % kPanel;
-        for (int64_t c = 0; c < d; ++c) dst[c * kPanel] = kr[c];
+        for (int64_t c = 0; c < d; ++c) dst[c * kPanel] = j < Lk ? kr[c] : 0.0f;
+      }
+      for (int64_t j = 0; j < Lk; ++j) {  // columns past d are zero
         const float* vr = v + b * bsv + j * ldv + h * d;
-        for (int64_t p = 0; p * kPanel < d; ++p)
-          std::memcpy(vp + p * Lk * kPanel + j * kPanel, vr + p * kPanel,
-                      std::min<int64_t>(kPanel, d - p * kPanel) * sizeof(float));
+        for (int64_t p = 0; p * kPanel < d; ++p) {
+          float* dst = vp + p * Lk * kPanel + j * kPanel;
+          const int64_t w = std::min<int64_t>(kPanel, d - p * kPanel);
+          std::memcpy(dst, vr + p * kPanel, w * sizeof(float));
+          std::fill(dst + w, dst + kPanel, 0.0f);
+        }
       }
     }
   });
@@ -89,7 +112,7 @@ void attention(const float* q, const float* k, const float* v, float* out, const
       const int64_t bh = t / q_blocks, b = bh / H, h = bh % H;
       const int64_t i0 = (t % q_blocks) * Br, br = std::min(Br, Lq - i0);
       const float* qb = q + b * bsq + i0 * ldq + h * d;
-      const float* kp = kv_packed.p + bh * (k_size + v_size);
+      const float* kp = kv_packed + bh * (k_size + v_size);
       const float* vp = kp + k_size;
       std::fill(O.p, O.p + Br * dp, 0.0f);
       std::fill(m.begin(), m.end(), ninf);
