@@ -88,6 +88,7 @@ void conv2d_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWe
                  const Conv2dGeometry& g, float* y, const float* residual) {
   if (w.packed.empty()) fail("conv2d: weights were never packed");
   if (g.stride < 1) fail(cat("conv2d: stride ", g.stride));
+  if (g.pad_top < 0 || g.pad_left < 0 || g.pad_bottom < 0 || g.pad_right < 0) fail("conv2d: negative padding");
   const int64_t Ho = conv2d_out_size(H, w.kh, g.stride, g.pad_top, g.pad_bottom);
   const int64_t Wo = conv2d_out_size(W, w.kw, g.stride, g.pad_left, g.pad_right);
   if (Ho <= 0 || Wo <= 0) fail(cat("conv2d: ", H, "x", W, " input is smaller than the ", w.kh, "x", w.kw, " kernel"));
