@@ -1,0 +1,105 @@
+#include "models/flop_count.h"
+
+#include <vector>
+
+namespace octodiff {
+namespace {
+
+double conv(double pixels, double ci, double co, double k = 3) { return 2 * pixels * co * ci * k * k; }
+double linear(double rows, double in, double out) { return 2 * rows * in * out; }
+double attention(double q_len, double kv_len, double channels) { return 2 * 2 * q_len * kv_len * channels; }
+
+double resnet(double pixels, double ci, double co, double temb) {
+  double f = conv(pixels, ci, co) + conv(pixels, co, co) + linear(1, temb, co);
+  if (ci != co) f += linear(pixels, ci, co);
+  return f;
+}
+
+double transformer(double pixels, double C, double context_len, double X, int depth) {
+  double f = 2 * linear(pixels, C, C);  // proj_in, proj_out
+  for (int d = 0; d < depth; ++d) {
+    f += linear(pixels, C, 3 * C) + attention(pixels, pixels, C) + linear(pixels, C, C);           // self
+    f += linear(pixels, C, C) + linear(context_len, X, 2 * C) + attention(pixels, context_len, C)  // cross
+         + linear(pixels, C, C);
+    f += linear(pixels, C, 8 * C) + linear(pixels, 4 * C, C);  // GEGLU feed-forward
+  }
+  return f;
+}
+
+}  // namespace
+
+double unet_flops(const UNetConfig& c, int64_t batch, int64_t h, int64_t w, int64_t L) {
+  const auto& boc = c.block_out_channels;
+  const int n = static_cast<int>(boc.size());
+  const double T = c.time_embed_dim(), X = c.cross_attention_dim;
+  double pixels = static_cast<double>(h) * w;
+  double f = conv(pixels, c.in_channels, boc[0]) + linear(1, boc[0], T) + linear(1, T, T);
+  double ch = boc[0];
+  std::vector<double> skips{ch};
+  for (int i = 0; i < n; ++i) {
+    const bool attn = c.down_block_types[i] == "CrossAttnDownBlock2D";
+    for (int j = 0; j < c.layers_per_block; ++j) {
+      f += resnet(pixels, ch, boc[i], T);
+      ch = boc[i];
+      if (attn) f += transformer(pixels, ch, L, X, c.transformer_layers_per_block[i]);
+      skips.push_back(ch);
+    }
+    if (i < n - 1) {
+      pixels /= 4;
+      f += conv(pixels, ch, ch);
+      skips.push_back(ch);
+    }
+  }
+  f += 2 * resnet(pixels, ch, ch, T) + transformer(pixels, ch, L, X, c.transformer_layers_per_block[n - 1]);
+  double prev = ch;
+  for (int i = 0; i < n; ++i) {
+    const int r = n - 1 - i;
+    const bool attn = c.up_block_types[i] == "CrossAttnUpBlock2D";
+    for (int j = 0; j < c.layers_per_block + 1; ++j) {
+      const double skip = skips.back();
+      skips.pop_back();
+      f += resnet(pixels, (j == 0 ? prev : boc[r]) + skip, boc[r], T);
+      if (attn) f += transformer(pixels, boc[r], L, X, c.transformer_layers_per_block[r]);
+    }
+    prev = boc[r];
+    if (i < n - 1) {
+      pixels *= 4;
+      f += conv(pixels, prev, prev);
+    }
+  }
+  f += conv(pixels, boc[0], c.out_channels);
+  return f * static_cast<double>(batch);
+}
+
+double vae_decode_flops(const VaeConfig& c, int64_t batch, int64_t h, int64_t w) {
+  const auto& boc = c.block_out_channels;
+  const int n = static_cast<int>(boc.size());
+  double pixels = static_cast<double>(h) * w;
+  const double L = c.latent_channels, C = boc[n - 1];
+  double f = linear(pixels, L, L) + conv(pixels, L, C);
+  f += 2 * resnet(pixels, C, C, 0) - 2 * linear(1, 0, C);
+  if (c.mid_block_add_attention) f += 4 * linear(pixels, C, C) + attention(pixels, pixels, C);
+  double prev = C;
+  for (int i = 0; i < n; ++i) {
+    const double out = boc[n - 1 - i];
+    for (int j = 0; j < c.layers_per_block + 1; ++j) {
+      f += resnet(pixels, j == 0 ? prev : out, out, 0);
+      prev = out;
+    }
+    if (i < n - 1) {
+      pixels *= 4;
+      f += conv(pixels, out, out);
+    }
+  }
+  f += conv(pixels, boc[0], c.out_channels);
+  return f * static_cast<double>(batch);
+}
+
+double clip_text_flops(const ClipTextConfig& c, int64_t batch, int64_t length) {
+  const double H = c.hidden_size, F = c.intermediate_size, L = static_cast<double>(length);
+  double per_layer = linear(L, H, 3 * H) + attention(L, L, H) / 2 /* causal */ + linear(L, H, H) +
+                     linear(L, H, F) + linear(L, F, H);
+  return per_layer * c.num_hidden_layers * static_cast<double>(batch);
+}
+
+}  // namespace octodiff
