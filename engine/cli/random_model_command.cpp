@@ -11,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -50,11 +49,21 @@ struct Arch {
 Arch arch_named(const std::string& name) {
   Arch a;
   if (name == "sd15") {
-    a = {name, SingleFileCheckpoint::Family::SD1, ClipTextConfig::sd1(), UNetConfig::sd1(), VaeConfig::sd(), false,
+    a = {name,
+         SingleFileCheckpoint::Family::SD1,
+         ClipTextConfig::sd1(),
+         UNetConfig::sd1(),
+         VaeConfig::sd(),
+         false,
          "Stable Diffusion 1.5"};
   } else if (name == "sd21" || name == "sd21-base") {
     const bool v = name == "sd21";
-    a = {name, SingleFileCheckpoint::Family::SD2, ClipTextConfig::sd2(), UNetConfig::sd2(v), VaeConfig::sd(), v,
+    a = {name,
+         SingleFileCheckpoint::Family::SD2,
+         ClipTextConfig::sd2(),
+         UNetConfig::sd2(v),
+         VaeConfig::sd(),
+         v,
          v ? "Stable Diffusion 2.1 (768-v)" : "Stable Diffusion 2.1-base"};
     if (v) a.vae.sample_size = 768;
   } else {
@@ -70,7 +79,9 @@ DType dtype_named(const std::string& s) {
   fail("unknown --dtype '", s, "' (use f32, f16 or bf16)");
 }
 
-const char* torch_dtype(DType t) { return t == DType::F32 ? "float32" : t == DType::F16 ? "float16" : "bfloat16"; }
+const char* torch_dtype(DType t) {
+  return t == DType::F32 ? "float32" : t == DType::F16 ? "float16" : "bfloat16";
+}
 
 // ---- Config files (key sets of diffusers 0.31 / transformers 4.48, as in tests/data/tiny-sd) ----
 
@@ -176,13 +187,19 @@ json vae_config(const VaeConfig& c) {
 
 // SD v1.x's PNDM config (spec schedulers.md §0); SD2 adds its prediction type.
 json scheduler_config(const Arch& a) {
-  json j = {{"_class_name", "PNDMScheduler"}, {"_diffusers_version", "0.31.0"},
-            {"beta_end", 0.012},              {"beta_schedule", "scaled_linear"},
-            {"beta_start", 0.00085},          {"clip_sample", false},
-            {"num_train_timesteps", 1000},    {"set_alpha_to_one", false},
-            {"skip_prk_steps", true},         {"steps_offset", 1},
+  json j = {{"_class_name", "PNDMScheduler"},
+            {"_diffusers_version", "0.31.0"},
+            {"beta_end", 0.012},
+            {"beta_schedule", "scaled_linear"},
+            {"beta_start", 0.00085},
+            {"clip_sample", false},
+            {"num_train_timesteps", 1000},
+            {"set_alpha_to_one", false},
+            {"skip_prk_steps", true},
+            {"steps_offset", 1},
             {"trained_betas", nullptr}};
-  if (a.family == SingleFileCheckpoint::Family::SD2) j["prediction_type"] = a.v_prediction ? "v_prediction" : "epsilon";
+  if (a.family == SingleFileCheckpoint::Family::SD2)
+    j["prediction_type"] = a.v_prediction ? "v_prediction" : "epsilon";
   return j;
 }
 
@@ -241,7 +258,9 @@ size_t copy_tokenizer(const fs::path& from, const fs::path& to, bool sd2, int64_
 // ---- Weights ----
 
 // Component seeds differ so that equal names in two components never share values.
-uint64_t component_seed(uint64_t seed, int component) { return seed * 0x9e3779b97f4a7c15ull + component; }
+uint64_t component_seed(uint64_t seed, int component) {
+  return seed * 0x9e3779b97f4a7c15ull + component;
+}
 
 std::vector<DiffusersTensor> random_tensors(const std::vector<ParameterSpec>& specs, uint64_t seed) {
   std::vector<DiffusersTensor> out;
@@ -282,7 +301,9 @@ std::vector<TensorToWrite> ldm_extras(const Arch& a) {
   extra.push_back(schedule("alphas_cumprod", 1));
   extra.push_back(schedule("alphas_cumprod_prev", 2));
   if (a.family == SingleFileCheckpoint::Family::SD1)
-    extra.push_back({"cond_stage_model.transformer.text_model.embeddings.position_ids", DType::I64, {1, 77},
+    extra.push_back({"cond_stage_model.transformer.text_model.embeddings.position_ids",
+                     DType::I64,
+                     {1, 77},
                      [](uint8_t* dst, size_t) {
                        for (int64_t i = 0; i < 77; ++i) std::memcpy(dst + 8 * i, &i, 8);
                      }});
@@ -295,29 +316,32 @@ std::vector<TensorToWrite> ldm_extras(const Arch& a) {
   return extra;
 }
 
-std::string readme(const Arch& a, const std::string& layout, DType dtype, uint64_t seed, const fs::path& tokenizer,
-                   size_t vocab, int64_t unet, int64_t vae, int64_t text, const std::string& command) {
-  return cat("# Random-weight ", a.title, "\n\n",
-             "**Random weights, for benchmarks only.** This model draws noise, not pictures.\n\n",
-             "- Architecture: ", a.title, " at full size — UNet ", unet, " parameters, VAE ", vae,
-             ", text encoder ", text, "; stored as ", dtype_name(dtype), ".\n",
-             "- Layout: ",
-             layout == "diffusers" ? "diffusers folder (model_index.json, unet/, vae/, text_encoder/, scheduler/, "
-                                     "tokenizer/)"
-                                   : "single file `model.safetensors` with original (ldm) keys, tokenizer/ beside it",
-             ".\n",
-             "- Weights: deterministic synthetic values (seed ", seed,
-             "): weights ~ N(0, 1/fan_in) (Irwin-Hall approximation), biases 0.01*N(0,1), embeddings "
-             "0.02*N(0,1), norm scales 1, norm shifts 0.\n",
-             "- Tokenizer: copied from `", tokenizer.string(), "` (", vocab, " entries). It is NOT the real CLIP ",
-             "vocabulary (49408 entries), which is not shipped; its ids are valid rows of the 49408-row token "
-             "embedding, so prompts tokenize, but to other ids than with real Stable Diffusion.\n",
-             "- Made by: `", command, "`\n");
+std::string readme(const Arch& a, const std::string& layout, DType dtype, uint64_t seed,
+                   const fs::path& tokenizer, size_t vocab, int64_t unet, int64_t vae, int64_t text,
+                   const std::string& command) {
+  return cat(
+      "# Random-weight ", a.title, "\n\n",
+      "**Random weights, for benchmarks only.** This model draws noise, not pictures.\n\n",
+      "- Architecture: ", a.title, " at full size — UNet ", unet, " parameters, VAE ", vae, ", text encoder ",
+      text, "; stored as ", dtype_name(dtype), ".\n", "- Layout: ",
+      layout == "diffusers"
+          ? "diffusers folder (model_index.json, unet/, vae/, text_encoder/, scheduler/, "
+            "tokenizer/)"
+          : "single file `model.safetensors` with original (ldm) keys, tokenizer/ beside it",
+      ".\n", "- Weights: deterministic synthetic values (seed ", seed,
+      "): weights ~ N(0, 1/fan_in) (Irwin-Hall approximation), biases 0.01*N(0,1), embeddings "
+      "0.02*N(0,1), norm scales 1, norm shifts 0.\n",
+      "- Tokenizer: copied from `", tokenizer.string(), "` (", vocab, " entries). It is NOT the real CLIP ",
+      "vocabulary (49408 entries), which is not shipped; its ids are valid rows of the 49408-row token "
+      "embedding, so prompts tokenize, but to other ids than with real Stable Diffusion.\n",
+      "- Made by: `", command, "`\n");
 }
 
 }  // namespace
 
-const char* make_random_model_usage() { return kUsage; }
+const char* make_random_model_usage() {
+  return kUsage;
+}
 
 int run_make_random_model(const std::vector<std::string>& args) {
   std::map<std::string, std::string> opt = {{"--dtype", "f32"}, {"--seed", "0"}};
@@ -362,7 +386,8 @@ int run_make_random_model(const std::vector<std::string>& args) {
     fail("--seed must be a non-negative integer, got '", opt["--seed"], "'");
   }
   const fs::path out = opt["--out"];
-  const fs::path tokenizer_from = opt.count("--tokenizer-from") ? fs::path(opt["--tokenizer-from"]) : default_tokenizer_dir();
+  const fs::path tokenizer_from =
+      opt.count("--tokenizer-from") ? fs::path(opt["--tokenizer-from"]) : default_tokenizer_dir();
   if (fs::exists(out) && (!fs::is_directory(out) || !fs::is_empty(out)))
     fail("'", out.string(), "' already exists and is not an empty folder; choose a new --out");
   fs::create_directories(out);
@@ -376,15 +401,17 @@ int run_make_random_model(const std::vector<std::string>& args) {
   const auto vae = random_tensors(vae_specs, component_seed(seed, 1));
   const auto text = random_tensors(text_specs, component_seed(seed, 2));
   const std::map<std::string, std::string> metadata = {
-      {"format", "pt"}, {"octodiff", "random weights for benchmarks (make-random-model, seed " + std::to_string(seed) + ")"}};
+      {"format", "pt"},
+      {"octodiff", "random weights for benchmarks (make-random-model, seed " + std::to_string(seed) + ")"}};
 
-  const size_t vocab = copy_tokenizer(tokenizer_from, out / "tokenizer", arch.family == SingleFileCheckpoint::Family::SD2,
-                                      arch.text.vocab_size);
+  const size_t vocab = copy_tokenizer(tokenizer_from, out / "tokenizer",
+                                      arch.family == SingleFileCheckpoint::Family::SD2, arch.text.vocab_size);
   if (layout == "diffusers") {
     for (const char* dir : {"unet", "vae", "text_encoder", "scheduler"}) fs::create_directories(out / dir);
     write_json(out / "model_index.json", model_index());
     write_json(out / "scheduler" / "scheduler_config.json", scheduler_config(arch));
-    write_json(out / "unet" / "config.json", unet_config(arch.unet, arch.family == SingleFileCheckpoint::Family::SD2));
+    write_json(out / "unet" / "config.json",
+               unet_config(arch.unet, arch.family == SingleFileCheckpoint::Family::SD2));
     write_json(out / "vae" / "config.json", vae_config(arch.vae));
     write_json(out / "text_encoder" / "config.json", text_encoder_config(arch.text, dtype));
     struct Part {
@@ -411,11 +438,12 @@ int run_make_random_model(const std::vector<std::string>& args) {
     contents.extra = ldm_extras(arch);
     contents.metadata = metadata;
     write_single_file(out / "model.safetensors", contents, dtype);
-    std::printf("wrote model.safetensors %6.2f GB  (%.1f s)\n", fs::file_size(out / "model.safetensors") / 1e9,
-                elapsed());
+    std::printf("wrote model.safetensors %6.2f GB  (%.1f s)\n",
+                fs::file_size(out / "model.safetensors") / 1e9, elapsed());
   }
-  const std::string notes = readme(arch, layout, dtype, seed, tokenizer_from, vocab, parameter_count(unet_specs),
-                                   parameter_count(vae_specs), parameter_count(text_specs), command);
+  const std::string notes =
+      readme(arch, layout, dtype, seed, tokenizer_from, vocab, parameter_count(unet_specs),
+             parameter_count(vae_specs), parameter_count(text_specs), command);
   write_file_atomic(out / "README.md", notes.data(), notes.size());
   std::printf("%s random model (%s, %s) in '%s' after %.1f s\n", arch.title.c_str(), layout.c_str(),
               dtype_name(dtype), out.string().c_str(), elapsed());

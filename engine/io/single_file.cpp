@@ -20,8 +20,12 @@ constexpr std::string_view kClipPrefix = "cond_stage_model.transformer.";
 constexpr std::string_view kOpenClipPrefix = "cond_stage_model.model.";
 constexpr std::string_view kEmaPrefix = "model_ema.";
 
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
-std::string str(int i) { return std::to_string(i); }
+bool starts_with(std::string_view s, std::string_view p) {
+  return s.substr(0, p.size()) == p;
+}
+std::string str(int i) {
+  return std::to_string(i);
+}
 std::string join(const std::string& prefix, const std::string& rest) {
   return rest.empty() ? prefix : prefix + "." + rest;
 }
@@ -37,7 +41,8 @@ std::optional<std::vector<int>> match(std::string_view key, std::initializer_lis
     if (dot == std::string_view::npos) dot = key.size();
     std::string_view c = key.substr(pos, dot - pos);
     if (p == "#") {
-      if (c.empty() || c.size() > 6 || !std::all_of(c.begin(), c.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      if (c.empty() || c.size() > 6 ||
+          !std::all_of(c.begin(), c.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
         return std::nullopt;
       ints.push_back(std::stoi(std::string(c)));
     } else if (c != p) {
@@ -69,9 +74,9 @@ enum class Inner {
 };
 
 using Renames = std::vector<std::pair<std::string, std::string>>;  // (ldm, diffusers)
-const Renames kUNetResnetRenames = {{"in_layers.0", "norm1"},       {"in_layers.2", "conv1"},
+const Renames kUNetResnetRenames = {{"in_layers.0", "norm1"},          {"in_layers.2", "conv1"},
                                     {"emb_layers.1", "time_emb_proj"}, {"out_layers.0", "norm2"},
-                                    {"out_layers.3", "conv2"},      {"skip_connection", "conv_shortcut"}};
+                                    {"out_layers.3", "conv2"},         {"skip_connection", "conv_shortcut"}};
 const Renames kVaeResnetRenames = {{"nin_shortcut", "conv_shortcut"}};
 
 std::string rename(const std::string& rest, const Renames& renames, bool to_diffusers) {
@@ -110,7 +115,8 @@ class RuleTable {
     if (r->inner == Inner::FusedQkv && (rest == "in_proj_weight" || rest == "in_proj_bias")) {
       const std::string leaf = rest == "in_proj_weight" ? "weight" : "bias";
       std::vector<Mapped> out;
-      for (int p = 0; p < 3; ++p) out.push_back({r->diffusers + "." + "qkv"[p] + "_proj." + leaf, p, 3, r->inner});
+      for (int p = 0; p < 3; ++p)
+        out.push_back({r->diffusers + "." + "qkv"[p] + "_proj." + leaf, p, 3, r->inner});
       return out;
     }
     if (r->inner == Inner::UNetResnet) rest = rename(rest, kUNetResnetRenames, true);
@@ -141,7 +147,8 @@ class RuleTable {
   };
 
   // The rule whose key is `name` itself or its longest dotted prefix; `rest` gets what follows.
-  const Rule* find(const std::map<std::string, size_t>& index, const std::string& name, std::string* rest) const {
+  const Rule* find(const std::map<std::string, size_t>& index, const std::string& name,
+                   std::string* rest) const {
     std::string head = name;
     while (true) {
       auto it = index.find(head);
@@ -274,7 +281,8 @@ RuleTable vae_rules(const VaeLayout& v) {
   }
   // The ldm decoder numbers its levels from the lowest resolution up: reversed.
   for (int k = 0; k < v.dec_levels; ++k) {
-    const std::string ldm = "decoder.up." + str(k), diffusers = "decoder.up_blocks." + str(v.dec_levels - 1 - k);
+    const std::string ldm = "decoder.up." + str(k),
+                      diffusers = "decoder.up_blocks." + str(v.dec_levels - 1 - k);
     for (int j = 0; j < v.dec_layers; ++j)
       t.add(ldm + ".block." + str(j), diffusers + ".resnets." + str(j), Inner::VaeResnet);
     t.add(ldm + ".upsample.conv", diffusers + ".upsamplers.0.conv");
@@ -312,12 +320,25 @@ RuleTable open_clip_rules(int layers) {
 
 // Training state and buffers of the ldm LatentDiffusion module: not weights of any component.
 bool is_training_state(const std::string& name) {
-  static const std::set<std::string> names = {
-      "betas", "alphas_cumprod", "alphas_cumprod_prev", "sqrt_alphas_cumprod",
-      "sqrt_one_minus_alphas_cumprod", "log_one_minus_alphas_cumprod", "sqrt_recip_alphas_cumprod",
-      "sqrt_recipm1_alphas_cumprod", "posterior_variance", "posterior_log_variance_clipped",
-      "posterior_mean_coef1", "posterior_mean_coef2", "logvar", "lvlb_weights", "scale_factor",
-      "global_step", "epoch", "model_ema.decay", "model_ema.num_updates"};
+  static const std::set<std::string> names = {"betas",
+                                              "alphas_cumprod",
+                                              "alphas_cumprod_prev",
+                                              "sqrt_alphas_cumprod",
+                                              "sqrt_one_minus_alphas_cumprod",
+                                              "log_one_minus_alphas_cumprod",
+                                              "sqrt_recip_alphas_cumprod",
+                                              "sqrt_recipm1_alphas_cumprod",
+                                              "posterior_variance",
+                                              "posterior_log_variance_clipped",
+                                              "posterior_mean_coef1",
+                                              "posterior_mean_coef2",
+                                              "logvar",
+                                              "lvlb_weights",
+                                              "scale_factor",
+                                              "global_step",
+                                              "epoch",
+                                              "model_ema.decay",
+                                              "model_ema.num_updates"};
   return names.count(name) != 0;
 }
 
@@ -375,13 +396,14 @@ std::string describe_other(const SafetensorsFile& f) {
   if (diffusers_vae) return "; it looks like a diffusers VAE file: open its model folder instead";
   if (text) return "; it looks like a text encoder file: open its model folder instead";
   std::string examples;
-  for (size_t i = 0; i < f.tensors().size() && i < 3; ++i) examples += (i ? "', '" : " (e.g. '") + f.tensors()[i].name;
+  for (size_t i = 0; i < f.tensors().size() && i < 3; ++i)
+    examples += (i ? "', '" : " (e.g. '") + f.tensors()[i].name;
   return cat("; it has ", f.tensors().size(), " tensors", examples.empty() ? "" : examples + "')");
 }
 
 void read_unet(SingleFileCheckpoint& ck, const std::shared_ptr<SafetensorsFile>& file,
-               const std::vector<const TensorRecord*>& recs, const std::map<std::string, const TensorRecord*>& ema,
-               bool use_ema, const std::string& what) {
+               const std::vector<const TensorRecord*>& recs,
+               const std::map<std::string, const TensorRecord*>& ema, bool use_ema, const std::string& what) {
   const std::vector<std::string> keys = stripped(recs, kUNetPrefix);
   const RuleTable table = unet_rules(unet_layout_from_ldm(keys, what));
   ck.has_ema = ema.size() > 100;
@@ -403,7 +425,8 @@ void read_unet(SingleFileCheckpoint& ck, const std::shared_ptr<SafetensorsFile>&
     add_mapped(*ck.unet, file, *rec, keys[i], table);
     if (keys[i] == "input_blocks.0.0.weight" && rec->shape.size() == 4)
       ck.unet_in_channels = static_cast<int>(rec->shape[1]);
-    if (auto m = match(keys[i], {"input_blocks", "#", "1", "transformer_blocks", "0", "attn2", "to_k", "weight"});
+    if (auto m =
+            match(keys[i], {"input_blocks", "#", "1", "transformer_blocks", "0", "attn2", "to_k", "weight"});
         m && (first_attention < 0 || (*m)[0] < first_attention) && !rec->shape.empty()) {
       first_attention = (*m)[0];
       ck.cross_attention_dim = static_cast<int>(rec->shape.back());
@@ -412,7 +435,8 @@ void read_unet(SingleFileCheckpoint& ck, const std::shared_ptr<SafetensorsFile>&
 }
 
 std::shared_ptr<WeightSource> read_vae(const std::shared_ptr<SafetensorsFile>& file,
-                                       const std::vector<const TensorRecord*>& recs, const std::string& what) {
+                                       const std::vector<const TensorRecord*>& recs,
+                                       const std::string& what) {
   const std::vector<std::string> keys = stripped(recs, kVaePrefix);
   VaeLayout v;
   v.enc_levels = count_of(keys, {"encoder", "down", "#"});
@@ -426,7 +450,8 @@ std::shared_ptr<WeightSource> read_vae(const std::shared_ptr<SafetensorsFile>& f
 }
 
 std::shared_ptr<WeightSource> read_clip(const std::shared_ptr<SafetensorsFile>& file,
-                                        const std::vector<const TensorRecord*>& recs, const std::string& what) {
+                                        const std::vector<const TensorRecord*>& recs,
+                                        const std::string& what) {
   const std::vector<std::string> keys = stripped(recs, kClipPrefix);
   const RuleTable table = clip_rules();
   auto src = std::make_shared<WeightSource>("text encoder (in " + what + ")");
@@ -498,8 +523,10 @@ SingleFileCheckpoint open_single_file(const std::filesystem::path& path, bool us
     }
   }
   if (unet.empty())
-    fail(what, " is not a Stable Diffusion 1.x/2.x single-file checkpoint: it has no 'model.diffusion_model.' "
-         "tensors", describe_other(*file));
+    fail(what,
+         " is not a Stable Diffusion 1.x/2.x single-file checkpoint: it has no 'model.diffusion_model.' "
+         "tensors",
+         describe_other(*file));
   if (!clip.empty() && !open_clip.empty())
     fail(what, " has two text encoders (CLIP and OpenCLIP); not an SD 1.x/2.x checkpoint");
 
@@ -521,7 +548,8 @@ SingleFileCheckpoint open_single_file(const std::filesystem::path& path, bool us
 
 // ---- Writing --------------------------------------------------------------------------------
 
-std::vector<LdmTensorPlan> plan_ldm_tensors(LdmComponent component, const std::vector<NamedShape>& diffusers) {
+std::vector<LdmTensorPlan> plan_ldm_tensors(LdmComponent component,
+                                            const std::vector<NamedShape>& diffusers) {
   std::vector<std::string> names;
   for (const auto& d : diffusers) names.push_back(d.name);
   RuleTable table;
@@ -667,7 +695,8 @@ void write_single_file(const std::filesystem::path& path, const SingleFileConten
   };
   add(LdmComponent::UNet, contents.unet);
   add(LdmComponent::Vae, contents.vae);
-  add(contents.family == Family::SD2 ? LdmComponent::OpenClipText : LdmComponent::ClipText, contents.text_encoder);
+  add(contents.family == Family::SD2 ? LdmComponent::OpenClipText : LdmComponent::ClipText,
+      contents.text_encoder);
   for (const auto& e : contents.extra) out.push_back(e);
   write_safetensors(path, out, contents.metadata);
 }

@@ -46,7 +46,7 @@ struct SingleFileCheckpoint {
   // as diffusers does — callers should let the user override this for 2-base files.
   bool v_prediction = false;
   std::optional<int64_t> global_step;
-  int unet_in_channels = 4;      // 9 = inpainting
+  int unet_in_channels = 4;       // 9 = inpainting
   int cross_attention_dim = 768;  // last dim of the first cross-attention to_k
   bool has_ema = false;           // more than 100 `model_ema.` tensors
   bool used_ema = false;          // EMA weights requested and present

@@ -8,14 +8,18 @@
 namespace octodiff {
 namespace {
 
-std::string idx(const std::string& prefix, int i) { return prefix + "." + std::to_string(i); }
+std::string idx(const std::string& prefix, int i) {
+  return prefix + "." + std::to_string(i);
+}
 
 // Builds a catalog in the order the loaders take the tensors (models/*.cpp).
 class Catalog {
  public:
   std::vector<ParameterSpec> specs;
 
-  void add(const std::string& name, Shape shape, ParameterKind kind) { specs.push_back({name, std::move(shape), kind}); }
+  void add(const std::string& name, Shape shape, ParameterKind kind) {
+    specs.push_back({name, std::move(shape), kind});
+  }
   // Linear::load (a 1×1 conv stores its weight as (out, in, 1, 1)).
   void linear(const std::string& p, int64_t in, int64_t out, bool bias, bool conv1x1 = false) {
     add(p + ".weight", conv1x1 ? Shape{out, in, 1, 1} : Shape{out, in}, ParameterKind::Weight);
@@ -81,8 +85,8 @@ uint64_t name_hash(const std::string& s) {  // FNV-1a
 
 // Four 16-bit uniforms summed (Irwin–Hall, n = 4) and standardised: mean 0, variance 1.
 inline float approx_normal(uint64_t bits) {
-  const float s = static_cast<float>((bits & 0xffff) + ((bits >> 16) & 0xffff) + ((bits >> 32) & 0xffff) +
-                                     (bits >> 48));
+  const float s =
+      static_cast<float>((bits & 0xffff) + ((bits >> 16) & 0xffff) + ((bits >> 32) & 0xffff) + (bits >> 48));
   constexpr float kScale = 1.7320508f / 65536.0f;  // sqrt(3) / 2^16
   return (s - 131070.0f) * kScale;
 }
@@ -92,7 +96,8 @@ void fill_normal(const std::string& name, uint64_t seed, float stddev, int64_t n
   parallel_for(
       n,
       [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) dst[i] = stddev * approx_normal(mix64(key + static_cast<uint64_t>(i)));
+        for (int64_t i = begin; i < end; ++i)
+          dst[i] = stddev * approx_normal(mix64(key + static_cast<uint64_t>(i)));
       },
       1 << 16);
 }
@@ -109,7 +114,8 @@ std::vector<ParameterSpec> clip_text_parameters(const ClipTextConfig& c) {
     const std::string l = idx("text_model.encoder.layers", i) + ".";
     cat.norm(l + "layer_norm1", H);
     cat.norm(l + "layer_norm2", H);
-    for (const char* p : {"q_proj", "k_proj", "v_proj", "out_proj"}) cat.linear(l + "self_attn." + p, H, H, true);
+    for (const char* p : {"q_proj", "k_proj", "v_proj", "out_proj"})
+      cat.linear(l + "self_attn." + p, H, H, true);
     cat.linear(l + "mlp.fc1", H, F, true);
     cat.linear(l + "mlp.fc2", F, H, true);
   }
@@ -185,7 +191,8 @@ std::vector<ParameterSpec> vae_parameters(const VaeConfig& c, bool with_encoder)
   for (int i = 0; i < n; ++i) {
     const std::string p = idx("decoder.up_blocks", i);
     const int64_t out = boc[n - 1 - i];
-    for (int j = 0; j < c.layers_per_block + 1; ++j) cat.resnet(idx(p + ".resnets", j), j == 0 ? prev : out, out, 0);
+    for (int j = 0; j < c.layers_per_block + 1; ++j)
+      cat.resnet(idx(p + ".resnets", j), j == 0 ? prev : out, out, 0);
     if (i < n - 1) cat.conv(p + ".upsamplers.0.conv", out, out, 3);
     prev = out;
   }
@@ -197,7 +204,8 @@ std::vector<ParameterSpec> vae_parameters(const VaeConfig& c, bool with_encoder)
     int64_t in = boc[0];
     for (int i = 0; i < n; ++i) {
       const std::string p = idx("encoder.down_blocks", i);
-      for (int j = 0; j < c.layers_per_block; ++j) cat.resnet(idx(p + ".resnets", j), j == 0 ? in : boc[i], boc[i], 0);
+      for (int j = 0; j < c.layers_per_block; ++j)
+        cat.resnet(idx(p + ".resnets", j), j == 0 ? in : boc[i], boc[i], 0);
       if (i < n - 1) cat.conv(p + ".downsamplers.0.conv", boc[i], boc[i], 3);
       in = boc[i];
     }
@@ -239,8 +247,8 @@ void synthetic_parameter_values(const ParameterSpec& p, uint64_t seed, float* ds
 }
 
 void synthetic_values(const std::string& name, const Shape& shape, uint64_t seed, float* dst) {
-  synthetic_parameter_values({name, shape, shape.size() >= 2 ? ParameterKind::Weight : ParameterKind::Bias}, seed,
-                             dst);
+  synthetic_parameter_values({name, shape, shape.size() >= 2 ? ParameterKind::Weight : ParameterKind::Bias},
+                             seed, dst);
 }
 
 }  // namespace octodiff

@@ -30,7 +30,8 @@ struct Component {
     for (const auto& [name, t] : tensors) {
       if (name == skip) continue;
       const Tensor* tp = &t;
-      out.push_back({name, t.shape(), [tp](float* dst) { std::memcpy(dst, tp->data(), sizeof(float) * tp->numel()); }});
+      out.push_back(
+          {name, t.shape(), [tp](float* dst) { std::memcpy(dst, tp->data(), sizeof(float) * tp->numel()); }});
     }
     return out;
   }
@@ -86,7 +87,9 @@ SingleFileContents tiny_contents(Family family) {
 }
 
 // The stored (ldm-keyed) tensor of a written file.
-Tensor stored(const SafetensorsFile& f, const std::string& name) { return f.to_f32(name); }
+Tensor stored(const SafetensorsFile& f, const std::string& name) {
+  return f.to_f32(name);
+}
 
 void expect_stored_equals(const SafetensorsFile& f, const std::string& ldm, const Component& c,
                           const std::string& diffusers) {
@@ -95,7 +98,8 @@ void expect_stored_equals(const SafetensorsFile& f, const std::string& ldm, cons
   const Tensor& want = c.tensors.at(diffusers);
   Tensor got = stored(f, ldm);
   ASSERT_EQ(got.numel(), want.numel()) << ldm;
-  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * want.numel())) << ldm << " vs " << diffusers;
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * want.numel()))
+      << ldm << " vs " << diffusers;
 }
 
 void write_raw(const fs::path& path, const std::vector<std::string>& names) {
@@ -128,22 +132,29 @@ TEST(SingleFile, Sd1RoundTripKeepsEveryTensor) {
   expect_stored_equals(*f, m + "time_embed.0.weight", u, "time_embedding.linear_1.weight");
   expect_stored_equals(*f, m + "time_embed.2.bias", u, "time_embedding.linear_2.bias");
   expect_stored_equals(*f, m + "input_blocks.0.0.weight", u, "conv_in.weight");
-  expect_stored_equals(*f, m + "input_blocks.1.0.in_layers.0.weight", u, "down_blocks.0.resnets.0.norm1.weight");
-  expect_stored_equals(*f, m + "input_blocks.1.0.emb_layers.1.weight", u, "down_blocks.0.resnets.0.time_emb_proj.weight");
-  expect_stored_equals(*f, m + "input_blocks.2.0.out_layers.3.weight", u, "down_blocks.0.resnets.1.conv2.weight");
+  expect_stored_equals(*f, m + "input_blocks.1.0.in_layers.0.weight", u,
+                       "down_blocks.0.resnets.0.norm1.weight");
+  expect_stored_equals(*f, m + "input_blocks.1.0.emb_layers.1.weight", u,
+                       "down_blocks.0.resnets.0.time_emb_proj.weight");
+  expect_stored_equals(*f, m + "input_blocks.2.0.out_layers.3.weight", u,
+                       "down_blocks.0.resnets.1.conv2.weight");
   expect_stored_equals(*f, m + "input_blocks.2.1.transformer_blocks.0.attn2.to_k.weight", u,
                        "down_blocks.0.attentions.1.transformer_blocks.0.attn2.to_k.weight");
   expect_stored_equals(*f, m + "input_blocks.3.0.op.weight", u, "down_blocks.0.downsamplers.0.conv.weight");
   expect_stored_equals(*f, m + "input_blocks.4.0.skip_connection.weight", u,
                        "down_blocks.1.resnets.0.conv_shortcut.weight");
-  expect_stored_equals(*f, m + "input_blocks.5.0.in_layers.2.weight", u, "down_blocks.1.resnets.1.conv1.weight");
+  expect_stored_equals(*f, m + "input_blocks.5.0.in_layers.2.weight", u,
+                       "down_blocks.1.resnets.1.conv1.weight");
   expect_stored_equals(*f, m + "middle_block.0.out_layers.0.bias", u, "mid_block.resnets.0.norm2.bias");
   expect_stored_equals(*f, m + "middle_block.1.proj_in.weight", u, "mid_block.attentions.0.proj_in.weight");
   expect_stored_equals(*f, m + "middle_block.2.in_layers.0.bias", u, "mid_block.resnets.1.norm1.bias");
-  expect_stored_equals(*f, m + "output_blocks.0.0.skip_connection.weight", u, "up_blocks.0.resnets.0.conv_shortcut.weight");
+  expect_stored_equals(*f, m + "output_blocks.0.0.skip_connection.weight", u,
+                       "up_blocks.0.resnets.0.conv_shortcut.weight");
   expect_stored_equals(*f, m + "output_blocks.2.1.conv.weight", u, "up_blocks.0.upsamplers.0.conv.weight");
-  expect_stored_equals(*f, m + "output_blocks.3.0.in_layers.2.weight", u, "up_blocks.1.resnets.0.conv1.weight");
-  expect_stored_equals(*f, m + "output_blocks.5.1.proj_out.weight", u, "up_blocks.1.attentions.2.proj_out.weight");
+  expect_stored_equals(*f, m + "output_blocks.3.0.in_layers.2.weight", u,
+                       "up_blocks.1.resnets.0.conv1.weight");
+  expect_stored_equals(*f, m + "output_blocks.5.1.proj_out.weight", u,
+                       "up_blocks.1.attentions.2.proj_out.weight");
   expect_stored_equals(*f, m + "output_blocks.5.1.transformer_blocks.0.ff.net.0.proj.weight", u,
                        "up_blocks.1.attentions.2.transformer_blocks.0.ff.net.0.proj.weight");
   expect_stored_equals(*f, m + "out.0.weight", u, "conv_norm_out.weight");
@@ -152,30 +163,38 @@ TEST(SingleFile, Sd1RoundTripKeepsEveryTensor) {
   const Component& v = vae();
   const std::string fs_ = "first_stage_model.";
   expect_stored_equals(*f, fs_ + "encoder.conv_in.weight", v, "encoder.conv_in.weight");
-  expect_stored_equals(*f, fs_ + "encoder.down.0.block.1.conv2.weight", v, "encoder.down_blocks.0.resnets.1.conv2.weight");
+  expect_stored_equals(*f, fs_ + "encoder.down.0.block.1.conv2.weight", v,
+                       "encoder.down_blocks.0.resnets.1.conv2.weight");
   expect_stored_equals(*f, fs_ + "encoder.down.0.downsample.conv.weight", v,
                        "encoder.down_blocks.0.downsamplers.0.conv.weight");
   expect_stored_equals(*f, fs_ + "encoder.down.1.block.0.nin_shortcut.weight", v,
                        "encoder.down_blocks.1.resnets.0.conv_shortcut.weight");
-  expect_stored_equals(*f, fs_ + "encoder.mid.block_1.norm1.weight", v, "encoder.mid_block.resnets.0.norm1.weight");
-  expect_stored_equals(*f, fs_ + "encoder.mid.attn_1.norm.weight", v, "encoder.mid_block.attentions.0.group_norm.weight");
-  expect_stored_equals(*f, fs_ + "encoder.mid.attn_1.q.weight", v, "encoder.mid_block.attentions.0.to_q.weight");
-  expect_stored_equals(*f, fs_ + "encoder.mid.attn_1.proj_out.bias", v, "encoder.mid_block.attentions.0.to_out.0.bias");
+  expect_stored_equals(*f, fs_ + "encoder.mid.block_1.norm1.weight", v,
+                       "encoder.mid_block.resnets.0.norm1.weight");
+  expect_stored_equals(*f, fs_ + "encoder.mid.attn_1.norm.weight", v,
+                       "encoder.mid_block.attentions.0.group_norm.weight");
+  expect_stored_equals(*f, fs_ + "encoder.mid.attn_1.q.weight", v,
+                       "encoder.mid_block.attentions.0.to_q.weight");
+  expect_stored_equals(*f, fs_ + "encoder.mid.attn_1.proj_out.bias", v,
+                       "encoder.mid_block.attentions.0.to_out.0.bias");
   expect_stored_equals(*f, fs_ + "encoder.norm_out.weight", v, "encoder.conv_norm_out.weight");
   expect_stored_equals(*f, fs_ + "quant_conv.weight", v, "quant_conv.weight");
   // Reversed decoder levels: ldm up.1 is the first (lowest resolution) diffusers up block.
-  expect_stored_equals(*f, fs_ + "decoder.up.1.block.2.conv1.weight", v, "decoder.up_blocks.0.resnets.2.conv1.weight");
-  expect_stored_equals(*f, fs_ + "decoder.up.1.upsample.conv.weight", v, "decoder.up_blocks.0.upsamplers.0.conv.weight");
+  expect_stored_equals(*f, fs_ + "decoder.up.1.block.2.conv1.weight", v,
+                       "decoder.up_blocks.0.resnets.2.conv1.weight");
+  expect_stored_equals(*f, fs_ + "decoder.up.1.upsample.conv.weight", v,
+                       "decoder.up_blocks.0.upsamplers.0.conv.weight");
   expect_stored_equals(*f, fs_ + "decoder.up.0.block.0.nin_shortcut.weight", v,
                        "decoder.up_blocks.1.resnets.0.conv_shortcut.weight");
-  expect_stored_equals(*f, fs_ + "decoder.mid.block_2.conv1.bias", v, "decoder.mid_block.resnets.1.conv1.bias");
+  expect_stored_equals(*f, fs_ + "decoder.mid.block_2.conv1.bias", v,
+                       "decoder.mid_block.resnets.1.conv1.bias");
   expect_stored_equals(*f, fs_ + "decoder.norm_out.bias", v, "decoder.conv_norm_out.bias");
   const TensorRecord* q = f->find(fs_ + "decoder.mid.attn_1.k.weight");
   ASSERT_NE(q, nullptr);
   EXPECT_EQ(shape_str(q->shape), "(64, 64, 1, 1)") << "VAE attention is stored as 1x1 convs";
 
-  expect_stored_equals(*f, "cond_stage_model.transformer.text_model.encoder.layers.3.self_attn.k_proj.bias", text(),
-                       "text_model.encoder.layers.3.self_attn.k_proj.bias");
+  expect_stored_equals(*f, "cond_stage_model.transformer.text_model.encoder.layers.3.self_attn.k_proj.bias",
+                       text(), "text_model.encoder.layers.3.self_attn.k_proj.bias");
 
   SingleFileCheckpoint ck = open_single_file(path);
   EXPECT_EQ(ck.family, Family::SD1);
@@ -219,18 +238,24 @@ TEST(SingleFile, Sd2OpenClipFusesAndSplitsQkv) {
   ASSERT_EQ(shape_str(in_w.shape()), "(96, 32)");
   const char* parts[] = {"q_proj", "k_proj", "v_proj"};
   for (int k = 0; k < 3; ++k) {
-    const Tensor& w = t.tensors.at(std::string("text_model.encoder.layers.2.self_attn.") + parts[k] + ".weight");
+    const Tensor& w =
+        t.tensors.at(std::string("text_model.encoder.layers.2.self_attn.") + parts[k] + ".weight");
     EXPECT_EQ(0, std::memcmp(in_w.data() + k * 32 * 32, w.data(), sizeof(float) * 32 * 32)) << parts[k];
-    const Tensor& b = t.tensors.at(std::string("text_model.encoder.layers.2.self_attn.") + parts[k] + ".bias");
+    const Tensor& b =
+        t.tensors.at(std::string("text_model.encoder.layers.2.self_attn.") + parts[k] + ".bias");
     Tensor in_b = f->to_f32(p + "transformer.resblocks.2.attn.in_proj_bias");
     EXPECT_EQ(0, std::memcmp(in_b.data() + k * 32, b.data(), sizeof(float) * 32)) << parts[k];
   }
   expect_stored_equals(*f, p + "transformer.resblocks.4.attn.out_proj.weight", t,
                        "text_model.encoder.layers.4.self_attn.out_proj.weight");
-  expect_stored_equals(*f, p + "transformer.resblocks.0.ln_1.weight", t, "text_model.encoder.layers.0.layer_norm1.weight");
-  expect_stored_equals(*f, p + "transformer.resblocks.1.ln_2.bias", t, "text_model.encoder.layers.1.layer_norm2.bias");
-  expect_stored_equals(*f, p + "transformer.resblocks.3.mlp.c_fc.weight", t, "text_model.encoder.layers.3.mlp.fc1.weight");
-  expect_stored_equals(*f, p + "transformer.resblocks.3.mlp.c_proj.bias", t, "text_model.encoder.layers.3.mlp.fc2.bias");
+  expect_stored_equals(*f, p + "transformer.resblocks.0.ln_1.weight", t,
+                       "text_model.encoder.layers.0.layer_norm1.weight");
+  expect_stored_equals(*f, p + "transformer.resblocks.1.ln_2.bias", t,
+                       "text_model.encoder.layers.1.layer_norm2.bias");
+  expect_stored_equals(*f, p + "transformer.resblocks.3.mlp.c_fc.weight", t,
+                       "text_model.encoder.layers.3.mlp.fc1.weight");
+  expect_stored_equals(*f, p + "transformer.resblocks.3.mlp.c_proj.bias", t,
+                       "text_model.encoder.layers.3.mlp.fc2.bias");
   expect_stored_equals(*f, p + "token_embedding.weight", t, "text_model.embeddings.token_embedding.weight");
   expect_stored_equals(*f, p + "positional_embedding", t, "text_model.embeddings.position_embedding.weight");
   expect_stored_equals(*f, p + "ln_final.weight", t, "text_model.final_layer_norm.weight");
@@ -352,14 +377,15 @@ TEST(SingleFile, ForeignFilesAreRefusedClearly) {
   EXPECT_NE(msg.find("not a Stable Diffusion 1.x/2.x single-file checkpoint"), std::string::npos) << msg;
   EXPECT_NE(msg.find("foo.weight"), std::string::npos) << msg;
 
-  write_raw(dir / "sdxl.safetensors", {"conditioner.embedders.0.transformer.text_model.final_layer_norm.weight",
-                                       "model.diffusion_model.label_emb.0.0.weight",
-                                       "model.diffusion_model.input_blocks.0.0.weight"});
+  write_raw(dir / "sdxl.safetensors",
+            {"conditioner.embedders.0.transformer.text_model.final_layer_norm.weight",
+             "model.diffusion_model.label_emb.0.0.weight", "model.diffusion_model.input_blocks.0.0.weight"});
   msg = error_of([&] { open_single_file(dir / "sdxl.safetensors"); });
   std::printf("[error] %s\n", msg.c_str());
   EXPECT_NE(msg.find("Stable Diffusion XL"), std::string::npos) << msg;
 
-  msg = error_of([&] { open_single_file(test::tiny_sd_dir() / "unet" / "diffusion_pytorch_model.safetensors"); });
+  msg = error_of(
+      [&] { open_single_file(test::tiny_sd_dir() / "unet" / "diffusion_pytorch_model.safetensors"); });
   std::printf("[error] %s\n", msg.c_str());
   EXPECT_NE(msg.find("diffusers UNet"), std::string::npos) << msg;
 
@@ -368,10 +394,11 @@ TEST(SingleFile, ForeignFilesAreRefusedClearly) {
   std::printf("[error] %s\n", msg.c_str());
   EXPECT_NE(msg.find("no input_blocks/output_blocks"), std::string::npos) << msg;
 
-  write_raw(dir / "odd_blocks.safetensors",
-            {"model.diffusion_model.input_blocks.0.0.weight", "model.diffusion_model.input_blocks.1.0.x.weight",
-             "model.diffusion_model.input_blocks.2.0.op.weight", "model.diffusion_model.input_blocks.7.0.x.weight",
-             "model.diffusion_model.output_blocks.0.0.x.weight"});
+  write_raw(
+      dir / "odd_blocks.safetensors",
+      {"model.diffusion_model.input_blocks.0.0.weight", "model.diffusion_model.input_blocks.1.0.x.weight",
+       "model.diffusion_model.input_blocks.2.0.op.weight", "model.diffusion_model.input_blocks.7.0.x.weight",
+       "model.diffusion_model.output_blocks.0.0.x.weight"});
   msg = error_of([&] { open_single_file(dir / "odd_blocks.safetensors"); });
   std::printf("[error] %s\n", msg.c_str());
   EXPECT_NE(msg.find("unrecognised UNet block structure"), std::string::npos) << msg;
@@ -384,8 +411,10 @@ TEST(SingleFile, ForeignFilesAreRefusedClearly) {
   std::printf("[error] %s\n", msg.c_str());
   EXPECT_NE(msg, "(no error)");
 
-  msg = error_of([&] { plan_ldm_tensors(LdmComponent::UNet, {{"down_blocks.0.resnets.0.norm1.weight", {4}},
-                                                             {"up_blocks.0.resnets.0.norm1.weight", {4}},
-                                                             {"lora_up.weight", {4}}}); });
+  msg = error_of([&] {
+    plan_ldm_tensors(LdmComponent::UNet, {{"down_blocks.0.resnets.0.norm1.weight", {4}},
+                                          {"up_blocks.0.resnets.0.norm1.weight", {4}},
+                                          {"lora_up.weight", {4}}});
+  });
   EXPECT_NE(msg.find("lora_up.weight"), std::string::npos) << msg;
 }

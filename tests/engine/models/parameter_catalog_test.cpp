@@ -26,7 +26,8 @@ namespace {
 
 std::map<std::string, std::string> as_map(const std::vector<ParameterSpec>& specs) {
   std::map<std::string, std::string> m;
-  for (const auto& s : specs) EXPECT_TRUE(m.emplace(s.name, shape_str(s.shape)).second) << "duplicate " << s.name;
+  for (const auto& s : specs)
+    EXPECT_TRUE(m.emplace(s.name, shape_str(s.shape)).second) << "duplicate " << s.name;
   return m;
 }
 
@@ -52,10 +53,16 @@ void expect_same_sets(const std::map<std::string, std::string>& catalog,
   EXPECT_EQ(catalog.size(), file.size()) << label;
 }
 
-fs::path tiny(const std::string& rel) { return test::tiny_sd_dir() / rel; }
+fs::path tiny(const std::string& rel) {
+  return test::tiny_sd_dir() / rel;
+}
 
-UNetConfig tiny_unet_config() { return UNetConfig::from_json(read_text_file(tiny("unet/config.json")), "unet"); }
-VaeConfig tiny_vae_config() { return VaeConfig::from_json(read_text_file(tiny("vae/config.json")), "vae"); }
+UNetConfig tiny_unet_config() {
+  return UNetConfig::from_json(read_text_file(tiny("unet/config.json")), "unet");
+}
+VaeConfig tiny_vae_config() {
+  return VaeConfig::from_json(read_text_file(tiny("vae/config.json")), "vae");
+}
 ClipTextConfig tiny_text_config() {
   return ClipTextConfig::from_json(read_text_file(tiny("text_encoder/config.json")), "text");
 }
@@ -86,14 +93,16 @@ ClipTextConfig small_text(bool sd2) {
 // A catalog as tensors to write, values from the synthetic generator.
 std::vector<DiffusersTensor> synthetic(const std::vector<ParameterSpec>& specs, uint64_t seed) {
   std::vector<DiffusersTensor> out;
-  for (const auto& s : specs) out.push_back({s.name, s.shape, [s, seed](float* dst) { synthetic_parameter_values(s, seed, dst); }});
+  for (const auto& s : specs)
+    out.push_back({s.name, s.shape, [s, seed](float* dst) { synthetic_parameter_values(s, seed, dst); }});
   return out;
 }
 
 void write_diffusers(const fs::path& path, const std::vector<DiffusersTensor>& tensors) {
   std::vector<TensorToWrite> list;
   for (const auto& t : tensors)
-    list.push_back({t.name, DType::F32, t.shape, [&t](uint8_t* dst, size_t) { t.values(reinterpret_cast<float*>(dst)); }});
+    list.push_back({t.name, DType::F32, t.shape,
+                    [&t](uint8_t* dst, size_t) { t.values(reinterpret_cast<float*>(dst)); }});
   write_safetensors(path, list);
 }
 
@@ -109,18 +118,19 @@ void expect_identical(const Tensor& a, const Tensor& b, const std::string& label
   bool finite = true;
   for (float v : a) finite = finite && std::isfinite(v);
   EXPECT_TRUE(finite) << label;
-  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * a.numel())) << label << " differs between layouts";
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * a.numel()))
+      << label << " differs between layouts";
 }
 
 }  // namespace
 
 TEST(ParameterCatalog, TinyModelCatalogsEqualItsFiles) {
-  expect_same_sets(as_map(unet_parameters(tiny_unet_config())), file_map(tiny("unet/diffusion_pytorch_model.safetensors")),
-                   "unet");
-  expect_same_sets(as_map(vae_parameters(tiny_vae_config())), file_map(tiny("vae/diffusion_pytorch_model.safetensors")),
-                   "vae");
-  expect_same_sets(as_map(clip_text_parameters(tiny_text_config())), file_map(tiny("text_encoder/model.safetensors")),
-                   "text encoder");
+  expect_same_sets(as_map(unet_parameters(tiny_unet_config())),
+                   file_map(tiny("unet/diffusion_pytorch_model.safetensors")), "unet");
+  expect_same_sets(as_map(vae_parameters(tiny_vae_config())),
+                   file_map(tiny("vae/diffusion_pytorch_model.safetensors")), "vae");
+  expect_same_sets(as_map(clip_text_parameters(tiny_text_config())),
+                   file_map(tiny("text_encoder/model.safetensors")), "text encoder");
 }
 
 TEST(ParameterCatalog, FullSizeChecksumsMatchTheSpec) {
@@ -133,7 +143,8 @@ TEST(ParameterCatalog, FullSizeChecksumsMatchTheSpec) {
   // SD2 text encoder (not in the spec): 23 layers × (4 projections (H²+H) + 2 norms 2H + fc1 (HF+F)
   // + fc2 (FH+H)) + token (V·H) and position (77·H) embeddings + final norm 2H, H = 1024, F = 4096.
   const int64_t H = 1024, F = 4096;
-  const int64_t sd2_text = 23 * (4 * (H * H + H) + 4 * H + (H * F + F) + (F * H + H)) + 49408 * H + 77 * H + 2 * H;
+  const int64_t sd2_text =
+      23 * (4 * (H * H + H) + 4 * H + (H * F + F) + (F * H + H)) + 49408 * H + 77 * H + 2 * H;
   std::vector<Case> cases = {
       {"SD1 UNet", unet_parameters(UNetConfig::sd1()), 686, 859'520'964},
       {"SD2 UNet (768-v)", unet_parameters(UNetConfig::sd2(true)), 686, 865'910'724},
@@ -175,7 +186,8 @@ TEST(ParameterCatalog, SyntheticValuesAreDeterministicAndScaled) {
     peak = std::max(peak, std::fabs(double{v}));
   }
   const double mean = sum / n, stddev = std::sqrt(sq / n - mean * mean), want = 1.0 / std::sqrt(320.0 * 9);
-  std::printf("[synthetic] mean %.2e std %.5f (want %.5f) peak %.1f sigma\n", mean, stddev, want, peak / want);
+  std::printf("[synthetic] mean %.2e std %.5f (want %.5f) peak %.1f sigma\n", mean, stddev, want,
+              peak / want);
   EXPECT_NEAR(stddev / want, 1.0, 0.01);
   EXPECT_LT(std::fabs(mean), 0.01 * want);
   EXPECT_LE(peak / want, 3.47);
@@ -195,9 +207,11 @@ TEST(ParameterCatalog, LoadersTakeExactlyTheCatalog) {
   };
   for (bool sd2 : {false, true}) {
     const UNetConfig uc = sd_shaped_unet(sd2);
-    EXPECT_NO_THROW(UNet2DCondition::load(*load("unet.safetensors", unet_parameters(uc)), uc)) << "sd2 " << sd2;
+    EXPECT_NO_THROW(UNet2DCondition::load(*load("unet.safetensors", unet_parameters(uc)), uc))
+        << "sd2 " << sd2;
     const ClipTextConfig tc = small_text(sd2);
-    EXPECT_NO_THROW(ClipTextModel::load(*load("text.safetensors", clip_text_parameters(tc)), tc)) << "sd2 " << sd2;
+    EXPECT_NO_THROW(ClipTextModel::load(*load("text.safetensors", clip_text_parameters(tc)), tc))
+        << "sd2 " << sd2;
   }
   const VaeConfig vc = sd_shaped_vae();
   EXPECT_NO_THROW(AutoencoderKL::load(*load("vae.safetensors", vae_parameters(vc)), vc));
@@ -237,10 +251,11 @@ TEST(ParameterCatalog, SingleFileLayoutGivesIdenticalModels) {
       auto file = SafetensorsFile::open(dir / "model.safetensors");
       // SD's numbering: 12 input blocks, downsamplers at 3, 6, 9; upsamplers at 2.1, 5.2, 8.2.
       const std::string m = "model.diffusion_model.";
-      for (const char* k : {"input_blocks.11.0.in_layers.0.weight", "input_blocks.9.0.op.weight",
-                            "input_blocks.7.1.proj_in.weight", "output_blocks.2.1.conv.weight",
-                            "output_blocks.5.2.conv.weight", "output_blocks.8.2.conv.weight",
-                            "output_blocks.11.1.proj_out.weight", "output_blocks.11.0.skip_connection.weight"})
+      for (const char* k :
+           {"input_blocks.11.0.in_layers.0.weight", "input_blocks.9.0.op.weight",
+            "input_blocks.7.1.proj_in.weight", "output_blocks.2.1.conv.weight",
+            "output_blocks.5.2.conv.weight", "output_blocks.8.2.conv.weight",
+            "output_blocks.11.1.proj_out.weight", "output_blocks.11.0.skip_connection.weight"})
         EXPECT_NE(file->find(m + k), nullptr) << k;
       EXPECT_EQ(file->find(m + "output_blocks.11.2.conv.weight"), nullptr);
       EXPECT_NE(file->find("first_stage_model.decoder.up.3.upsample.conv.weight"), nullptr);
@@ -254,22 +269,26 @@ TEST(ParameterCatalog, SingleFileLayoutGivesIdenticalModels) {
 
       const Numerics num{Flavour::Diffusers};
       UNet2DCondition u_single = UNet2DCondition::load(*ck.unet, uc);
-      UNet2DCondition u_folder = UNet2DCondition::load(*weights_from_safetensors({dir / "unet.safetensors"}, "unet"), uc);
+      UNet2DCondition u_folder =
+          UNet2DCondition::load(*weights_from_safetensors({dir / "unet.safetensors"}, "unet"), uc);
       Tensor x = random_tensor({1, in_channels, 16, 16}, 11), ctx = random_tensor({1, 7, 48}, 12);
-      expect_identical(u_single.forward(x, {500.0}, ctx, num), u_folder.forward(x, {500.0}, ctx, num), "unet");
+      expect_identical(u_single.forward(x, {500.0}, ctx, num), u_folder.forward(x, {500.0}, ctx, num),
+                       "unet");
 
       AutoencoderKL v_single = AutoencoderKL::load(*ck.vae, vc);
-      AutoencoderKL v_folder = AutoencoderKL::load(*weights_from_safetensors({dir / "vae.safetensors"}, "vae"), vc);
+      AutoencoderKL v_folder =
+          AutoencoderKL::load(*weights_from_safetensors({dir / "vae.safetensors"}, "vae"), vc);
       Tensor z = random_tensor({1, 4, 4, 4}, 13), img = random_tensor({1, 3, 16, 16}, 14);
       expect_identical(v_single.decode(z), v_folder.decode(z), "vae decode");
       expect_identical(v_single.encode_moments(img), v_folder.encode_moments(img), "vae encode");
 
       ClipTextModel t_single = ClipTextModel::load(*ck.text_encoder, tc);
-      ClipTextModel t_folder = ClipTextModel::load(*weights_from_safetensors({dir / "text.safetensors"}, "text"), tc);
+      ClipTextModel t_folder =
+          ClipTextModel::load(*weights_from_safetensors({dir / "text.safetensors"}, "text"), tc);
       std::vector<int32_t> ids(2 * 77);
       for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37) % 1000);
-      expect_identical(t_single.forward(ids, 2, 77).last_hidden_state, t_folder.forward(ids, 2, 77).last_hidden_state,
-                       "text encoder");
+      expect_identical(t_single.forward(ids, 2, 77).last_hidden_state,
+                       t_folder.forward(ids, 2, 77).last_hidden_state, "text encoder");
     }
   }
 }
