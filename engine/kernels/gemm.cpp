@@ -1,15 +1,14 @@
 // GEMM driver: packed weights, fixed K chunks, output tiles spread over threads.
 //
 // Loop nest per output tile (MC rows × up to 32 panels of 32 columns):
-//   for each K chunk (≤ kMaxKc, fixed by K alone)        — A block of MC × kc stays in L2
-//     for each panel of the tile                         — B slice kc × 32 stays in L1
-//       for each group of mr rows: micro-kernel
+//   for each K chunk (≤ kMaxKc, fixed by K alone)   — A block of MC × kc, gathered once, in L2
+//     for each panel of the tile                    — B slice kc × 32 reused by MC/mr calls
+//       for each group of mr rows: micro-kernel     — output tile prefetched, then written once
 // Every output element is accumulated by one micro-kernel call per K chunk, chunks in order,
 // so neither the tiling nor the thread count changes a single bit of the result.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
-#include <vector>
 
 #include "core/error.h"
 #include "core/memory.h"
