@@ -230,10 +230,14 @@ fs::path default_tokenizer_dir() {
 
 // Copies the tokenizer files; SD2 tokenizers pad with "!" (spec tokenizer.md §1). Returns the
 // vocabulary size.
-size_t copy_tokenizer(const fs::path& from, const fs::path& to, bool sd2, int64_t embedding_rows) {
+void check_tokenizer_dir(const fs::path& from) {
   for (const char* f : {"vocab.json", "merges.txt"})
     if (!fs::is_regular_file(from / f))
       fail("'", from.string(), "' is not a CLIP tokenizer folder (no ", f, "); pass --tokenizer-from DIR");
+}
+
+size_t copy_tokenizer(const fs::path& from, const fs::path& to, bool sd2, int64_t embedding_rows) {
+  check_tokenizer_dir(from);
   json vocab = json::parse(read_text_file(from / "vocab.json"));
   int64_t max_id = -1;
   for (const auto& [token, id] : vocab.items()) max_id = std::max<int64_t>(max_id, id.get<int64_t>());
@@ -388,6 +392,7 @@ int run_make_random_model(const std::vector<std::string>& args) {
   const fs::path out = opt["--out"];
   const fs::path tokenizer_from =
       opt.count("--tokenizer-from") ? fs::path(opt["--tokenizer-from"]) : default_tokenizer_dir();
+  check_tokenizer_dir(tokenizer_from);
   if (fs::exists(out) && (!fs::is_directory(out) || !fs::is_empty(out)))
     fail("'", out.string(), "' already exists and is not an empty folder; choose a new --out");
   fs::create_directories(out);
