@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/random_model_command.h"
 #include "commands.h"
 #include "core/error.h"
 #include "io/png.h"
@@ -40,8 +41,9 @@ int usage(FILE* out) {
                "usage:\n"
                "  octodiff-cli generate [options]          text to image (see: generate --help)\n"
                "  octodiff-cli metadata IMAGE.png          print the settings stored in an image\n"
-               "  octodiff-cli inspect FILE.safetensors    list the tensors in a weights file\n",
-               OCTODIFF_VERSION);
+               "  octodiff-cli inspect FILE.safetensors    list the tensors in a weights file\n\n"
+               "developer tools:\n%s",
+               OCTODIFF_VERSION, octodiff::make_random_model_usage());
   return out == stderr ? 2 : 0;
 }
 
@@ -55,6 +57,7 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return octodiff::cli::run_generate(args);
     if (cmd == "inspect") return octodiff::cli::run_inspect(args);
     if (cmd == "metadata") return octodiff::cli::run_metadata(args);
+    if (cmd == "make-random-model") return octodiff::run_make_random_model(args);
     if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(stdout);
     std::fprintf(stderr, "octodiff-cli: unknown command '%s'\n\n", cmd.c_str());
     return usage(stderr);
