@@ -1,13 +1,424 @@
 #include "main_window.h"
 
+#include <QAction>
+#include <QCloseEvent>
+#include <QFileInfo>
+#include <QGroupBox>
 #include <QLabel>
+#include <QMenuBar>
+#include <QScrollArea>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QVBoxLayout>
+
+#include "default_model.h"
+#include "image_metadata_io.h"
 
 namespace octodiff::gui {
+namespace {
 
-MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
-  setWindowTitle("Octodiff");
-  setCentralWidget(new QLabel("Octodiff"));
-  resize(1200, 800);
+QGroupBox* section(const QString& title, QWidget* content) {
+  auto* box = new QGroupBox(title);
+  auto* layout = new QVBoxLayout(box);
+  layout->setContentsMargins(8, 6, 8, 8);
+  layout->addWidget(content);
+  return box;
+}
+
+}  // namespace
+
+MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent) : QMainWindow(parent) {
+  setObjectName(QStringLiteral("mainWindow"));
+  setWindowTitle(QStringLiteral("Octodiff"));
+  setAcceptDrops(true);
+  controller_ = new GenerationController(this);
+
+  banner_ = new ErrorBanner;
+  grid_ = new ResultGridView;
+  grid_->setObjectName(QStringLiteral("resultGrid"));
+  comparison_ = new SeedComparisonView;
+  comparison_->setObjectName(QStringLiteral("seedComparison"));
+  tabs_ = new QTabWidget;
+  tabs_->setDocumentMode(true);
+  tabs_->addTab(grid_, tr("Results"));
+  tabs_->addTab(comparison_, tr("Seed comparison"));
+  timings_ = new TimingsPanel;
+  timings_->setObjectName(QStringLiteral("timingsPanel"));
+
+  auto* timings_box = section(tr("Timings: compile vs inference, and every run since the app started"), timings_);
+  auto* right = new QSplitter(Qt::Vertical);
+  right->addWidget(tabs_);
+  right->addWidget(timings_box);
+  right->setStretchFactor(0, 3);
+  right->setStretchFactor(1, 1);
+  right->setSizes({600, 290});
+  right->setChildrenCollapsible(false);
+
+  auto* body = new QSplitter(Qt::Horizontal);
+  body->addWidget(buildFormColumn());
+  body->addWidget(right);
+  body->setStretchFactor(1, 1);
+  body->setSizes({400, 1000});
+  body->setChildrenCollapsible(false);
+
+  auto* central = new QWidget;
+  auto* column = new QVBoxLayout(central);
+  column->setContentsMargins(6, 6, 6, 0);
+  column->setSpacing(6);
+  column->addWidget(banner_);
+  column->addWidget(body, 1);
+  setCentralWidget(central);
+  buildMenus();
+  connectController();
+  connectImageActions(grid_);
+  connectImageActions(comparison_);
+  connect(comparison_, &SeedComparisonView::runRequested, this, &MainWindow::runSeedComparison);
+  connect(comparison_, &SeedComparisonView::errorOccurred, this, &MainWindow::reportError);
+  connect(comparison_, &SeedComparisonView::saveGridRequested, this, &MainWindow::saveGridDialog);
+  progress_timer_.setInterval(250);
+  connect(&progress_timer_, &QTimer::timeout, this, &MainWindow::refreshProgress);
+
+  // Restore the last session's form and model.
+  const FormState form = settings_.form();
+  setFormState(form);
+  comparison_->setSeedsText(settings_.comparisonSeeds());
+  model_chooser_->setRecent(settings_.recentModels());
+  model_chooser_->setStartFolder(settings_.lastFolder());
+  QString model = options.modelPath, tokenizer = options.tokenizerDir;
+  if (model.isEmpty()) {
+    model = settings_.modelPath();
+    tokenizer = settings_.tokenizerDir();
+    if (model.isEmpty() || !QFileInfo::exists(model)) {
+      model = defaultModelPath();
+      tokenizer.clear();
+    }
+  }
+  model_chooser_->setPath(model);
+  model_chooser_->setTokenizerDir(tokenizer);
+  resize(1400, 900);
+  if (!settings_.windowGeometry().isEmpty()) restoreGeometry(settings_.windowGeometry());
+  onBusyChanged();
+  if (options.loadModel) loadModel(model, tokenizer);
+}
+
+MainWindow::~MainWindow() {
+  // The worker may still be running (e.g. the window deleted without closing): stop it first.
+  controller_->cancel();
+  controller_->waitForIdle();
+  disconnect(controller_, nullptr, this, nullptr);
+}
+
+QWidget* MainWindow::buildFormColumn() {
+  model_chooser_ = new ModelChooser;
+  prompts_ = new PromptPanel;
+  settings_panel_ = new SettingsPanel;
+  progress_ = new ProgressPanel;
+
+  generate_ = new QPushButton(tr("Generate"));
+  generate_->setObjectName(QStringLiteral("generate"));
+  generate_->setDefault(true);
+  generate_->setMinimumHeight(36);
+  generate_->setToolTip(tr("Generate one image per prompt (Ctrl+Return)"));
+  generate_->setStyleSheet(QStringLiteral(
+      "QPushButton { font-weight: bold; font-size: 11pt; background: #2b6cb0; color: white; border-radius: 4px; }"
+      "QPushButton:disabled { background: #9db3c8; }"));
+  cancel_ = new QPushButton(tr("Cancel"));
+  cancel_->setObjectName(QStringLiteral("cancel"));
+  cancel_->setMinimumHeight(36);
+  cancel_->setToolTip(tr("Stop the run within one UNet call (Esc)"));
+  connect(generate_, &QPushButton::clicked, this, &MainWindow::generate);
+  connect(cancel_, &QPushButton::clicked, this, &MainWindow::cancel);
+  connect(prompts_, &PromptPanel::submitted, this, &MainWindow::generate);
+  connect(model_chooser_, &ModelChooser::loadRequested, this, &MainWindow::loadModel);
+  connect(model_chooser_, &ModelChooser::folderChosen, this, [this](const QString& f) { settings_.setLastFolder(f); });
+  connect(progress_, &ProgressPanel::previewToggled, this, [this](bool) { saveSettings(); });
+
+  auto* buttons = new QHBoxLayout;
+  buttons->addWidget(generate_, 3);
+  buttons->addWidget(cancel_, 1);
+
+  auto* content = new QWidget;
+  auto* column = new QVBoxLayout(content);
+  column->setContentsMargins(0, 0, 4, 0);
+  column->setSpacing(6);
+  column->addWidget(section(tr("Model"), model_chooser_));
+  column->addWidget(section(tr("Prompts: one device each (empty fields are skipped)"), prompts_));
+  column->addWidget(section(tr("Settings"), settings_panel_));
+  column->addLayout(buttons);
+  column->addWidget(section(tr("Progress"), progress_));
+  column->addStretch(1);
+
+  auto* scroll = new QScrollArea;
+  scroll->setWidget(content);
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  scroll->setMinimumWidth(380);
+  return scroll;
+}
+
+void MainWindow::buildMenus() {
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  file->addAction(tr("&Open PNG settings…"), QKeySequence::Open, this, &MainWindow::openPngDialog);
+  file->addAction(tr("&Load model…"), this, &MainWindow::loadModelDialog);
+  file->addSeparator();
+  file->addAction(tr("&Save grid as PNG…"), QKeySequence::Save, this, [this] { saveGridDialog(last_run_); });
+  file->addAction(tr("Save &all images…"), this, &MainWindow::saveAllDialog);
+  file->addSeparator();
+  file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
+  QMenu* run = menuBar()->addMenu(tr("&Run"));
+  run->addAction(tr("&Generate"), QKeySequence(Qt::CTRL | Qt::Key_Return), this, &MainWindow::generate);
+  run->addAction(tr("&Cancel"), QKeySequence(Qt::Key_Escape), this, &MainWindow::cancel);
+  run->addAction(tr("Compare &seeds"), this, [this] {
+    tabs_->setCurrentWidget(comparison_);
+    comparison_->runButton()->click();
+  });
+}
+
+void MainWindow::connectController() {
+  auto* c = controller_;
+  connect(c, &GenerationController::modelLoading, this, [this](const QString& path) {
+    model_chooser_->showLoading(path);
+    statusBar()->showMessage(tr("Loading model %1 …").arg(path));
+  });
+  connect(c, &GenerationController::modelLoaded, this, &MainWindow::onModelLoaded);
+  connect(c, &GenerationController::modelLoadFailed, this, [this](const QString& path, const QString& message) {
+    model_chooser_->showFailed(message);
+    reportError(tr("Could not load the model %1:\n%2").arg(path, message));
+  });
+  connect(c, &GenerationController::runStarted, this,
+          [this](int index, int runs, int devices, int batch, const QString&) {
+            static_cast<void>(runs);
+            onRunStarted(index, runs, devices, batch);
+          });
+  connect(c, &GenerationController::progressChanged, this, &MainWindow::refreshProgress);
+  connect(c, &GenerationController::previewReady, this, &MainWindow::onPreview);
+  connect(c, &GenerationController::runFinished, this, &MainWindow::onRunFinished);
+  connect(c, &GenerationController::jobFinished, this, &MainWindow::onJobFinished);
+  connect(c, &GenerationController::errorOccurred, this, &MainWindow::reportError);
+  connect(c, &GenerationController::busyChanged, this, &MainWindow::onBusyChanged);
+}
+
+void MainWindow::connectImageActions(QObject* source) {
+  // ResultGridView and SeedComparisonView carry the same four per-image signals.
+  if (auto* g = qobject_cast<ResultGridView*>(source)) {
+    connect(g, &ResultGridView::enlargeRequested, this, &MainWindow::enlarge);
+    connect(g, &ResultGridView::saveRequested, this, &MainWindow::saveImageDialog);
+    connect(g, &ResultGridView::copyRequested, this, &MainWindow::copyImage);
+    connect(g, &ResultGridView::reuseRequested, this, &MainWindow::reuseSettings);
+  } else if (auto* s = qobject_cast<SeedComparisonView*>(source)) {
+    connect(s, &SeedComparisonView::enlargeRequested, this, &MainWindow::enlarge);
+    connect(s, &SeedComparisonView::saveRequested, this, &MainWindow::saveImageDialog);
+    connect(s, &SeedComparisonView::copyRequested, this, &MainWindow::copyImage);
+    connect(s, &SeedComparisonView::reuseRequested, this, &MainWindow::reuseSettings);
+  }
+}
+
+FormState MainWindow::formState() const {
+  FormState f;
+  f.prompts = prompts_->prompts();
+  f.negative_prompt = prompts_->negativePrompt();
+  settings_panel_->applyTo(&f.request);
+  f.seed_locked = settings_panel_->seedLocked();
+  f.preview = progress_->previewEnabled();
+  return f;
+}
+
+void MainWindow::setFormState(const FormState& f) {
+  prompts_->setPrompts(f.prompts);
+  prompts_->setNegativePrompt(f.negative_prompt);
+  settings_panel_->setFrom(f.request);
+  settings_panel_->setSeedLocked(f.seed_locked);
+  progress_->setPreviewEnabled(f.preview);
+  if (f.request.devices != 0 || f.request.batch_per_device != 1) settings_panel_->setAdvancedVisible(true);
+}
+
+std::optional<GenerationRequest> MainWindow::requestFromForm(QString* error) const {
+  GenerationRequest r;
+  settings_panel_->applyTo(&r);
+  for (const QString& p : prompts_->nonEmptyPrompts()) r.prompts.push_back(p.toStdString());
+  if (r.prompts.empty()) {
+    if (r.devices == 0) {
+      *error = tr("Type a prompt in at least one of the eight fields (or set a device count under Advanced "
+                  "to generate from the empty prompt).");
+      return std::nullopt;
+    }
+    r.prompts = {""};
+  }
+  if (!prompts_->negativePrompt().isEmpty()) r.negative_prompts = {prompts_->negativePrompt().toStdString()};
+  r.preview = progress_->previewEnabled();
+  return r;
+}
+
+bool MainWindow::generate() {
+  if (controller_->isBusy()) return false;
+  QString error;
+  auto request = requestFromForm(&error);
+  if (!request) {
+    reportError(error);
+    return false;
+  }
+  if (!settings_panel_->seedLocked()) request->seed = settings_panel_->randomizeSeed();
+  return startJob(Job{JobKind::Generate, *request, {request->seed}});
+}
+
+bool MainWindow::runSeedComparison(JobKind kind, const std::vector<int64_t>& seeds) {
+  if (controller_->isBusy()) return false;
+  QString error;
+  auto request = requestFromForm(&error);
+  if (!request) {
+    reportError(error);
+    return false;
+  }
+  if (kind == JobKind::SeedSweep) {
+    request->prompts = {request->prompts.front()};
+    request->devices = 1;
+    request->batch_per_device = 1;
+  }
+  settings_.setComparisonSeeds(comparison_->seedsText());
+  comparison_->setMode(kind);
+  return startJob(Job{kind, *request, seeds});
+}
+
+bool MainWindow::startJob(const Job& job) {
+  banner_->dismiss();
+  saveSettings();
+  job_ = job;
+  if (job.kind == JobKind::Generate) {
+    tabs_->setCurrentWidget(grid_);
+  } else {
+    tabs_->setCurrentWidget(comparison_);
+    comparison_->beginJob(job.kind, job.seeds);
+  }
+  progress_->begin(1);
+  if (!controller_->start(job)) return false;
+  statusBar()->showMessage(tr("Running…"));
+  return true;
+}
+
+void MainWindow::cancel() {
+  if (!controller_->isGenerating()) return;
+  controller_->cancel();
+  progress_->finish(tr("Cancelling… (within one UNet call)"));
+}
+
+void MainWindow::loadModel(const QString& path, const QString& tokenizerDir) {
+  if (controller_->isBusy()) {
+    reportError(tr("Wait for the current run to finish (or cancel it) before loading another model."));
+    return;
+  }
+  controller_->loadModel(path, tokenizerDir);
+}
+
+void MainWindow::onModelLoaded(const QString& path, double seconds) {
+  const ModelPtr m = controller_->model();
+  const QString label = modelLabel(path);
+  model_chooser_->showLoaded(label, QString::fromStdString(m->description()), seconds);
+  settings_panel_->setModelSize(m->default_width(), m->default_height(), m->size_multiple());
+  settings_.setModel(path, model_chooser_->tokenizerDir());
+  settings_.addRecentModel(path);
+  model_chooser_->setRecent(settings_.recentModels());
+  model_chooser_->setPath(path);
+  setWindowTitle(tr("Octodiff — %1").arg(label));
+  statusBar()->showMessage(tr("Model %1 ready: %2, %3×%4 by default")
+                               .arg(label, QString::fromStdString(m->description()))
+                               .arg(m->default_width())
+                               .arg(m->default_height()));
+  emit modelReady(path);
+}
+
+void MainWindow::onRunStarted(int index, int runs, int devices, int batch) {
+  static_cast<void>(runs);
+  QStringList prompts;
+  for (const auto& p : job_.request.prompts) prompts << QString::fromStdString(p);
+  if (job_.kind == JobKind::Generate)
+    grid_->beginRun(prompts, devices, batch, job_.seeds.at(index));
+  else
+    comparison_->beginRun(index, prompts, devices, batch);
+  progress_->begin(devices);
+  refreshProgress();
+}
+
+void MainWindow::onPreview(int device, int step, const QImage& image) {
+  if (!progress_->previewEnabled()) return;
+  const int steps = controller_->progress().stepsPerDevice();
+  if (job_.kind == JobKind::Generate)
+    grid_->showPreview(device, step, steps, image);
+  else
+    comparison_->showPreview(device, step, steps, image);
+}
+
+void MainWindow::onRunFinished(const RunPtr& run) {
+  last_run_ = run;
+  timings_->addRun(*run);
+  if (run->kind == JobKind::Generate)
+    grid_->showRun(run);
+  else
+    comparison_->addRun(run);
+  for (const auto& w : run->result.warnings) banner_->showNote(QString::fromStdString(w));
+  emit runDisplayed(run);
+}
+
+void MainWindow::onJobFinished(JobOutcome outcome) {
+  switch (outcome) {
+    case JobOutcome::Completed: {
+      refreshProgress();
+      const auto& t = last_run_ ? last_run_->result.timings : Timings{};
+      progress_->finish(tr("Done in %1").arg(formatDuration(controller_->jobSeconds())));
+      statusBar()->showMessage(last_run_ ? tr("Run #%1 done: %2 (%3)")
+                                               .arg(last_run_->number)
+                                               .arg(formatDuration(t.total))
+                                               .arg(last_run_->result.compiled ? tr("compiled") : tr("cached plan"))
+                                         : tr("Done"));
+      break;
+    }
+    case JobOutcome::Cancelled:
+      progress_->finish(tr("Cancelled after %1").arg(formatDuration(controller_->jobSeconds())));
+      statusBar()->showMessage(tr("Cancelled"));
+      grid_->markStopped(tr("cancelled"));
+      comparison_->markStopped(tr("cancelled"));
+      break;
+    case JobOutcome::Failed:
+      progress_->finish(tr("Failed"));
+      grid_->markStopped(tr("failed — see the message above"));
+      comparison_->markStopped(tr("failed"));
+      break;
+  }
+  emit jobDone(outcome);
+}
+
+void MainWindow::onBusyChanged() {
+  const bool busy = controller_->isBusy();
+  generate_->setEnabled(!busy);
+  cancel_->setEnabled(controller_->isGenerating());
+  model_chooser_->setBusy(busy);
+  comparison_->setRunEnabled(!busy);
+  if (controller_->isGenerating())
+    progress_timer_.start();
+  else
+    progress_timer_.stop();
+}
+
+void MainWindow::refreshProgress() { progress_->update(controller_->progress(), controller_->jobSeconds()); }
+
+void MainWindow::reportError(const QString& message) {
+  banner_->showError(message);
+  statusBar()->showMessage(message.section('\n', 0, 0), 10000);
+  emit errorShown(message);
+}
+
+void MainWindow::saveSettings() {
+  settings_.setForm(formState());
+  settings_.setWindowGeometry(saveGeometry());
+  settings_.sync();
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  saveSettings();
+  // Closing during a run cancels it; the worker stops within one UNet call and is waited for.
+  controller_->cancel();
+  controller_->waitForIdle();
+  event->accept();
 }
 
 }  // namespace octodiff::gui

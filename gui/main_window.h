@@ -1,13 +1,122 @@
+// MainWindow: the form on the left (model, eight prompts, settings, Generate/Cancel, progress),
+// the results in the middle (the grid, the seed comparison) and the timings below them.
+// All heavy work goes through GenerationController; problems show in an inline ErrorBanner and
+// as the errorShown signal, never as a modal box.
 #pragma once
 
 #include <QMainWindow>
+#include <QPushButton>
+#include <QTabWidget>
+#include <QTimer>
+
+#include "app_settings.h"
+#include "error_banner.h"
+#include "generation_controller.h"
+#include "image_dialog.h"
+#include "model_chooser.h"
+#include "progress_panel.h"
+#include "prompt_panel.h"
+#include "result_grid_view.h"
+#include "seed_comparison_view.h"
+#include "settings_panel.h"
+#include "timings_panel.h"
 
 namespace octodiff::gui {
+
+struct MainWindowOptions {
+  QString modelPath;     // empty: the remembered model, else the default one
+  QString tokenizerDir;
+  bool loadModel = true;  // start loading it right away (off the UI thread)
+};
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
-  explicit MainWindow(QWidget* parent = nullptr);
+  explicit MainWindow(const MainWindowOptions& options = {}, QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  GenerationController* controller() const { return controller_; }
+  ModelChooser* modelChooser() const { return model_chooser_; }
+  PromptPanel* promptPanel() const { return prompts_; }
+  SettingsPanel* settingsPanel() const { return settings_panel_; }
+  ProgressPanel* progressPanel() const { return progress_; }
+  ResultGridView* resultGrid() const { return grid_; }
+  SeedComparisonView* seedComparison() const { return comparison_; }
+  TimingsPanel* timingsPanel() const { return timings_; }
+  ErrorBanner* errorBanner() const { return banner_; }
+  QPushButton* generateButton() const { return generate_; }
+  QPushButton* cancelButton() const { return cancel_; }
+  QTabWidget* tabs() const { return tabs_; }
+  RunPtr lastRun() const { return last_run_; }
+
+  FormState formState() const;
+  void setFormState(const FormState& form);
+  // The request the form describes; empty optional and `error` when it cannot describe one.
+  std::optional<GenerationRequest> requestFromForm(QString* error) const;
+
+ public slots:
+  bool generate();
+  void cancel();
+  bool runSeedComparison(octodiff::gui::JobKind kind, const std::vector<int64_t>& seeds);
+  void loadModel(const QString& path, const QString& tokenizerDir);
+  bool exportGrid(const QString& path, octodiff::gui::RunPtr run = nullptr);
+  bool exportImage(const octodiff::gui::RunPtr& run, int index, const QString& path);
+  bool exportAllImages(const QString& dir);
+  bool importPng(const QString& path);
+  void copyImage(const octodiff::gui::RunPtr& run, int index);
+  void reuseSettings(const octodiff::gui::RunPtr& run, int index);
+  ImageDialog* enlarge(const octodiff::gui::RunPtr& run, int index);
+  void reportError(const QString& message);
+
+ signals:
+  void errorShown(const QString& message);
+  void modelReady(const QString& path);
+  void runDisplayed(const octodiff::gui::RunPtr& run);
+  void jobDone(octodiff::gui::JobOutcome outcome);
+  void settingsRestored();
+
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+  void dragEnterEvent(QDragEnterEvent* event) override;
+  void dropEvent(QDropEvent* event) override;
+
+ private:
+  QWidget* buildFormColumn();
+  void buildMenus();
+  void connectController();
+  void connectImageActions(QObject* source);
+  bool startJob(const Job& job);
+  void saveSettings();
+  void applyRestoredForm(const FormState& form, const QStringList& notes, const QString& origin);
+  void onModelLoaded(const QString& path, double seconds);
+  void onRunStarted(int index, int runs, int devices, int batch);
+  void onPreview(int device, int step, const QImage& image);
+  void onRunFinished(const RunPtr& run);
+  void onJobFinished(JobOutcome outcome);
+  void onBusyChanged();
+  void refreshProgress();
+  // File dialogs (menus and buttons); the slots above do the work.
+  void saveGridDialog(const RunPtr& run);
+  void saveImageDialog(const RunPtr& run, int index);
+  void saveAllDialog();
+  void openPngDialog();
+  void loadModelDialog();
+
+  AppSettings settings_;
+  GenerationController* controller_;
+  ErrorBanner* banner_;
+  ModelChooser* model_chooser_;
+  PromptPanel* prompts_;
+  SettingsPanel* settings_panel_;
+  ProgressPanel* progress_;
+  QPushButton *generate_, *cancel_;
+  QTabWidget* tabs_;
+  ResultGridView* grid_;
+  SeedComparisonView* comparison_;
+  TimingsPanel* timings_;
+  QTimer progress_timer_;
+  Job job_;
+  RunPtr last_run_;
 };
 
 }  // namespace octodiff::gui

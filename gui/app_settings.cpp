@@ -1,0 +1,80 @@
+#include "app_settings.h"
+
+#include <QDir>
+
+namespace octodiff::gui {
+
+AppSettings::AppSettings() : settings_(QStringLiteral("Octodiff"), QStringLiteral("Octodiff")) {}
+
+FormState AppSettings::form() const {
+  FormState f;
+  const GenerationRequest defaults;
+  f.prompts = settings_.value("form/prompts").toStringList();
+  while (f.prompts.size() < 8) f.prompts.append(QString());
+  f.negative_prompt = settings_.value("form/negative_prompt").toString();
+  GenerationRequest& r = f.request;
+  r.seed = settings_.value("form/seed", 0).toLongLong();
+  r.steps = settings_.value("form/steps", defaults.steps).toInt();
+  r.guidance_scale = settings_.value("form/guidance", defaults.guidance_scale).toDouble();
+  r.scheduler = static_cast<SchedulerKind>(settings_.value("form/scheduler", 0).toInt());
+  r.width = settings_.value("form/width", 0).toInt();
+  r.height = settings_.value("form/height", 0).toInt();
+  r.devices = settings_.value("form/devices", 0).toInt();
+  r.batch_per_device = settings_.value("form/batch_per_device", 1).toInt();
+  r.rng = static_cast<jax::RngScheme>(settings_.value("form/rng", 0).toInt());
+  r.compat = static_cast<Compat>(settings_.value("form/compat", 0).toInt());
+  r.dtype = static_cast<ComputeDType>(settings_.value("form/dtype", 0).toInt());
+  r.threads = settings_.value("form/threads", 0).toInt();
+  f.seed_locked = settings_.value("form/seed_locked", true).toBool();
+  f.preview = settings_.value("form/preview", true).toBool();
+  return f;
+}
+
+void AppSettings::setForm(const FormState& f) {
+  const GenerationRequest& r = f.request;
+  settings_.setValue("form/prompts", f.prompts);
+  settings_.setValue("form/negative_prompt", f.negative_prompt);
+  settings_.setValue("form/seed", static_cast<qlonglong>(r.seed));
+  settings_.setValue("form/steps", r.steps);
+  settings_.setValue("form/guidance", r.guidance_scale);
+  settings_.setValue("form/scheduler", static_cast<int>(r.scheduler));
+  settings_.setValue("form/width", r.width);
+  settings_.setValue("form/height", r.height);
+  settings_.setValue("form/devices", r.devices);
+  settings_.setValue("form/batch_per_device", r.batch_per_device);
+  settings_.setValue("form/rng", static_cast<int>(r.rng));
+  settings_.setValue("form/compat", static_cast<int>(r.compat));
+  settings_.setValue("form/dtype", static_cast<int>(r.dtype));
+  settings_.setValue("form/threads", r.threads);
+  settings_.setValue("form/seed_locked", f.seed_locked);
+  settings_.setValue("form/preview", f.preview);
+}
+
+QString AppSettings::modelPath() const { return settings_.value("model/path").toString(); }
+QString AppSettings::tokenizerDir() const { return settings_.value("model/tokenizer").toString(); }
+
+void AppSettings::setModel(const QString& path, const QString& tokenizerDir) {
+  settings_.setValue("model/path", path);
+  settings_.setValue("model/tokenizer", tokenizerDir);
+}
+
+QStringList AppSettings::recentModels() const { return settings_.value("model/recent").toStringList(); }
+
+void AppSettings::addRecentModel(const QString& path) {
+  QStringList recent = recentModels();
+  recent.removeAll(path);
+  recent.prepend(path);
+  while (recent.size() > kMaxRecent) recent.removeLast();
+  settings_.setValue("model/recent", recent);
+}
+
+QString AppSettings::lastFolder() const { return settings_.value("ui/last_folder", QDir::homePath()).toString(); }
+void AppSettings::setLastFolder(const QString& folder) { settings_.setValue("ui/last_folder", folder); }
+QString AppSettings::comparisonSeeds() const {
+  return settings_.value("ui/comparison_seeds", QStringLiteral("0, 1, 2, 3")).toString();
+}
+void AppSettings::setComparisonSeeds(const QString& seeds) { settings_.setValue("ui/comparison_seeds", seeds); }
+QByteArray AppSettings::windowGeometry() const { return settings_.value("ui/geometry").toByteArray(); }
+void AppSettings::setWindowGeometry(const QByteArray& g) { settings_.setValue("ui/geometry", g); }
+
+}  // namespace octodiff::gui

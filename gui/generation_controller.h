@@ -1,0 +1,88 @@
+// GenerationController: owns the loaded model and its ShardedPipeline and runs everything heavy
+// off the UI thread.
+//
+// Model loading and generation jobs run on a private one-thread pool (QtConcurrent::run; a job
+// reports each finished run through its QPromise, observed by a QFutureWatcher). The engine's
+// progress and preview callbacks arrive on engine worker threads; they are forwarded to this
+// object's (the UI) thread as queued calls, so every signal below is emitted on the UI thread.
+// Cancel sets the engine's CancelToken, which stops a run within one UNet call. The destructor
+// cancels and waits, so the pipeline never outlives a run nor a run the pipeline.
+#pragma once
+
+#include <QElapsedTimer>
+#include <QFutureWatcher>
+#include <QObject>
+#include <QThreadPool>
+
+#include <memory>
+
+#include "pipeline/sharded_pipeline.h"
+#include "progress_tracker.h"
+#include "run_record.h"
+
+namespace octodiff::gui {
+
+enum class JobOutcome { Completed, Cancelled, Failed };
+
+struct LoadOutcome {
+  ModelPtr model;
+  QString path, error;
+  double seconds = 0;
+};
+
+class GenerationController : public QObject {
+  Q_OBJECT
+ public:
+  explicit GenerationController(QObject* parent = nullptr);
+  ~GenerationController() override;
+
+  ModelPtr model() const { return model_; }
+  bool isLoading() const { return load_watcher_.isRunning(); }
+  bool isGenerating() const { return job_watcher_.isRunning(); }
+  bool isBusy() const { return isLoading() || isGenerating(); }
+  const ProgressTracker& progress() const { return tracker_; }
+  double jobSeconds() const { return clock_.isValid() ? clock_.elapsed() / 1000.0 : 0.0; }
+  int runsCompleted() const { return runs_completed_; }
+
+  // Starts loading (off the UI thread); false when busy. modelLoaded or modelLoadFailed follows.
+  bool loadModel(const QString& path, const QString& tokenizerDir = {});
+  // Starts a job; false (with errorOccurred) when there is no model or a job is running.
+  bool start(const Job& job);
+  void cancel();
+  // Blocks until no load or job is running (used when the window closes, after cancel()).
+  void waitForIdle();
+
+ signals:
+  void modelLoading(const QString& path);
+  void modelLoaded(const QString& path, double seconds);
+  void modelLoadFailed(const QString& path, const QString& message);
+  void jobStarted(int runs);
+  void runStarted(int index, int runs, int devices, int batch, const QString& signature);
+  void progressChanged();  // progress() has news
+  void previewReady(int device, int step, const QImage& image);
+  void runFinished(const octodiff::gui::RunPtr& run);
+  void jobFinished(octodiff::gui::JobOutcome outcome);
+  void errorOccurred(const QString& message);
+  void busyChanged(bool busy);
+
+ private:
+  struct JobState;
+  void onRunStarted(int index, int runs, int devices, int batch, int steps, const QString& signature);
+  void onEngineEvent(const ProgressEvent& event);
+  void onResultReady(int index);
+  void onJobFinished();
+  void onLoadFinished();
+
+  QThreadPool pool_;       // loads and jobs, one at a time
+  QThreadPool hash_pool_;  // the model hash, beside them
+  ModelPtr model_;
+  std::shared_ptr<ShardedPipeline> pipeline_;
+  std::shared_ptr<JobState> job_;
+  QFutureWatcher<RunPtr> job_watcher_;
+  QFutureWatcher<LoadOutcome> load_watcher_;
+  ProgressTracker tracker_;
+  QElapsedTimer clock_;
+  int runs_completed_ = 0;
+};
+
+}  // namespace octodiff::gui

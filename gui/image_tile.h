@@ -1,0 +1,75 @@
+// ImageTile: one image of a result grid — the picture (scaled to fit; nearest-neighbour when it
+// is blown up by a whole factor, as 64–128 px demo images are), its prompt, and its seed/device.
+// Before the image exists it shows a placeholder, then the live latent preview.
+#pragma once
+
+#include <QFrame>
+#include <QImage>
+#include <QLabel>
+#include <QToolButton>
+
+namespace octodiff::gui {
+
+// Paints an image as large as fits, centred, pixel-sharp when scaled up a lot.
+class ImageCanvas : public QWidget {
+  Q_OBJECT
+ public:
+  explicit ImageCanvas(QWidget* parent = nullptr);
+  void setImage(const QImage& image);
+  const QImage& image() const { return image_; }
+  void setOverlay(const QString& text);  // e.g. "step 3/25" on a preview
+  void setPlaceholder(const QString& text);
+  QRect imageRect() const;  // where the image is drawn
+  QSize sizeHint() const override { return {160, 160}; }
+
+ protected:
+  void paintEvent(QPaintEvent* event) override;
+
+ private:
+  QImage image_;
+  QString overlay_, placeholder_;
+};
+
+class ImageTile : public QFrame {
+  Q_OBJECT
+ public:
+  explicit ImageTile(int index, QWidget* parent = nullptr);
+
+  int index() const { return index_; }
+  void setCaption(const QString& prompt, const QString& detail);
+  QString promptText() const { return prompt_text_; }
+  QString detailText() const { return detail_->text(); }
+  void showPlaceholder(const QString& text);
+  void showPreview(const QImage& image, int step, int steps);
+  void showFinal(const QImage& image);
+  bool isFinal() const { return final_; }
+  bool isPreview() const { return preview_; }
+  const QImage& image() const { return canvas_->image(); }
+  void setActionsVisible(bool visible);  // the hover buttons (only on finished images)
+  QWidget* actions() const { return actions_; }
+
+ signals:
+  void clicked(int index);
+  void saveRequested(int index);
+  void copyRequested(int index);
+  void reuseRequested(int index);
+
+ protected:
+  void mouseReleaseEvent(QMouseEvent* event) override;
+  void contextMenuEvent(QContextMenuEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
+  void enterEvent(QEnterEvent* event) override;
+  void leaveEvent(QEvent* event) override;
+
+ private:
+  void updateElidedPrompt();
+
+  int index_;
+  bool final_ = false, preview_ = false;
+  QString prompt_text_;
+  ImageCanvas* canvas_;
+  QLabel *prompt_, *detail_;
+  QWidget* actions_;
+};
+
+}  // namespace octodiff::gui

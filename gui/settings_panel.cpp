@@ -1,0 +1,204 @@
+#include "settings_panel.h"
+
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QPushButton>
+#include <QRandomGenerator>
+#include <QVBoxLayout>
+
+#include <climits>
+
+#include "core/device.h"
+
+namespace octodiff::gui {
+namespace {
+
+void selectData(QComboBox* box, int value) {
+  const int i = box->findData(value);
+  box->setCurrentIndex(i < 0 ? 0 : i);
+}
+
+QSpinBox* sizeBox(const QString& name) {
+  auto* box = new QSpinBox;
+  box->setObjectName(name);
+  box->setRange(0, 8192);
+  box->setSingleStep(8);
+  box->setSuffix(QStringLiteral(" px"));
+  box->setSpecialValueText(QObject::tr("default"));
+  return box;
+}
+
+}  // namespace
+
+SettingsPanel::SettingsPanel(QWidget* parent) : QWidget(parent) {
+  auto* form = new QFormLayout;
+  form->setContentsMargins(0, 0, 0, 0);
+  form->setVerticalSpacing(4);
+
+  seed_ = new QSpinBox;
+  seed_->setObjectName(QStringLiteral("seed"));
+  seed_->setRange(0, INT_MAX);
+  seed_->setToolTip(tr("jax.random.PRNGKey(seed), split once per device"));
+  auto* dice = new QPushButton(tr("Random"));
+  dice->setObjectName(QStringLiteral("randomSeed"));
+  dice->setToolTip(tr("Pick a new random seed now"));
+  connect(dice, &QPushButton::clicked, this, [this] { randomizeSeed(); });
+  lock_ = new QCheckBox(tr("Lock"));
+  lock_->setObjectName(QStringLiteral("seedLock"));
+  lock_->setChecked(true);
+  lock_->setToolTip(tr("Locked: keep this seed. Unlocked: a new random seed for every Generate."));
+  auto* seed_row = new QHBoxLayout;
+  seed_row->addWidget(seed_, 1);
+  seed_row->addWidget(dice);
+  seed_row->addWidget(lock_);
+  form->addRow(tr("Seed"), seed_row);
+
+  steps_ = new QSpinBox;
+  steps_->setObjectName(QStringLiteral("steps"));
+  steps_->setRange(1, 1000);
+  steps_->setValue(50);
+  guidance_ = new QDoubleSpinBox;
+  guidance_->setObjectName(QStringLiteral("guidance"));
+  guidance_->setRange(0.0, 50.0);
+  guidance_->setSingleStep(0.5);
+  guidance_->setDecimals(2);
+  guidance_->setValue(7.5);
+  auto* steps_row = new QHBoxLayout;
+  steps_row->addWidget(steps_, 1);
+  steps_row->addWidget(new QLabel(tr("Guidance")));
+  steps_row->addWidget(guidance_, 1);
+  form->addRow(tr("Steps"), steps_row);
+
+  scheduler_ = new QComboBox;
+  scheduler_->setObjectName(QStringLiteral("scheduler"));
+  scheduler_->addItem(tr("PNDM (Flax default)"), static_cast<int>(SchedulerKind::Pndm));
+  scheduler_->addItem(tr("DDIM"), static_cast<int>(SchedulerKind::Ddim));
+  scheduler_->addItem(tr("LMS"), static_cast<int>(SchedulerKind::Lms));
+  scheduler_->addItem(tr("DPM++ 2M"), static_cast<int>(SchedulerKind::DpmSolverPP));
+  scheduler_->addItem(tr("Euler"), static_cast<int>(SchedulerKind::Euler));
+  form->addRow(tr("Scheduler"), scheduler_);
+
+  width_ = sizeBox(QStringLiteral("width"));
+  height_ = sizeBox(QStringLiteral("height"));
+  auto* size_row = new QHBoxLayout;
+  size_row->addWidget(width_, 1);
+  size_row->addWidget(new QLabel(QStringLiteral("×")));
+  size_row->addWidget(height_, 1);
+  form->addRow(tr("Size"), size_row);
+
+  advanced_toggle_ = new QToolButton;
+  advanced_toggle_->setObjectName(QStringLiteral("advancedToggle"));
+  advanced_toggle_->setText(tr("Advanced: devices, batch, RNG, compatibility, threads"));
+  advanced_toggle_->setCheckable(true);
+  advanced_toggle_->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+  advanced_toggle_->setArrowType(Qt::RightArrow);
+  advanced_toggle_->setAutoRaise(true);
+  advanced_ = buildAdvanced();
+  advanced_->setVisible(false);
+  connect(advanced_toggle_, &QToolButton::toggled, this, &SettingsPanel::setAdvancedVisible);
+
+  auto* column = new QVBoxLayout(this);
+  column->setContentsMargins(0, 0, 0, 0);
+  column->addLayout(form);
+  column->addWidget(advanced_toggle_);
+  column->addWidget(advanced_);
+}
+
+QWidget* SettingsPanel::buildAdvanced() {
+  auto* box = new QWidget;
+  auto* form = new QFormLayout(box);
+  form->setContentsMargins(16, 0, 0, 0);
+  form->setVerticalSpacing(4);
+
+  devices_ = new QSpinBox;
+  devices_->setObjectName(QStringLiteral("devices"));
+  devices_->setRange(0, 64);
+  devices_->setSpecialValueText(tr("auto: one per prompt"));
+  devices_->setToolTip(tr("Shards (devices) of the run; each gets its own PRNG key"));
+  batch_ = new QSpinBox;
+  batch_->setObjectName(QStringLiteral("batchPerDevice"));
+  batch_->setRange(1, 16);
+  form->addRow(tr("Devices"), devices_);
+  form->addRow(tr("Batch per device"), batch_);
+
+  rng_ = new QComboBox;
+  rng_->setObjectName(QStringLiteral("rng"));
+  rng_->addItem(tr("classic (JAX ≤ 0.4)"), static_cast<int>(jax::RngScheme::Classic));
+  rng_->addItem(tr("partitionable (JAX ≥ 0.5)"), static_cast<int>(jax::RngScheme::Partitionable));
+  compat_ = new QComboBox;
+  compat_->setObjectName(QStringLiteral("compat"));
+  compat_->addItem(tr("flax (FlaxStableDiffusionPipeline)"), static_cast<int>(Compat::Flax));
+  compat_->addItem(tr("diffusers (PyTorch pipeline)"), static_cast<int>(Compat::Diffusers));
+  dtype_ = new QComboBox;
+  dtype_->setObjectName(QStringLiteral("dtype"));
+  dtype_->addItem(tr("float32"), static_cast<int>(ComputeDType::F32));
+  dtype_->addItem(tr("bfloat16"), static_cast<int>(ComputeDType::BF16));
+  threads_ = new QSpinBox;
+  threads_->setObjectName(QStringLiteral("threads"));
+  threads_->setRange(0, 1024);
+  threads_->setSpecialValueText(tr("all (%1)").arg(hardware_threads()));
+  form->addRow(tr("RNG scheme"), rng_);
+  form->addRow(tr("Compatibility"), compat_);
+  form->addRow(tr("Compute dtype"), dtype_);
+  form->addRow(tr("Threads"), threads_);
+  return box;
+}
+
+void SettingsPanel::applyTo(GenerationRequest* r) const {
+  r->seed = seed_->value();
+  r->steps = steps_->value();
+  r->guidance_scale = guidance_->value();
+  r->scheduler = static_cast<SchedulerKind>(scheduler_->currentData().toInt());
+  r->width = width_->value();
+  r->height = height_->value();
+  r->devices = devices_->value();
+  r->batch_per_device = batch_->value();
+  r->rng = static_cast<jax::RngScheme>(rng_->currentData().toInt());
+  r->compat = static_cast<Compat>(compat_->currentData().toInt());
+  r->dtype = static_cast<ComputeDType>(dtype_->currentData().toInt());
+  r->threads = threads_->value();
+}
+
+void SettingsPanel::setFrom(const GenerationRequest& r) {
+  setSeed(r.seed);
+  steps_->setValue(r.steps);
+  guidance_->setValue(r.guidance_scale);
+  selectData(scheduler_, static_cast<int>(r.scheduler));
+  width_->setValue(r.width);
+  height_->setValue(r.height);
+  devices_->setValue(r.devices);
+  batch_->setValue(r.batch_per_device);
+  selectData(rng_, static_cast<int>(r.rng));
+  selectData(compat_, static_cast<int>(r.compat));
+  selectData(dtype_, static_cast<int>(r.dtype));
+  threads_->setValue(r.threads);
+}
+
+void SettingsPanel::setSeed(int64_t seed) {
+  // JAX (x64 off) keeps the low 32 bits of the seed; the box holds 0 .. 2^31 - 1.
+  seed_->setValue(static_cast<int>(std::clamp<int64_t>(seed, 0, INT_MAX)));
+}
+
+int64_t SettingsPanel::randomizeSeed() {
+  const int64_t s = QRandomGenerator::global()->bounded(INT_MAX);
+  seed_->setValue(static_cast<int>(s));
+  return s;
+}
+
+void SettingsPanel::setModelSize(int w, int h, int multiple) {
+  width_->setSpecialValueText(tr("default (%1)").arg(w));
+  height_->setSpecialValueText(tr("default (%1)").arg(h));
+  width_->setSingleStep(std::max(1, multiple));
+  height_->setSingleStep(std::max(1, multiple));
+}
+
+bool SettingsPanel::advancedVisible() const { return advanced_toggle_->isChecked(); }
+
+void SettingsPanel::setAdvancedVisible(bool visible) {
+  advanced_toggle_->setChecked(visible);
+  advanced_toggle_->setArrowType(visible ? Qt::DownArrow : Qt::RightArrow);
+  advanced_->setVisible(visible);
+}
+
+}  // namespace octodiff::gui

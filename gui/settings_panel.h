@@ -1,0 +1,67 @@
+// SettingsPanel: the sampling settings (seed with random/lock, steps, guidance, scheduler, size)
+// and, folded away under "Advanced", the sharding and numerics (devices, batch per device, RNG
+// scheme, compatibility, dtype, threads).
+#pragma once
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QSpinBox>
+#include <QToolButton>
+#include <QWidget>
+
+#include "pipeline/generation.h"
+
+namespace octodiff::gui {
+
+class SettingsPanel : public QWidget {
+  Q_OBJECT
+ public:
+  explicit SettingsPanel(QWidget* parent = nullptr);
+
+  // Writes every setting of this panel into `request` (prompts untouched).
+  void applyTo(GenerationRequest* request) const;
+  // Shows `request`'s settings (prompts ignored).
+  void setFrom(const GenerationRequest& request);
+
+  int64_t seed() const { return seed_->value(); }
+  void setSeed(int64_t seed);
+  bool seedLocked() const { return lock_->isChecked(); }
+  void setSeedLocked(bool locked) { lock_->setChecked(locked); }
+  // Picks a new random seed (as octodiff-cli's --seed random does) and shows it.
+  int64_t randomizeSeed();
+  // The size the model makes by default, and the multiple sizes must be of.
+  void setModelSize(int defaultWidth, int defaultHeight, int multiple);
+  bool advancedVisible() const;
+  void setAdvancedVisible(bool visible);
+
+  QSpinBox* seedBox() const { return seed_; }
+  QCheckBox* lockBox() const { return lock_; }
+  QSpinBox* stepsBox() const { return steps_; }
+  QDoubleSpinBox* guidanceBox() const { return guidance_; }
+  QComboBox* schedulerBox() const { return scheduler_; }
+  QSpinBox* widthBox() const { return width_; }
+  QSpinBox* heightBox() const { return height_; }
+  QSpinBox* devicesBox() const { return devices_; }
+  QSpinBox* batchBox() const { return batch_; }
+  QComboBox* rngBox() const { return rng_; }
+  QComboBox* compatBox() const { return compat_; }
+  QComboBox* dtypeBox() const { return dtype_; }
+  QSpinBox* threadsBox() const { return threads_; }
+
+ private:
+  QWidget* buildAdvanced();
+
+  QSpinBox* seed_ = nullptr;
+  QCheckBox* lock_ = nullptr;
+  QSpinBox* steps_ = nullptr;
+  QDoubleSpinBox* guidance_ = nullptr;
+  QComboBox* scheduler_ = nullptr;
+  QSpinBox *width_ = nullptr, *height_ = nullptr;
+  QToolButton* advanced_toggle_ = nullptr;
+  QWidget* advanced_ = nullptr;
+  QSpinBox *devices_ = nullptr, *batch_ = nullptr, *threads_ = nullptr;
+  QComboBox *rng_ = nullptr, *compat_ = nullptr, *dtype_ = nullptr;
+};
+
+}  // namespace octodiff::gui
