@@ -1,0 +1,228 @@
+// octodiff-bench: end-to-end speed and memory of the engine on the full-size SD 1.5 architecture
+// (random weights, made by `octodiff-cli make-random-model` when absent). Reports the machine's
+// measured fp32 peak, compile time, text encoding, one UNet evaluation at batch 2 (a guided step)
+// and batch 1, the VAE decode, achieved GFLOP/s from the analytic FLOP count of each network and
+// the fraction of the measured peak, and peak RSS. Timings are medians of --repeats runs.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/random_model_command.h"
+#include "core/cpu.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "core/memory.h"
+#include "models/flop_count.h"
+#include "peak_flops.h"
+#include "pipeline/model_hash.h"
+#include "pipeline/sharded_pipeline.h"
+
+namespace fs = std::filesystem;
+using namespace octodiff;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Options {
+  fs::path model;
+  int threads = 0, devices = 1, height = 512, width = 512, repeats = 2, steps = 1;
+  std::string dtype = "f32";
+  bool json = false, skip_pipeline = false, skip_vae = false;
+};
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::fprintf(stderr,
+               "octodiff-bench: %s\n"
+               "usage: octodiff-bench [--model PATH] [--threads N] [--devices D] [--height H --width W]\n"
+               "                      [--dtype f32|bf16] [--repeats N] [--steps S] [--skip-pipeline]\n"
+               "                      [--skip-vae] [--json]\n"
+               "  default model: a random full-size SD 1.5 in $OCTODIFF_CACHE_DIR/models (made when absent)\n",
+               msg.c_str());
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error("option " + a + " needs a value");
+      return argv[++i];
+    };
+    try {
+      if (a == "--model") o.model = value();
+      else if (a == "--threads") o.threads = std::stoi(value());
+      else if (a == "--devices") o.devices = std::stoi(value());
+      else if (a == "--height") o.height = std::stoi(value());
+      else if (a == "--width") o.width = std::stoi(value());
+      else if (a == "--dtype") o.dtype = value();
+      else if (a == "--repeats") o.repeats = std::max(1, std::stoi(value()));
+      else if (a == "--steps") o.steps = std::max(1, std::stoi(value()));
+      else if (a == "--json") o.json = true;
+      else if (a == "--skip-pipeline") o.skip_pipeline = true;
+      else if (a == "--skip-vae") o.skip_vae = true;
+      else usage_error("unknown option " + a);
+    } catch (const std::invalid_argument&) {
+      usage_error("option " + a + " expects a number");
+    }
+  }
+  return o;
+}
+
+// Median wall time of `repeats` calls of fn.
+double median_seconds(int repeats, const std::function<void()>& fn) {
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+Tensor pseudo_random(Shape shape, uint32_t seed) {
+  Tensor t = Tensor::empty(std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    t[i] = static_cast<float>(static_cast<int32_t>(seed >> 8) - (1 << 23)) / static_cast<float>(1 << 23);
+  }
+  return t;
+}
+
+fs::path default_model() {
+  fs::path dir = octodiff_cache_dir() / "models" / "sd15-random-f32";
+  if (fs::exists(dir / "model_index.json")) return dir;
+  std::fprintf(stderr, "octodiff-bench: writing a random full-size SD 1.5 model to %s (once)\n", dir.c_str());
+  fs::create_directories(dir.parent_path());
+  if (run_make_random_model({"--arch", "sd15", "--layout", "diffusers", "--out", dir.string()}) != 0)
+    fail("could not write the random model");
+  return dir;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  try {
+    const int threads = o.threads > 0 ? o.threads : hardware_threads();
+    const ComputeDType dtype = parse_dtype_name(o.dtype);
+    nlohmann::json j;
+    j["threads"] = threads;
+    j["dtype"] = dtype_display_name(dtype);
+    j["isa"] = isa_name(best_isa());
+    std::fprintf(stderr, "measuring the fp32 FMA peak on %d threads...\n", threads);
+    const double peak = bench::measure_fp32_peak_gflops(threads);
+    const double bf16_peak = bench::measure_bf16_peak_gflops(threads);
+    j["fp32_peak_gflops"] = peak;
+    j["bf16_peak_gflops"] = bf16_peak;
+    const double ref_peak = dtype == ComputeDType::BF16 && bf16_peak > 0 ? bf16_peak : peak;
+
+    const fs::path model_path = o.model.empty() ? default_model() : o.model;
+    auto t0 = Clock::now();
+    auto model = StableDiffusionModel::load(model_path);
+    j["model"] = model_path.string();
+    j["load_seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
+    j["rss_after_load_mb"] = current_rss_bytes() / 1048576.0;
+    std::fprintf(stderr, "loaded %s in %.1f s\n", model_path.c_str(), j["load_seconds"].get<double>());
+
+    const int vsf = model->vae_scale_factor();
+    const int64_t h = o.height / vsf, w = o.width / vsf;
+    const auto& uc = model->unet().config();
+    const Numerics numerics{Flavour::Flax};
+    DeviceScope scope(DeviceContext{0, threads, nullptr});
+
+    // The pipeline: first call compiles, second reuses the plan.
+    if (!o.skip_pipeline) {
+      ShardedPipeline pipe(model);
+      GenerationRequest req;
+      req.prompts = {"a photograph of an astronaut riding a horse"};
+      req.devices = o.devices;
+      req.height = o.height;
+      req.width = o.width;
+      req.steps = o.steps;
+      req.threads = threads;
+      req.dtype = dtype;
+      std::fprintf(stderr, "pipeline: %d device(s), %d step(s), first call...\n", o.devices, o.steps);
+      GenerationResult first = pipe.run(req);
+      std::fprintf(stderr, "pipeline: second call...\n");
+      GenerationResult second = pipe.run(req);
+      j["compile_seconds"] = first.timings.compile;
+      j["cached_compile_seconds"] = second.timings.compile;
+      j["pipeline"] = {{"devices", o.devices},
+                       {"steps", o.steps},
+                       {"first_call_seconds", first.timings.total},
+                       {"second_call_seconds", second.timings.total},
+                       {"text_encode_seconds", second.timings.text_encode},
+                       {"mean_step_seconds", second.timings.mean_step},
+                       {"decode_seconds", second.timings.decode},
+                       {"concurrent_devices", second.concurrent_devices},
+                       {"threads_per_device", second.threads_per_device}};
+    }
+
+    // Text encoder: [uncond; cond] = 2 sequences of 77 tokens.
+    std::vector<int32_t> ids(2 * 77, model->tokenizer().eos_id());
+    ids[0] = ids[77] = model->tokenizer().bos_id();
+    Tensor context;
+    j["text_encode_seconds"] = median_seconds(o.repeats, [&] {
+      context = model->text_encoder().forward(ids, 2, 77).last_hidden_state;
+    });
+
+    // UNet at batch 2 (a guided step) and batch 1.
+    for (int batch : {2, 1}) {
+      Tensor x = pseudo_random({batch, h, w, uc.in_channels}, 7);
+      Tensor ctx = context.slice0(0, batch);
+      std::fprintf(stderr, "UNet batch %d at %lldx%lld latents...\n", batch, static_cast<long long>(h),
+                   static_cast<long long>(w));
+      const double s = median_seconds(o.repeats, [&] {
+        model->unet().forward_nhwc(x, std::vector<double>(batch, 500.0), ctx, numerics);
+      });
+      const double gflop = unet_flops(uc, batch, h, w) / 1e9;
+      const std::string k = "unet_b" + std::to_string(batch);
+      j[k + "_seconds"] = s;
+      j[k + "_gflop"] = gflop;
+      j[k + "_gflops"] = gflop / s;
+      j[k + "_fraction_of_peak"] = gflop / s / ref_peak;
+    }
+
+    if (!o.skip_vae) {
+      Tensor z = pseudo_random({1, h, w, model->vae().config().latent_channels}, 11);
+      std::fprintf(stderr, "VAE decode %dx%d...\n", o.width, o.height);
+      const double s = median_seconds(o.repeats, [&] { model->vae().decode_nhwc(z); });
+      const double gflop = vae_decode_flops(model->vae().config(), 1, h, w) / 1e9;
+      j["vae_decode_seconds"] = s;
+      j["vae_decode_gflop"] = gflop;
+      j["vae_decode_gflops"] = gflop / s;
+      j["vae_decode_fraction_of_peak"] = gflop / s / ref_peak;
+    }
+    j["peak_rss_mb"] = peak_rss_bytes() / 1048576.0;
+
+    if (o.json) {
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      std::printf("machine: %d threads, %s, fp32 FMA peak %.0f GFLOP/s, bf16 peak %.0f GFLOP/s\n", threads,
+                  j["isa"].get<std::string>().c_str(), peak, bf16_peak);
+      if (j.contains("compile_seconds"))
+        std::printf("compile: %.3f s first call, %.3f s cached\n", j["compile_seconds"].get<double>(),
+                    j["cached_compile_seconds"].get<double>());
+      std::printf("text encoding (2×77): %.3f s\n", j["text_encode_seconds"].get<double>());
+      for (const char* k : {"unet_b2", "unet_b1", "vae_decode"}) {
+        if (!j.contains(std::string(k) + "_seconds")) continue;
+        std::printf("%-11s %8.2f s  %7.1f GFLOP  %6.1f GFLOP/s  %5.1f %% of peak\n", k,
+                    j[std::string(k) + "_seconds"].get<double>(), j[std::string(k) + "_gflop"].get<double>(),
+                    j[std::string(k) + "_gflops"].get<double>(),
+                    100 * j[std::string(k) + "_fraction_of_peak"].get<double>());
+      }
+      std::printf("peak RSS: %.0f MB\n", j["peak_rss_mb"].get<double>());
+    }
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "octodiff-bench: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,63 @@
+#include "peak_flops.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "core/cpu.h"
+
+namespace octodiff::bench {
+namespace detail {
+int64_t fma_loop_avx512(int64_t iterations, float* sink);
+int64_t fma_loop_avx2(int64_t iterations, float* sink);
+int64_t bf16_loop_avx512(int64_t iterations, float* sink);
+}  // namespace detail
+
+namespace {
+
+using Loop = int64_t (*)(int64_t, float*);
+
+int64_t scalar_loop(int64_t iterations, float* sink) {
+  float a[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  for (int64_t it = 0; it < iterations; ++it)
+    for (float& x : a) x = x * 0.999999f + 1e-7f;
+  *sink = a[0] + a[7];
+  return iterations * 8 * 2;
+}
+
+// Runs `loop` on `threads` threads at once, repeatedly, for about `seconds`; best rate wins.
+double measure(Loop loop, int threads, double seconds) {
+  const int64_t chunk = 2'000'000;
+  double best = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::atomic<int64_t> flops{0};
+    std::vector<std::thread> pool;
+    std::vector<float> sinks(threads);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] { flops += loop(chunk, &sinks[t]); });
+    for (auto& th : pool) th.join();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, static_cast<double>(flops.load()) / dt / 1e9);
+  }
+  return best;
+}
+
+}  // namespace
+
+double measure_fp32_peak_gflops(int threads, double seconds) {
+  Loop loop = scalar_loop;
+  if (best_isa() == Isa::Avx512) loop = detail::fma_loop_avx512;
+  else if (best_isa() == Isa::Avx2) loop = detail::fma_loop_avx2;
+  return measure(loop, threads, seconds);
+}
+
+double measure_bf16_peak_gflops(int threads, double seconds) {
+  if (!has_avx512_bf16()) return 0;
+  return measure(detail::bf16_loop_avx512, threads, seconds);
+}
+
+}  // namespace octodiff::bench

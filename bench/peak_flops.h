@@ -1,0 +1,13 @@
+// The machine's fp32 FMA peak, measured rather than looked up: every thread runs independent
+// fused multiply-adds on the widest vectors the CPU has for a fixed time.
+#pragma once
+
+namespace octodiff::bench {
+
+// GFLOP/s over `threads` threads (1 FMA = 2 FLOPs).
+double measure_fp32_peak_gflops(int threads, double seconds = 0.5);
+// GFLOP/s of AVX-512 BF16 dot products (VDPBF16PS: 2 products + 2 adds per fp32 lane), or 0
+// when the CPU has no AVX-512 BF16.
+double measure_bf16_peak_gflops(int threads, double seconds = 0.5);
+
+}  // namespace octodiff::bench
