@@ -76,7 +76,7 @@ void TimingsPanel::addRun(const RunRecord& run) {
       tr("<table cellspacing=2>"
          "<tr><td>%1 Compile</td><td align=right>%2</td></tr>"
          "<tr><td>%3 Text encoding</td><td align=right>%4</td></tr>"
-         "<tr><td>%5 Denoising</td><td align=right>%6</td><td>&nbsp;%7 steps × %8 devices, %9 per step</td></tr>"
+         "<tr><td>%5 Denoising</td><td align=right>%6</td><td>&nbsp;%7 steps × %8, %9 per step</td></tr>"
          "<tr><td>%10 Decoding</td><td align=right>%11</td></tr>"
          "<tr><td><b>Inference</b></td><td align=right><b>%12</b></td><td>&nbsp;(total with compile %13)</td></tr>"
          "</table>")
@@ -84,7 +84,7 @@ void TimingsPanel::addRun(const RunRecord& run) {
           .arg(swatch(TimingChart::textColor()), formatDuration(t.text_encode))
           .arg(swatch(TimingChart::denoiseColor()), formatDuration(t.denoise))
           .arg(calls)
-          .arg(s.devices)
+          .arg(s.devices == 1 ? tr("1 device") : tr("%1 devices").arg(s.devices))
           .arg(formatDuration(t.mean_step))
           .arg(swatch(TimingChart::decodeColor()), formatDuration(t.decode))
           .arg(formatDuration(t.total - t.compile), formatDuration(t.total)));

@@ -108,6 +108,13 @@ class MainWindowTest : public QObject {
     t.start();
     while (w_->controller()->progress().deviceFraction(0) == 0 && t.elapsed() < 120000) QTest::qWait(20);
     QVERIFY(w_->controller()->progress().deviceFraction(0) > 0);
+    // The tiles show the live preview of the latents while denoising.
+    while (!w_->resultGrid()->tile(0)->isPreview() && t.elapsed() < 120000) QTest::qWait(20);
+    QVERIFY(w_->resultGrid()->tile(0)->isPreview());
+    QVERIFY(!w_->resultGrid()->tile(0)->image().isNull());
+    QTest::qWait(300);
+    QVERIFY(w_->progressPanel()->etaText().contains("left"));  // an ETA once there is a rate
+    QVERIFY(w_->grab().save(resultsDir() + "/main_window_running.png"));
     QElapsedTimer cancel_clock;
     cancel_clock.start();
     w_->cancelButton()->click();
@@ -157,6 +164,30 @@ class MainWindowTest : public QObject {
     QVERIFY(w_->generate());
     QCOMPARE(waitForJob(*w_), std::optional<JobOutcome>(JobOutcome::Completed));
     QCOMPARE(w_->resultGrid()->tile(1)->image(), run->images[1]);
+  }
+
+  void clickingATileEnlargesIt() {
+    ImageTile* tile = w_->resultGrid()->tile(0);
+    QVERIFY(tile->isFinal());
+    QTest::mouseClick(tile, Qt::LeftButton, {}, tile->rect().center());
+    auto* dialog = w_->findChild<ImageDialog*>();
+    QVERIFY(dialog);
+    QVERIFY(dialog->isVisible());
+    QVERIFY(!dialog->smooth());  // 64 px images: nearest-neighbour by default
+    dialog->setSmooth(true);
+    QCOMPARE(dialog->shownSize(), QSize(64, 64) * dialog->zoom());
+    dialog->close();
+    QTest::qWait(10);
+  }
+
+  void previewCanBeSwitchedOff() {
+    fillForm(*w_, {"no preview"}, 3, 2);
+    w_->progressPanel()->setPreviewEnabled(false);
+    QSignalSpy previews(w_->controller(), &GenerationController::previewReady);
+    QVERIFY(w_->generate());
+    QCOMPARE(waitForJob(*w_), std::optional<JobOutcome>(JobOutcome::Completed));
+    QCOMPARE(previews.count(), 0);  // the engine was not even asked for previews
+    w_->progressPanel()->setPreviewEnabled(true);
   }
 
   void closingDuringARunCancelsCleanly() {
