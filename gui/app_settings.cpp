@@ -50,15 +50,21 @@ void AppSettings::setForm(const FormState& f) {
   settings_.setValue("form/preview", f.preview);
 }
 
-QString AppSettings::modelPath() const { return settings_.value("model/path").toString(); }
-QString AppSettings::tokenizerDir() const { return settings_.value("model/tokenizer").toString(); }
+QString AppSettings::modelPath() const {
+  return settings_.value("model/path").toString();
+}
+QString AppSettings::tokenizerDir() const {
+  return settings_.value("model/tokenizer").toString();
+}
 
 void AppSettings::setModel(const QString& path, const QString& tokenizerDir) {
   settings_.setValue("model/path", path);
   settings_.setValue("model/tokenizer", tokenizerDir);
 }
 
-QStringList AppSettings::recentModels() const { return settings_.value("model/recent").toStringList(); }
+QStringList AppSettings::recentModels() const {
+  return settings_.value("model/recent").toStringList();
+}
 
 void AppSettings::addRecentModel(const QString& path) {
   QStringList recent = recentModels();
@@ -68,13 +74,23 @@ void AppSettings::addRecentModel(const QString& path) {
   settings_.setValue("model/recent", recent);
 }
 
-QString AppSettings::lastFolder() const { return settings_.value("ui/last_folder", QDir::homePath()).toString(); }
-void AppSettings::setLastFolder(const QString& folder) { settings_.setValue("ui/last_folder", folder); }
+QString AppSettings::lastFolder() const {
+  return settings_.value("ui/last_folder", QDir::homePath()).toString();
+}
+void AppSettings::setLastFolder(const QString& folder) {
+  settings_.setValue("ui/last_folder", folder);
+}
 QString AppSettings::comparisonSeeds() const {
   return settings_.value("ui/comparison_seeds", QStringLiteral("0, 1, 2, 3")).toString();
 }
-void AppSettings::setComparisonSeeds(const QString& seeds) { settings_.setValue("ui/comparison_seeds", seeds); }
-QByteArray AppSettings::windowGeometry() const { return settings_.value("ui/geometry").toByteArray(); }
-void AppSettings::setWindowGeometry(const QByteArray& g) { settings_.setValue("ui/geometry", g); }
+void AppSettings::setComparisonSeeds(const QString& seeds) {
+  settings_.setValue("ui/comparison_seeds", seeds);
+}
+QByteArray AppSettings::windowGeometry() const {
+  return settings_.value("ui/geometry").toByteArray();
+}
+void AppSettings::setWindowGeometry(const QByteArray& g) {
+  settings_.setValue("ui/geometry", g);
+}
 
 }  // namespace octodiff::gui

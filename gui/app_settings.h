@@ -12,7 +12,7 @@ namespace octodiff::gui {
 
 // Everything the form on the left of the main window edits.
 struct FormState {
-  QStringList prompts;   // the eight prompt fields, as typed (empty ones included)
+  QStringList prompts;  // the eight prompt fields, as typed (empty ones included)
   QString negative_prompt;
   GenerationRequest request;  // seed, steps, guidance, scheduler, size, advanced (prompts unused)
   bool seed_locked = true;    // unlocked: a new random seed for every Generate

@@ -16,7 +16,9 @@ bool sameLocation(const QString& a, const QString& b) {
 
 }  // namespace
 
-QString demoModelPath() { return QString::fromStdString(StableDiffusionModel::default_model_path().string()); }
+QString demoModelPath() {
+  return QString::fromStdString(StableDiffusionModel::default_model_path().string());
+}
 
 QString tinyTestModelPath() {
 #ifdef OCTODIFF_GUI_TINY_MODEL_DIR

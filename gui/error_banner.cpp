@@ -24,16 +24,23 @@ ErrorBanner::ErrorBanner(QWidget* parent) : QFrame(parent) {
   setVisible(false);
 }
 
-void ErrorBanner::showError(const QString& message) { showMessage(message, true); }
-void ErrorBanner::showNote(const QString& message) { showMessage(message, false); }
+void ErrorBanner::showError(const QString& message) {
+  showMessage(message, true);
+}
+void ErrorBanner::showNote(const QString& message) {
+  showMessage(message, false);
+}
 
 void ErrorBanner::showMessage(const QString& message, bool error) {
   error_ = error;
   text_->setText(message);
-  setStyleSheet(error ? QStringLiteral("#errorBanner { background: #fde7e9; border: 1px solid #d13438; border-radius: 4px; }"
-                                       " QLabel { color: #7a1016; }")
-                      : QStringLiteral("#errorBanner { background: #fff4ce; border: 1px solid #c19c00; border-radius: 4px; }"
-                                       " QLabel { color: #4d3b00; }"));
+  setStyleSheet(
+      error ? QStringLiteral(
+                  "#errorBanner { background: #fde7e9; border: 1px solid #d13438; border-radius: 4px; }"
+                  " QLabel { color: #7a1016; }")
+            : QStringLiteral(
+                  "#errorBanner { background: #fff4ce; border: 1px solid #c19c00; border-radius: 4px; }"
+                  " QLabel { color: #4d3b00; }"));
   setVisible(true);
 }
 

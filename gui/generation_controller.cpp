@@ -1,7 +1,6 @@
 #include "generation_controller.h"
 
 #include <QtConcurrent/QtConcurrent>
-
 #include <chrono>
 #include <new>
 
@@ -50,7 +49,8 @@ GenerationController::GenerationController(QObject* parent) : QObject(parent) {
   hash_pool_.setMaxThreadCount(1);
   connect(&job_watcher_, &QFutureWatcher<RunPtr>::resultReadyAt, this, &GenerationController::onResultReady);
   connect(&job_watcher_, &QFutureWatcher<RunPtr>::finished, this, &GenerationController::onJobFinished);
-  connect(&load_watcher_, &QFutureWatcher<LoadOutcome>::finished, this, &GenerationController::onLoadFinished);
+  connect(&load_watcher_, &QFutureWatcher<LoadOutcome>::finished, this,
+          &GenerationController::onLoadFinished);
 }
 
 GenerationController::~GenerationController() {
@@ -122,45 +122,47 @@ bool GenerationController::start(const Job& job) {
 
   auto pipe = pipeline_;
   auto model = model_;
-  job_watcher_.setFuture(QtConcurrent::run(&pool_, [this, pipe, model, work, state](QPromise<RunPtr>& promise) {
-    const int runs = static_cast<int>(work.seeds.size());
-    try {
-      for (int k = 0; k < runs; ++k) {
-        if (state->cancel.cancelled() || promise.isCanceled()) throw Cancelled();
-        GenerationRequest req = work.request;
-        req.seed = work.seeds[k];
-        const ResolvedRequest resolved = pipe->resolve(req);  // a clear error before any work
-        const int D = resolved.signature.devices, B = resolved.signature.batch, steps = resolved.signature.steps;
-        const QString sig = QString::fromStdString(resolved.signature.str());
-        postTo(this, [this, k, runs, D, B, steps, sig] { onRunStarted(k, runs, D, B, steps, sig); });
+  job_watcher_.setFuture(
+      QtConcurrent::run(&pool_, [this, pipe, model, work, state](QPromise<RunPtr>& promise) {
+        const int runs = static_cast<int>(work.seeds.size());
+        try {
+          for (int k = 0; k < runs; ++k) {
+            if (state->cancel.cancelled() || promise.isCanceled()) throw Cancelled();
+            GenerationRequest req = work.request;
+            req.seed = work.seeds[k];
+            const ResolvedRequest resolved = pipe->resolve(req);  // a clear error before any work
+            const int D = resolved.signature.devices, B = resolved.signature.batch,
+                      steps = resolved.signature.steps;
+            const QString sig = QString::fromStdString(resolved.signature.str());
+            postTo(this, [this, k, runs, D, B, steps, sig] { onRunStarted(k, runs, D, B, steps, sig); });
 
-        std::vector<Clock::time_point> last_preview(D, Clock::time_point{});
-        auto progress = [this](const ProgressEvent& e) { postTo(this, [this, e] { onEngineEvent(e); }); };
-        auto preview = [&, this](int d, int step, const Image8& img) {
-          const auto now = Clock::now();
-          if (d < 0 || d >= D || (now - last_preview[d] < kPreviewInterval && step < steps)) return;
-          last_preview[d] = now;
-          QImage q = toQImage(img);
-          postTo(this, [this, d, step, q] { emit previewReady(d, step, q); });
-        };
-        auto record = std::make_shared<RunRecord>();
-        record->result = pipe->run(req, progress, preview, &state->cancel);
-        record->number = state->first_number + k;
-        record->kind = work.kind;
-        record->index_in_job = k;
-        record->runs_in_job = runs;
-        record->finished_at = QDateTime::currentDateTime();
-        record->request = req;
-        record->model = model;
-        for (const Image8& im : result_images(record->result)) record->images.push_back(toQImage(im));
-        promise.addResult(RunPtr(record));
-      }
-    } catch (const Cancelled&) {
-      state->cancelled = true;
-    } catch (...) {
-      state->error = describeFailure(std::current_exception());
-    }
-  }));
+            std::vector<Clock::time_point> last_preview(D, Clock::time_point{});
+            auto progress = [this](const ProgressEvent& e) { postTo(this, [this, e] { onEngineEvent(e); }); };
+            auto preview = [&, this](int d, int step, const Image8& img) {
+              const auto now = Clock::now();
+              if (d < 0 || d >= D || (now - last_preview[d] < kPreviewInterval && step < steps)) return;
+              last_preview[d] = now;
+              QImage q = toQImage(img);
+              postTo(this, [this, d, step, q] { emit previewReady(d, step, q); });
+            };
+            auto record = std::make_shared<RunRecord>();
+            record->result = pipe->run(req, progress, preview, &state->cancel);
+            record->number = state->first_number + k;
+            record->kind = work.kind;
+            record->index_in_job = k;
+            record->runs_in_job = runs;
+            record->finished_at = QDateTime::currentDateTime();
+            record->request = req;
+            record->model = model;
+            for (const Image8& im : result_images(record->result)) record->images.push_back(toQImage(im));
+            promise.addResult(RunPtr(record));
+          }
+        } catch (const Cancelled&) {
+          state->cancelled = true;
+        } catch (...) {
+          state->error = describeFailure(std::current_exception());
+        }
+      }));
   emit jobStarted(runs);
   emit busyChanged(true);
   return true;

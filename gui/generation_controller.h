@@ -13,7 +13,6 @@
 #include <QFutureWatcher>
 #include <QObject>
 #include <QThreadPool>
-
 #include <memory>
 
 #include "pipeline/sharded_pipeline.h"

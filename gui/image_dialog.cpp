@@ -5,7 +5,6 @@
 #include <QPushButton>
 #include <QScrollArea>
 #include <QVBoxLayout>
-
 #include <algorithm>
 
 #include "pipeline/metadata.h"
@@ -18,7 +17,11 @@ ImageDialog::ImageDialog(const RunPtr& run, int index, QWidget* parent)
   setAttribute(Qt::WA_DeleteOnClose);
   const int B = run->batch();
   setWindowTitle(tr("Image %1 of run #%2 — seed %3, device %4/%5")
-                     .arg(index + 1).arg(run->number).arg(run->seed()).arg(index / B + 1).arg(run->devices()));
+                     .arg(index + 1)
+                     .arg(run->number)
+                     .arg(run->seed())
+                     .arg(index / B + 1)
+                     .arg(run->devices()));
 
   picture_ = new QLabel;
   picture_->setObjectName(QStringLiteral("enlargedImage"));
@@ -26,19 +29,20 @@ ImageDialog::ImageDialog(const RunPtr& run, int index, QWidget* parent)
   auto* scroll = new QScrollArea;
   scroll->setWidget(picture_);
   scroll->setWidgetResizable(true);
-  scroll->setStyleSheet(QStringLiteral("QScrollArea { background: #18181c; }"));
+  picture_->setStyleSheet(QStringLiteral("background: #202024;"));
 
   zoom_ = new QComboBox;
   for (int z : {1, 2, 3, 4, 6, 8, 10, 12, 16}) zoom_->addItem(QStringLiteral("%1×").arg(z), z);
   smooth_ = new QCheckBox(tr("Smooth"));
   smooth_->setToolTip(tr("Bilinear instead of nearest-neighbour scaling"));
   const QImage& img = run->images.at(index);
-  setZoom(fittingZoom(img.size(), QSize(768, 768)));
+  setZoom(fittingZoom(img.size(), QSize(704, 704)));
   connect(zoom_, &QComboBox::currentIndexChanged, this, &ImageDialog::render);
   connect(smooth_, &QCheckBox::toggled, this, &ImageDialog::render);
 
   const ImageMetadata meta = describe_image(run->request, run->result, *run->model, index / B, index % B);
-  auto* info = new QLabel(QString::fromStdString(a1111_parameters(meta)).toHtmlEscaped().replace('\n', "<br>"));
+  auto* info =
+      new QLabel(QString::fromStdString(a1111_parameters(meta)).toHtmlEscaped().replace('\n', "<br>"));
   info->setWordWrap(true);
   info->setTextInteractionFlags(Qt::TextSelectableByMouse);
 
@@ -64,7 +68,7 @@ ImageDialog::ImageDialog(const RunPtr& run, int index, QWidget* parent)
   column->addWidget(info);
   column->addLayout(controls);
   const QSize shown = shownSize();
-  resize(std::clamp(shown.width() + 60, 480, 1100), std::clamp(shown.height() + 170, 360, 950));
+  resize(std::clamp(shown.width() + 80, 480, 1100), std::clamp(shown.height() + 200, 360, 950));
 }
 
 int ImageDialog::fittingZoom(const QSize& image, const QSize& room) {
@@ -73,7 +77,9 @@ int ImageDialog::fittingZoom(const QSize& image, const QSize& room) {
   return std::clamp(z, 1, 16);
 }
 
-int ImageDialog::zoom() const { return zoom_->currentData().toInt(); }
+int ImageDialog::zoom() const {
+  return zoom_->currentData().toInt();
+}
 
 void ImageDialog::setZoom(int factor) {
   int best = 0;
@@ -83,7 +89,9 @@ void ImageDialog::setZoom(int factor) {
   render();
 }
 
-QSize ImageDialog::shownSize() const { return picture_->pixmap().size(); }
+QSize ImageDialog::shownSize() const {
+  return picture_->pixmap().size();
+}
 
 void ImageDialog::render() {
   const QImage& img = run_->images.at(index_);

@@ -1,7 +1,6 @@
 #include "image_metadata_io.h"
 
 #include <QFileInfo>
-
 #include <climits>
 
 #include "core/error.h"
@@ -11,7 +10,9 @@
 namespace octodiff::gui {
 namespace {
 
-std::filesystem::path fsPath(const QString& path) { return std::filesystem::path(path.toStdString()); }
+std::filesystem::path fsPath(const QString& path) {
+  return std::filesystem::path(path.toStdString());
+}
 
 void checkIndex(const RunRecord& run, int index) {
   if (index < 0 || index >= run.imageCount()) fail("there is no image ", index + 1, " in this run");
@@ -42,11 +43,14 @@ QStringList saveImagePngs(const QString& dir, const RunRecord& run) {
 
 QByteArray imagePngBytes(const RunRecord& run, int index) {
   checkIndex(run, index);
-  const std::vector<uint8_t> bytes = encode_png(toImage8(run.images[index]), png_texts(imageMetadata(run, index)));
+  const std::vector<uint8_t> bytes =
+      encode_png(toImage8(run.images[index]), png_texts(imageMetadata(run, index)));
   return QByteArray(reinterpret_cast<const char*>(bytes.data()), static_cast<qsizetype>(bytes.size()));
 }
 
-QString suggestedGridName(const RunRecord& run) { return QStringLiteral("octodiff-%1.png").arg(run.seed()); }
+QString suggestedGridName(const RunRecord& run) {
+  return QStringLiteral("octodiff-%1.png").arg(run.seed());
+}
 
 QString suggestedImageName(const RunRecord& run, int index) {
   return QStringLiteral("octodiff-%1-%2.png").arg(run.seed()).arg(index + 1);
@@ -83,7 +87,9 @@ FormState formFromMetadata(const ImageMetadata& m, const FormState& current, QSt
   } else {
     f.prompts << QString::fromStdString(prompts[0]);
     r.devices = D;
-    if (!all_same && notes) *notes << QObject::tr("the grid had %1 different prompts; only the first is restored").arg(prompts.size());
+    if (!all_same && notes)
+      *notes
+          << QObject::tr("the grid had %1 different prompts; only the first is restored").arg(prompts.size());
   }
   while (f.prompts.size() < 8) f.prompts << QString();
   r.batch_per_device = B;

@@ -5,7 +5,6 @@
 #include <QMenu>
 #include <QPainter>
 #include <QVBoxLayout>
-
 #include <algorithm>
 #include <cmath>
 
@@ -92,10 +91,10 @@ ImageTile::ImageTile(int index, QWidget* parent) : QFrame(parent), index_(index)
   actions_ = new QWidget(canvas_);
   actions_->setObjectName(QStringLiteral("tileActions"));
   actions_->setAttribute(Qt::WA_StyledBackground);
-  actions_->setStyleSheet(QStringLiteral(
-      "#tileActions { background: rgba(20, 20, 24, 190); border-radius: 4px; }"
-      "QToolButton { color: white; padding: 1px 4px; border: none; }"
-      "QToolButton:hover { background: rgba(255, 255, 255, 60); border-radius: 3px; }"));
+  actions_->setStyleSheet(
+      QStringLiteral("#tileActions { background: rgba(20, 20, 24, 190); border-radius: 4px; }"
+                     "QToolButton { color: white; padding: 1px 4px; border: none; }"
+                     "QToolButton:hover { background: rgba(255, 255, 255, 60); border-radius: 3px; }"));
   auto* buttons = new QHBoxLayout(actions_);
   buttons->setContentsMargins(2, 2, 2, 2);
   buttons->setSpacing(1);
@@ -109,7 +108,8 @@ ImageTile::ImageTile(int index, QWidget* parent) : QFrame(parent), index_(index)
   };
   add(tr("Save"), tr("Save this image as PNG with its settings"), &ImageTile::saveRequested);
   add(tr("Copy"), tr("Copy this image to the clipboard"), &ImageTile::copyRequested);
-  add(tr("Reuse"), tr("Put this image's settings (prompt, seed, …) into the form"), &ImageTile::reuseRequested);
+  add(tr("Reuse"), tr("Put this image's settings (prompt, seed, …) into the form"),
+      &ImageTile::reuseRequested);
   actions_->adjustSize();
   actions_->setVisible(false);
   setToolTip(tr("Click to enlarge; right-click or hover for Save, Copy, Reuse"));

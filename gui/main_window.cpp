@@ -45,7 +45,8 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent) : QMai
   timings_ = new TimingsPanel;
   timings_->setObjectName(QStringLiteral("timingsPanel"));
 
-  auto* timings_box = section(tr("Timings: compile vs inference, and every run since the app started"), timings_);
+  auto* timings_box =
+      section(tr("Timings: compile vs inference, and every run since the app started"), timings_);
   auto* right = new QSplitter(Qt::Vertical);
   right->addWidget(tabs_);
   right->addWidget(timings_box);
@@ -119,9 +120,10 @@ QWidget* MainWindow::buildFormColumn() {
   generate_->setDefault(true);
   generate_->setMinimumHeight(36);
   generate_->setToolTip(tr("Generate one image per prompt (Ctrl+Return)"));
-  generate_->setStyleSheet(QStringLiteral(
-      "QPushButton { font-weight: bold; font-size: 11pt; background: #2b6cb0; color: white; border-radius: 4px; }"
-      "QPushButton:disabled { background: #9db3c8; }"));
+  generate_->setStyleSheet(
+      QStringLiteral("QPushButton { font-weight: bold; font-size: 11pt; background: #2b6cb0; color: white; "
+                     "border-radius: 4px; }"
+                     "QPushButton:disabled { background: #9db3c8; }"));
   cancel_ = new QPushButton(tr("Cancel"));
   cancel_->setObjectName(QStringLiteral("cancel"));
   cancel_->setMinimumHeight(36);
@@ -130,7 +132,8 @@ QWidget* MainWindow::buildFormColumn() {
   connect(cancel_, &QPushButton::clicked, this, &MainWindow::cancel);
   connect(prompts_, &PromptPanel::submitted, this, &MainWindow::generate);
   connect(model_chooser_, &ModelChooser::loadRequested, this, &MainWindow::loadModel);
-  connect(model_chooser_, &ModelChooser::folderChosen, this, [this](const QString& f) { settings_.setLastFolder(f); });
+  connect(model_chooser_, &ModelChooser::folderChosen, this,
+          [this](const QString& f) { settings_.setLastFolder(f); });
   connect(progress_, &ProgressPanel::previewToggled, this, [this](bool) { saveSettings(); });
 
   auto* buttons = new QHBoxLayout;
@@ -182,10 +185,11 @@ void MainWindow::connectController() {
     statusBar()->showMessage(tr("Loading model %1 …").arg(path));
   });
   connect(c, &GenerationController::modelLoaded, this, &MainWindow::onModelLoaded);
-  connect(c, &GenerationController::modelLoadFailed, this, [this](const QString& path, const QString& message) {
-    model_chooser_->showFailed(message);
-    reportError(tr("Could not load the model %1:\n%2").arg(path, message));
-  });
+  connect(c, &GenerationController::modelLoadFailed, this,
+          [this](const QString& path, const QString& message) {
+            model_chooser_->showFailed(message);
+            reportError(tr("Could not load the model %1:\n%2").arg(path, message));
+          });
   connect(c, &GenerationController::runStarted, this,
           [this](int index, int runs, int devices, int batch, const QString&) {
             static_cast<void>(runs);
@@ -239,8 +243,9 @@ std::optional<GenerationRequest> MainWindow::requestFromForm(QString* error) con
   for (const QString& p : prompts_->nonEmptyPrompts()) r.prompts.push_back(p.toStdString());
   if (r.prompts.empty()) {
     if (r.devices == 0) {
-      *error = tr("Type a prompt in at least one of the eight fields (or set a device count under Advanced "
-                  "to generate from the empty prompt).");
+      *error =
+          tr("Type a prompt in at least one of the eight fields (or set a device count under Advanced "
+             "to generate from the empty prompt).");
       return std::nullopt;
     }
     r.prompts = {""};
@@ -365,11 +370,12 @@ void MainWindow::onJobFinished(JobOutcome outcome) {
       refreshProgress();
       const auto& t = last_run_ ? last_run_->result.timings : Timings{};
       progress_->finish(tr("Done in %1").arg(formatDuration(controller_->jobSeconds())));
-      statusBar()->showMessage(last_run_ ? tr("Run #%1 done: %2 (%3)")
-                                               .arg(last_run_->number)
-                                               .arg(formatDuration(t.total))
-                                               .arg(last_run_->result.compiled ? tr("compiled") : tr("cached plan"))
-                                         : tr("Done"));
+      statusBar()->showMessage(last_run_
+                                   ? tr("Run #%1 done: %2 (%3)")
+                                         .arg(last_run_->number)
+                                         .arg(formatDuration(t.total))
+                                         .arg(last_run_->result.compiled ? tr("compiled") : tr("cached plan"))
+                                   : tr("Done"));
       break;
     }
     case JobOutcome::Cancelled:
@@ -399,7 +405,9 @@ void MainWindow::onBusyChanged() {
     progress_timer_.stop();
 }
 
-void MainWindow::refreshProgress() { progress_->update(controller_->progress(), controller_->jobSeconds()); }
+void MainWindow::refreshProgress() {
+  progress_->update(controller_->progress(), controller_->jobSeconds());
+}
 
 void MainWindow::reportError(const QString& message) {
   banner_->showError(message);

@@ -24,7 +24,7 @@
 namespace octodiff::gui {
 
 struct MainWindowOptions {
-  QString modelPath;     // empty: the remembered model, else the default one
+  QString modelPath;  // empty: the remembered model, else the default one
   QString tokenizerDir;
   bool loadModel = true;  // start loading it right away (off the UI thread)
 };

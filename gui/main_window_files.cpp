@@ -158,9 +158,9 @@ void MainWindow::saveGridDialog(const RunPtr& run) {
 
 void MainWindow::saveImageDialog(const RunPtr& run, int index) {
   if (!run) return;
-  const QString path = QFileDialog::getSaveFileName(this, tr("Save image as PNG"),
-                                                    settings_.lastFolder() + "/" + suggestedImageName(*run, index),
-                                                    tr("PNG images (*.png)"));
+  const QString path = QFileDialog::getSaveFileName(
+      this, tr("Save image as PNG"), settings_.lastFolder() + "/" + suggestedImageName(*run, index),
+      tr("PNG images (*.png)"));
   if (path.isEmpty()) return;
   settings_.setLastFolder(QFileInfo(path).absolutePath());
   exportImage(run, index, path);
@@ -168,7 +168,8 @@ void MainWindow::saveImageDialog(const RunPtr& run, int index) {
 
 void MainWindow::saveAllDialog() {
   if (!last_run_) return reportError(tr("Nothing to save yet: generate images first."));
-  const QString dir = QFileDialog::getExistingDirectory(this, tr("Folder for the images"), settings_.lastFolder());
+  const QString dir =
+      QFileDialog::getExistingDirectory(this, tr("Folder for the images"), settings_.lastFolder());
   if (dir.isEmpty()) return;
   settings_.setLastFolder(dir);
   exportAllImages(dir);
@@ -183,7 +184,8 @@ void MainWindow::openPngDialog() {
 }
 
 void MainWindow::loadModelDialog() {
-  const QString dir = QFileDialog::getExistingDirectory(this, tr("Diffusers model folder"), settings_.lastFolder());
+  const QString dir =
+      QFileDialog::getExistingDirectory(this, tr("Diffusers model folder"), settings_.lastFolder());
   if (dir.isEmpty()) return;
   model_chooser_->setPath(dir);
   loadModel(dir, QString());

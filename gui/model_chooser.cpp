@@ -57,7 +57,9 @@ ModelChooser::ModelChooser(QWidget* parent) : QWidget(parent) {
   updateTokenizerEnabled();
 }
 
-QString ModelChooser::path() const { return path_->currentText().trimmed(); }
+QString ModelChooser::path() const {
+  return path_->currentText().trimmed();
+}
 
 void ModelChooser::setPath(const QString& path) {
   const int i = path_->findText(path);
@@ -84,8 +86,8 @@ void ModelChooser::showLoading(const QString& path) {
 
 void ModelChooser::showLoaded(const QString& label, const QString& description, double seconds) {
   status_->setStyleSheet(QString());
-  status_->setText(tr("<b>%1</b><br>%2 · loaded in %3").arg(label.toHtmlEscaped(), description.toHtmlEscaped(),
-                                                            formatDuration(seconds)));
+  status_->setText(tr("<b>%1</b><br>%2 · loaded in %3")
+                       .arg(label.toHtmlEscaped(), description.toHtmlEscaped(), formatDuration(seconds)));
 }
 
 void ModelChooser::showFailed(const QString& message) {
@@ -126,8 +128,8 @@ void ModelChooser::browseFile() {
 }
 
 void ModelChooser::browseTokenizer() {
-  const QString dir = QFileDialog::getExistingDirectory(this, tr("Tokenizer folder (vocab.json, merges.txt)"),
-                                                        start_folder_);
+  const QString dir =
+      QFileDialog::getExistingDirectory(this, tr("Tokenizer folder (vocab.json, merges.txt)"), start_folder_);
   if (!dir.isEmpty()) setTokenizerDir(dir);
 }
 

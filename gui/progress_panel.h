@@ -7,7 +7,6 @@
 #include <QLabel>
 #include <QProgressBar>
 #include <QWidget>
-
 #include <vector>
 
 #include "progress_tracker.h"

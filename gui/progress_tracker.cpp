@@ -33,7 +33,8 @@ void ProgressTracker::onEvent(const ProgressEvent& e) {
     case Phase::Denoise:
       text_done_ = true;
       if (e.total_steps > 0) steps_ = e.total_steps;  // UNet calls (PNDM under torch: N + 1)
-      if (e.device >= 0 && e.device < devices()) steps_done_[e.device] = std::max(steps_done_[e.device], e.step);
+      if (e.device >= 0 && e.device < devices())
+        steps_done_[e.device] = std::max(steps_done_[e.device], e.step);
       break;
     case Phase::Decode:
       text_done_ = true;
@@ -44,7 +45,9 @@ void ProgressTracker::onEvent(const ProgressEvent& e) {
   }
 }
 
-void ProgressTracker::finishRun() { run_done_ = true; }
+void ProgressTracker::finishRun() {
+  run_done_ = true;
+}
 
 double ProgressTracker::deviceFraction(int d) const {
   if (run_done_) return 1.0;
@@ -76,11 +79,16 @@ std::optional<double> ProgressTracker::etaSeconds(double now) const {
 QString ProgressTracker::phaseText() const {
   QString run = runs_ > 1 ? QStringLiteral("run %1/%2: ").arg(run_ + 1).arg(runs_) : QString();
   switch (run_done_ ? Phase::Done : phase_) {
-    case Phase::Compile: return run + QStringLiteral("preparing the plan");
-    case Phase::TextEncode: return run + QStringLiteral("encoding the prompts");
-    case Phase::Denoise: return run + QStringLiteral("denoising");
-    case Phase::Decode: return run + QStringLiteral("decoding the latents");
-    case Phase::Done: return run + QStringLiteral("done");
+    case Phase::Compile:
+      return run + QStringLiteral("preparing the plan");
+    case Phase::TextEncode:
+      return run + QStringLiteral("encoding the prompts");
+    case Phase::Denoise:
+      return run + QStringLiteral("denoising");
+    case Phase::Decode:
+      return run + QStringLiteral("decoding the latents");
+    case Phase::Done:
+      return run + QStringLiteral("done");
   }
   return {};
 }

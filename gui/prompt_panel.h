@@ -5,7 +5,6 @@
 #include <QLineEdit>
 #include <QStringList>
 #include <QWidget>
-
 #include <array>
 
 namespace octodiff::gui {
@@ -17,8 +16,8 @@ class PromptPanel : public QWidget {
 
   explicit PromptPanel(QWidget* parent = nullptr);
 
-  QStringList prompts() const;          // all eight fields, as typed
-  QStringList nonEmptyPrompts() const;  // the fields that hold text, in order
+  QStringList prompts() const;                  // all eight fields, as typed
+  QStringList nonEmptyPrompts() const;          // the fields that hold text, in order
   void setPrompts(const QStringList& prompts);  // fills fields in order, clears the rest
   QString negativePrompt() const { return negative_->text(); }
   void setNegativePrompt(const QString& text) { negative_->setText(text); }

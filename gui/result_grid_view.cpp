@@ -28,8 +28,9 @@ ResultGridView::ResultGridView(QWidget* parent) : QWidget(parent) {
   column->addWidget(title_);
   column->addWidget(empty_, 1);
   column->addWidget(tiles_area_, 1);
-  clear(tr("Type up to eight prompts and press Generate.\nEach prompt runs on its own device; the images "
-           "appear here, 2 × 4 for eight."));
+  clear(
+      tr("Type up to eight prompts and press Generate.\nEach prompt runs on its own device; the images "
+         "appear here, 2 × 4 for eight."));
 }
 
 void ResultGridView::setTitle(const QString& title) {

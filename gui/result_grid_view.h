@@ -7,7 +7,6 @@
 #include <QLabel>
 #include <QStringList>
 #include <QWidget>
-
 #include <vector>
 
 #include "image_tile.h"

@@ -28,7 +28,9 @@ int RunHistoryModel::rowCount(const QModelIndex& parent) const {
   return parent.isValid() ? 0 : static_cast<int>(rows_.size());
 }
 
-int RunHistoryModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : ColumnCount; }
+int RunHistoryModel::columnCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : ColumnCount;
+}
 
 QVariant RunHistoryModel::data(const QModelIndex& index, int role) const {
   if (!index.isValid() || index.row() >= rowCount()) return {};
@@ -46,20 +48,34 @@ QVariant RunHistoryModel::data(const QModelIndex& index, int role) const {
                       : tr("The plan of this signature came from the cache: no compile");
   if (role != Qt::DisplayRole) return {};
   switch (index.column()) {
-    case Number: return r.number;
-    case Time: return r.time.toString(QStringLiteral("HH:mm:ss"));
-    case Kind: return jobKindName(r.kind);
-    case Seed: return QString::number(r.seed);
-    case Images: return r.images;
-    case Signature: return r.signature;
-    case Plan: return r.compiled ? tr("compiled") : tr("cached");
-    case Compile: return r.compiled ? formatDuration(t.compile) : QStringLiteral("—");
-    case TextEncode: return formatDuration(t.text_encode);
-    case Denoise: return formatDuration(t.denoise);
-    case PerStep: return formatDuration(t.mean_step);
-    case Decode: return formatDuration(t.decode);
-    case Inference: return formatDuration(t.total - t.compile);
-    case Total: return formatDuration(t.total);
+    case Number:
+      return r.number;
+    case Time:
+      return r.time.toString(QStringLiteral("HH:mm:ss"));
+    case Kind:
+      return jobKindName(r.kind);
+    case Seed:
+      return QString::number(r.seed);
+    case Images:
+      return r.images;
+    case Signature:
+      return r.signature;
+    case Plan:
+      return r.compiled ? tr("compiled") : tr("cached");
+    case Compile:
+      return r.compiled ? formatDuration(t.compile) : QStringLiteral("—");
+    case TextEncode:
+      return formatDuration(t.text_encode);
+    case Denoise:
+      return formatDuration(t.denoise);
+    case PerStep:
+      return formatDuration(t.mean_step);
+    case Decode:
+      return formatDuration(t.decode);
+    case Inference:
+      return formatDuration(t.total - t.compile);
+    case Total:
+      return formatDuration(t.total);
   }
   return {};
 }
@@ -68,16 +84,22 @@ QVariant RunHistoryModel::headerData(int section, Qt::Orientation orientation, i
   if (orientation != Qt::Horizontal) return {};
   if (role == Qt::ToolTipRole) {
     switch (section) {
-      case Compile: return tr("Building the plan of a new signature (like a JAX jit trace); 0 when cached");
-      case Denoise: return tr("All UNet steps of all devices, wall clock");
-      case PerStep: return tr("One UNet call + scheduler step on one device, averaged");
-      case Inference: return tr("Total minus compile");
-      default: return {};
+      case Compile:
+        return tr("Building the plan of a new signature (like a JAX jit trace); 0 when cached");
+      case Denoise:
+        return tr("All UNet steps of all devices, wall clock");
+      case PerStep:
+        return tr("One UNet call + scheduler step on one device, averaged");
+      case Inference:
+        return tr("Total minus compile");
+      default:
+        return {};
     }
   }
   if (role != Qt::DisplayRole) return {};
-  static const char* names[] = {"#",      "Kind",   "Seed",     "Images", "Plan",      "Compile", "Text encode",
-                                "Denoise", "Per step", "Decode", "Inference", "Total",   "Time",        "Signature"};
+  static const char* names[] = {"#",         "Kind",        "Seed",    "Images",   "Plan",
+                                "Compile",   "Text encode", "Denoise", "Per step", "Decode",
+                                "Inference", "Total",       "Time",    "Signature"};
   return section >= 0 && section < ColumnCount ? tr(names[section]) : QVariant();
 }
 

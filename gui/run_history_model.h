@@ -4,7 +4,6 @@
 
 #include <QAbstractTableModel>
 #include <QDateTime>
-
 #include <vector>
 
 #include "run_record.h"
@@ -15,8 +14,21 @@ class RunHistoryModel : public QAbstractTableModel {
   Q_OBJECT
  public:
   enum Column {
-    Number, Kind, Seed, Images, Plan, Compile, TextEncode, Denoise, PerStep, Decode, Inference, Total,
-    Time, Signature, ColumnCount
+    Number,
+    Kind,
+    Seed,
+    Images,
+    Plan,
+    Compile,
+    TextEncode,
+    Denoise,
+    PerStep,
+    Decode,
+    Inference,
+    Total,
+    Time,
+    Signature,
+    ColumnCount
   };
   struct Row {
     int number = 0;

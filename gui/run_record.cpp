@@ -26,9 +26,12 @@ Image8 toImage8(const QImage& image) {
 
 QString jobKindName(JobKind kind) {
   switch (kind) {
-    case JobKind::Generate: return QStringLiteral("Generate");
-    case JobKind::SeedComparison: return QStringLiteral("Seed comparison");
-    case JobKind::SeedSweep: return QStringLiteral("Seed sweep");
+    case JobKind::Generate:
+      return QStringLiteral("Generate");
+    case JobKind::SeedComparison:
+      return QStringLiteral("Seed comparison");
+    case JobKind::SeedSweep:
+      return QStringLiteral("Seed sweep");
   }
   return {};
 }

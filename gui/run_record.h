@@ -6,7 +6,6 @@
 #include <QImage>
 #include <QMetaType>
 #include <QString>
-
 #include <memory>
 #include <vector>
 

@@ -35,8 +35,9 @@ SeedComparisonView::SeedComparisonView(QWidget* parent) : QWidget(parent) {
   strip_layout_ = new QHBoxLayout(strip_);
   strip_layout_->setContentsMargins(4, 4, 4, 4);
   strip_layout_->setSpacing(14);
-  auto* hint = new QLabel(tr("Compare seeds: the prompts of the form run once per seed, and the grids appear "
-                             "here side by side. A seed sweep runs the first prompt alone, one image per seed."));
+  auto* hint =
+      new QLabel(tr("Compare seeds: the prompts of the form run once per seed, and the grids appear "
+                    "here side by side. A seed sweep runs the first prompt alone, one image per seed."));
   hint->setWordWrap(true);
   hint->setAlignment(Qt::AlignCenter);
   hint->setStyleSheet(QStringLiteral("color: palette(mid); font-size: 12pt;"));
@@ -71,7 +72,8 @@ std::optional<std::vector<int64_t>> SeedComparisonView::parseSeeds(const QString
     } else if (single.match(part).hasMatch()) {
       seeds.push_back(part.toLongLong());
     } else {
-      if (error) *error = tr("'%1' is not a seed (use whole numbers like 0, 1, 42 or a range 10-17)").arg(part);
+      if (error)
+        *error = tr("'%1' is not a seed (use whole numbers like 0, 1, 42 or a range 10-17)").arg(part);
       return std::nullopt;
     }
   }
@@ -91,7 +93,9 @@ std::optional<std::vector<int64_t>> SeedComparisonView::parseSeeds(const QString
   return seeds;
 }
 
-JobKind SeedComparisonView::mode() const { return static_cast<JobKind>(mode_->currentData().toInt()); }
+JobKind SeedComparisonView::mode() const {
+  return static_cast<JobKind>(mode_->currentData().toInt());
+}
 
 void SeedComparisonView::setMode(JobKind kind) {
   const int i = mode_->findData(static_cast<int>(kind));
@@ -164,8 +168,10 @@ void SeedComparisonView::addRun(const RunPtr& run) {
 void SeedComparisonView::markStopped(const QString& message) {
   for (ResultGridView* v : columns_)
     if (!v->run()) {
-      if (v->tileCount() > 0) v->markStopped(message);
-      else v->clear(message);
+      if (v->tileCount() > 0)
+        v->markStopped(message);
+      else
+        v->clear(message);
     }
 }
 

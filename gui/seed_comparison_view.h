@@ -9,7 +9,6 @@
 #include <QPushButton>
 #include <QScrollArea>
 #include <QWidget>
-
 #include <optional>
 #include <vector>
 

@@ -6,7 +6,6 @@
 #include <QPushButton>
 #include <QRandomGenerator>
 #include <QVBoxLayout>
-
 #include <climits>
 
 #include "core/device.h"
@@ -193,7 +192,9 @@ void SettingsPanel::setModelSize(int w, int h, int multiple) {
   height_->setSingleStep(std::max(1, multiple));
 }
 
-bool SettingsPanel::advancedVisible() const { return advanced_toggle_->isChecked(); }
+bool SettingsPanel::advancedVisible() const {
+  return advanced_toggle_->isChecked();
+}
 
 void SettingsPanel::setAdvancedVisible(bool visible) {
   advanced_toggle_->setChecked(visible);

@@ -1,7 +1,6 @@
 #include "timing_chart.h"
 
 #include <QPainter>
-
 #include <algorithm>
 
 namespace octodiff::gui {

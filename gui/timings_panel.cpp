@@ -65,7 +65,8 @@ void TimingsPanel::addRun(const RunRecord& run) {
   const Signature& s = run.result.signature;
   if (run.result.compiled) {
     plan_->setText(tr("Run #%1: compiled in %2 (first run of this signature), then ran")
-                       .arg(run.number).arg(formatDuration(t.compile)));
+                       .arg(run.number)
+                       .arg(formatDuration(t.compile)));
     plan_->setStyleSheet(QStringLiteral("color: #b06000;"));
   } else {
     plan_->setText(tr("Run #%1: cached plan, no compile").arg(run.number));
@@ -78,9 +79,11 @@ void TimingsPanel::addRun(const RunRecord& run) {
          "<tr><td>%3 Text encoding</td><td align=right>%4</td></tr>"
          "<tr><td>%5 Denoising</td><td align=right>%6</td><td>&nbsp;%7 steps × %8, %9 per step</td></tr>"
          "<tr><td>%10 Decoding</td><td align=right>%11</td></tr>"
-         "<tr><td><b>Inference</b></td><td align=right><b>%12</b></td><td>&nbsp;(total with compile %13)</td></tr>"
+         "<tr><td><b>Inference</b></td><td align=right><b>%12</b></td><td>&nbsp;(total with compile "
+         "%13)</td></tr>"
          "</table>")
-          .arg(swatch(TimingChart::compileColor()), run.result.compiled ? formatDuration(t.compile) : tr("cached"))
+          .arg(swatch(TimingChart::compileColor()),
+               run.result.compiled ? formatDuration(t.compile) : tr("cached"))
           .arg(swatch(TimingChart::textColor()), formatDuration(t.text_encode))
           .arg(swatch(TimingChart::denoiseColor()), formatDuration(t.denoise))
           .arg(calls)

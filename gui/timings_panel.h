@@ -20,7 +20,7 @@ class TimingsPanel : public QWidget {
   void addRun(const RunRecord& run);
   RunHistoryModel* history() const { return model_; }
   QTableView* table() const { return table_; }
-  QString planText() const { return plan_->text(); }          // "compiled …" or "cached …"
+  QString planText() const { return plan_->text(); }  // "compiled …" or "cached …"
   QString breakdownText() const { return breakdown_->text(); }
 
  private:

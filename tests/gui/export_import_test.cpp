@@ -2,11 +2,10 @@
 // or dropping such a PNG restores the settings that made it.
 #include <sys/resource.h>
 
-#include <csignal>
-
 #include <QDropEvent>
 #include <QMimeData>
 #include <QUrl>
+#include <csignal>
 
 #include "gui_test_support.h"
 #include "image_metadata_io.h"
@@ -158,7 +157,8 @@ class ExportImportTest : public QObject {
     QVERIFY(!w_->importPng(plain));
     QCOMPARE(errors.count(), 1);
     QVERIFY(w_->errorBanner()->isVisible());
-    QVERIFY2(w_->errorBanner()->message().contains("no generation settings"), qPrintable(w_->errorBanner()->message()));
+    QVERIFY2(w_->errorBanner()->message().contains("no generation settings"),
+             qPrintable(w_->errorBanner()->message()));
     QCOMPARE(w_->promptPanel()->prompts().at(0), QString("kept"));  // the form is untouched
 
     QFile junk(out_.filePath("junk.png"));

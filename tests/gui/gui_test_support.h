@@ -8,14 +8,15 @@
 #include <QStandardPaths>
 #include <QTemporaryDir>
 #include <QTest>
-
 #include <memory>
 
 #include "main_window.h"
 
 namespace octodiff::gui::test {
 
-inline QString tinyModelPath() { return QStringLiteral(OCTODIFF_TEST_DATA_DIR "/tiny-sd"); }
+inline QString tinyModelPath() {
+  return QStringLiteral(OCTODIFF_TEST_DATA_DIR "/tiny-sd");
+}
 inline QString resultsDir() {
   QDir().mkpath(QStringLiteral(OCTODIFF_TEST_RESULTS_DIR));
   return QStringLiteral(OCTODIFF_TEST_RESULTS_DIR);
@@ -34,7 +35,8 @@ inline std::unique_ptr<QTemporaryDir> useTemporarySettings() {
 }
 
 // A window on the tiny random model, shown, with the model loaded.
-inline std::unique_ptr<MainWindow> openWindow(const QString& model = tinyModelPath(), bool expectLoad = true) {
+inline std::unique_ptr<MainWindow> openWindow(const QString& model = tinyModelPath(),
+                                              bool expectLoad = true) {
   MainWindowOptions options;
   options.modelPath = model;
   auto w = std::make_unique<MainWindow>(options);
@@ -64,7 +66,7 @@ inline void fillForm(MainWindow& w, const QStringList& prompts, int seed = 0, in
 
 inline QStringList eightPrompts() {
   return {"a red fox in the snow", "a lighthouse at dusk", "a bowl of ramen", "an owl on a branch",
-          "a sailing boat", "a cactus in a pot", "a steam train", "a jellyfish in deep water"};
+          "a sailing boat",        "a cactus in a pot",    "a steam train",   "a jellyfish in deep water"};
 }
 
 // Waits (processing events) until the controller's current job ends; returns its outcome.

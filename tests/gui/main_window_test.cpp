@@ -121,8 +121,8 @@ class MainWindowTest : public QObject {
     QCOMPARE(waitForJob(*w_, 60000), std::optional<JobOutcome>(JobOutcome::Cancelled));
     qInfo("cancel took effect after %lld ms", static_cast<long long>(cancel_clock.elapsed()));
     QVERIFY(w_->controller()->progress().deviceFraction(0) < 0.5);  // far from done: it really stopped
-    QVERIFY(w_->errorBanner()->message().isEmpty());                 // cancelling is not an error
-    QCOMPARE(w_->timingsPanel()->history()->rowCount(), 2);           // no run recorded
+    QVERIFY(w_->errorBanner()->message().isEmpty());                // cancelling is not an error
+    QCOMPARE(w_->timingsPanel()->history()->rowCount(), 2);         // no run recorded
     QVERIFY(w_->generateButton()->isEnabled());
     QVERIFY(!w_->cancelButton()->isEnabled());
     QVERIFY(w_->progressPanel()->phaseText().contains("Cancelled"));
@@ -174,6 +174,7 @@ class MainWindowTest : public QObject {
     QVERIFY(dialog);
     QVERIFY(dialog->isVisible());
     QVERIFY(!dialog->smooth());  // 64 px images: nearest-neighbour by default
+    QVERIFY(dialog->grab().save(resultsDir() + "/image_dialog.png"));
     dialog->setSmooth(true);
     QCOMPARE(dialog->shownSize(), QSize(64, 64) * dialog->zoom());
     dialog->close();
