@@ -31,6 +31,12 @@ fs::path require_dir(const fs::path& root, const std::string& name) {
   return d;
 }
 
+// How error messages name a component's weights: the file itself, or its folder and shard count.
+std::string describe_files(const fs::path& dir, const std::vector<fs::path>& files) {
+  if (files.size() == 1) return "'" + files[0].string() + "'";
+  return cat("'", dir.string(), "' (", files.size(), " shards)");
+}
+
 }  // namespace
 
 std::vector<fs::path> component_weight_files(const fs::path& dir, const std::string& base,
@@ -130,12 +136,12 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
   model->tokenizer_ = std::make_shared<ClipTokenizer>(ClipTokenizer::from_folder(tok_dir));
 
   auto te_files = component_weight_files(te_dir, "model", options.variant);
-  auto te_w = weights_from_safetensors(te_files, "'" + te_dir.string() + "'");
+  auto te_w = weights_from_safetensors(te_files, describe_files(te_dir, te_files));
   auto te_cfg = ClipTextConfig::from_json(read_config(te_dir, "config.json"), (te_dir / "config.json").string());
   model->text_encoder_ = std::make_shared<ClipTextModel>(ClipTextModel::load(*te_w, te_cfg));
 
   auto unet_files = component_weight_files(unet_dir, "diffusion_pytorch_model", options.variant);
-  auto unet_w = weights_from_safetensors(unet_files, "'" + unet_dir.string() + "'");
+  auto unet_w = weights_from_safetensors(unet_files, describe_files(unet_dir, unet_files));
   auto unet_cfg = UNetConfig::from_json(read_config(unet_dir, "config.json"), (unet_dir / "config.json").string());
   if (unet_cfg.cross_attention_dim != te_cfg.hidden_size)
     fail("the UNet expects text embeddings of width ", unet_cfg.cross_attention_dim, " but the text encoder makes ",
@@ -143,7 +149,7 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
   model->unet_ = std::make_shared<UNet2DCondition>(UNet2DCondition::load(*unet_w, unet_cfg));
 
   auto vae_files = component_weight_files(vae_dir, "diffusion_pytorch_model", options.variant);
-  auto vae_w = weights_from_safetensors(vae_files, "'" + vae_dir.string() + "'");
+  auto vae_w = weights_from_safetensors(vae_files, describe_files(vae_dir, vae_files));
   auto vae_cfg = VaeConfig::from_json(read_config(vae_dir, "config.json"), (vae_dir / "config.json").string());
   if (vae_cfg.latent_channels != unet_cfg.in_channels && unet_cfg.in_channels != 9)
     fail("the VAE has ", vae_cfg.latent_channels, " latent channels but the UNet takes ", unet_cfg.in_channels);
