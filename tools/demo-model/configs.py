@@ -25,7 +25,7 @@ def vae_config():
     c.update(block_out_channels=VAE_BLOCKS, layers_per_block=1, latent_channels=4,
              down_block_types=["DownEncoderBlock2D"] * len(VAE_BLOCKS),
              up_block_types=["UpDecoderBlock2D"] * len(VAE_BLOCKS), sample_size=IMAGE_SIZE,
-             norm_num_groups=16, scaling_factor=1.0)  # scaling_factor set from measured latents
+             norm_num_groups=4, scaling_factor=1.0)  # scaling_factor set from measured latents
     return c
 
 
@@ -34,7 +34,7 @@ def unet_config():
     c.update(sample_size=LATENT_SIZE, block_out_channels=[64, 128, 128], layers_per_block=1,
              down_block_types=["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"],
              up_block_types=["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
-             cross_attention_dim=TEXT_HIDDEN, attention_head_dim=4, norm_num_groups=32)
+             cross_attention_dim=TEXT_HIDDEN, attention_head_dim=4, norm_num_groups=8)
     return c
 
 

@@ -42,7 +42,9 @@ def main():
     ap.add_argument("--no-ema", action="store_true")
     args = ap.parse_args()
     out = args.out
-    vck = torch.load(train_vae.CKPT)
+    # Decoder fine-tune (finetune_decoder.py) if it ran: same encoder, better decoder.
+    dec = os.path.join(configs.WORK, "vae_dec_ckpt.pt")
+    vck = torch.load(dec if os.path.exists(dec) else train_vae.CKPT)
     uck = torch.load(train_unet.CKPT)
     lat = torch.load(train_unet.LATENTS)
     te_state = uck["te"] if args.no_ema else uck["ema"]["te"]
