@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -111,6 +112,9 @@ int run_generate(const std::vector<std::string>& argv) {
   const auto t_load = Clock::now();
   auto model = StableDiffusionModel::load(model_path, load);
   const double load_seconds = std::chrono::duration<double>(Clock::now() - t_load).count();
+  // The metadata needs the weights' SHA-256 (seconds for a 4 GB file, cached afterwards): hash
+  // while the pipeline runs.
+  auto hashing = std::async(std::launch::async, [model] { return model->model_hash(); });
   ShardedPipeline pipe(model);
   const ResolvedRequest resolved = pipe.resolve(req);  // fail fast, before any output
   const std::string out = args.get_or("out", "octodiff-" + std::to_string(req.seed) + ".png");
@@ -149,6 +153,7 @@ int run_generate(const std::vector<std::string>& argv) {
     runs.push_back(timings_json(result));
   }
 
+  hashing.wait();
   save_grid_png(out, req, result, *model);
   std::fprintf(info, "wrote %s\n", out.c_str());
   nlohmann::json outputs = {{"grid", out}};
