@@ -2,7 +2,7 @@
 prompts of heldout.json with the measurement rule of measure.py, the way the C++ tests will:
 
 1. rule sanity: the rule applied to ground-truth renders of the held-out prompts;
-2. held-out agreement at guidance 1, 3, 7.5 (DDIM, 20 steps, seeds 0..S-1), and PNDM at 7.5;
+2. held-out agreement at guidance 1, 3, 7.5 (DDIM, 20 steps, seeds 0..S-1), and PNDM (20, 50 steps) at 7.5;
 3. negative prompts: colour frequencies for colour-less prompts with negative prompt "" vs "{colour}".
 
 Writes eval/results.json and image grids eval/*.png.
@@ -90,8 +90,10 @@ def main():
 
     pipe = sampling.Pipeline(args.model)
     seeds = list(range(args.seeds))
-    runs = [(7.5, "ddim")] if args.quick else [(1.0, "ddim"), (3.0, "ddim"), (7.5, "ddim"), (7.5, "pndm")]
-    results["heldout"] = [heldout_run(pipe, entries, seeds, g, s, args.steps, f"{s}_g{g}") for g, s in runs]
+    runs = [(7.5, "ddim", args.steps)] if args.quick else [
+        (1.0, "ddim", args.steps), (3.0, "ddim", args.steps), (7.5, "ddim", args.steps),
+        (7.5, "pndm", args.steps), (7.5, "pndm", 50)]
+    results["heldout"] = [heldout_run(pipe, entries, seeds, g, s, n, f"{s}{n}_g{g}") for g, s, n in runs]
 
     if not args.quick:
         # Negative prompts: colour-less prompts; how often does each colour appear with/without "-colour"?
@@ -102,12 +104,13 @@ def main():
         base = pipe.generate(P, S, guidance=7.5, steps=args.steps)
         base_cols = [measure.measure(im)["shape_colour"] for im in base]
         neg = {"prompts": prompts, "seeds": S[:args.neg_seeds], "guidance": 7.5, "images_per_condition": len(P),
-               "baseline_colour_counts": dict(Counter(base_cols)), "per_colour": {}}
+               "baseline_colour_counts": {str(k): v for k, v in Counter(base_cols).items()}, "per_colour": {}}
         for c in dataset.SHAPE_COLOURS:
             imgs = pipe.generate(P, S, guidance=7.5, negative=[c] * len(P), steps=args.steps)
             cols = [measure.measure(im)["shape_colour"] for im in imgs]
             neg["per_colour"][c] = {"without_negative": base_cols.count(c) / len(P),
-                                    "with_negative": cols.count(c) / len(P)}
+                                    "with_negative": cols.count(c) / len(P),
+                                    "no_shape_found_with_negative": cols.count(None) / len(P)}
             print(f"negative '{c}': {c} frequency {base_cols.count(c)}/{len(P)} -> {cols.count(c)}/{len(P)}", flush=True)
             if c == "red":
                 save_grid(os.path.join(EVAL, "negative_red.png"), np.concatenate([base, imgs]), args.neg_seeds * 2)

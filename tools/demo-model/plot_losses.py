@@ -41,7 +41,7 @@ def main():
     os.makedirs(LOGS, exist_ok=True)
     img = Image.new("RGB", (1350, 340), (255, 255, 255))
     d = ImageDraw.Draw(img)
-    for name in ("vae_loss.csv", "vae_dec_loss.csv", "unet_loss.csv"):
+    for name in ("vae_loss.csv", "vae_dec_loss.csv", "unet_loss.csv", "vae_loss_groups16_abandoned.csv"):
         shutil.copy(os.path.join(configs.WORK, name), os.path.join(LOGS, name))
     s, v = read(os.path.join(LOGS, "vae_loss.csv"), ["l1", "mse"])
     panel(d, (10, 10, 440, 330), "1. VAE reconstruction (log y)", s, v)
