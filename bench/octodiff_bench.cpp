@@ -125,7 +125,9 @@ int main(int argc, char** argv) {
 
     const fs::path model_path = o.model.empty() ? default_model() : o.model;
     auto t0 = Clock::now();
-    auto model = StableDiffusionModel::load(model_path);
+    ModelLoadOptions load_options;
+    load_options.dtype = dtype;  // UNet and VAE weights packed as bf16 for --dtype bf16
+    auto model = StableDiffusionModel::load(model_path, load_options);
     j["model"] = model_path.string();
     j["load_seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
     j["rss_after_load_mb"] = current_rss_bytes() / 1048576.0;

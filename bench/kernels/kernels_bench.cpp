@@ -4,6 +4,8 @@
 // OCTODIFF_ISA=avx2|generic benchmarks the fallback paths; OCTODIFF_THREADS sets the threads.
 // On a shared machine, OCTODIFF_THREADS=1 OCTODIFF_BENCH_CPU_TIME=1 measures rates against the
 // benchmark thread's CPU time (what the kernel achieves while it has a core).
+// The *Bf16 variants pack weights as bf16 (Precision::BF16); compare with the bf16 peak
+// (octodiff-bench prints it), twice the fp32 FMA peak on AVX-512 BF16 CPUs.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -41,10 +43,10 @@ void set_flops(benchmark::State& state, double flops_per_iter) {
 }
 
 // Args: M (tokens), K, N. Linear layer with torch (out, in) weight and bias.
-void BM_Gemm(benchmark::State& state) {
+void gemm_case(benchmark::State& state, Precision precision) {
   const int64_t M = state.range(0), K = state.range(1), N = state.range(2);
   auto a = random_vec(M * K, 1), w = random_vec(N * K, 2), bias = random_vec(N, 3);
-  const PackedMatrix p = pack_b(w.data(), K, N, /*transposed=*/true);
+  const PackedMatrix p = pack_b(w.data(), K, N, /*transposed=*/true, precision);
   std::vector<float> c(M * N);
   Epilogue ep;
   ep.bias = bias.data();
@@ -54,26 +56,35 @@ void BM_Gemm(benchmark::State& state) {
   }
   set_flops(state, 2.0 * M * N * K);
 }
-BENCHMARK(BM_Gemm)
-    ->ArgNames({"M", "K", "N"})
-    ->Args({8192, 320, 320})     // level 1: q/k/v/out projections
-    ->Args({8192, 320, 2560})    // level 1: GEGLU projection
-    ->Args({8192, 1280, 320})    // level 1: FF output
-    ->Args({2048, 640, 640})     // level 2
-    ->Args({2048, 640, 5120})
-    ->Args({2048, 2560, 640})
-    ->Args({512, 1280, 1280})    // level 3
-    ->Args({512, 1280, 10240})
-    ->Args({512, 5120, 1280})
-    ->Args({154, 768, 320})      // cross-attention K/V of the text context
-    ->Apply(timing);
+void BM_Gemm(benchmark::State& state) {
+  gemm_case(state, Precision::F32);
+}
+void BM_GemmBf16(benchmark::State& state) {
+  gemm_case(state, Precision::BF16);
+}
+void gemm_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"M", "K", "N"})
+      ->Args({8192, 320, 320})   // level 1: q/k/v/out projections
+      ->Args({8192, 320, 2560})  // level 1: GEGLU projection
+      ->Args({8192, 1280, 320})  // level 1: FF output
+      ->Args({2048, 640, 640})   // level 2
+      ->Args({2048, 640, 5120})
+      ->Args({2048, 2560, 640})
+      ->Args({512, 1280, 1280})  // level 3
+      ->Args({512, 1280, 10240})
+      ->Args({512, 5120, 1280})
+      ->Args({154, 768, 320});  // cross-attention K/V of the text context
+  timing(b);
+}
+BENCHMARK(BM_Gemm)->Apply(gemm_shapes);
+BENCHMARK(BM_GemmBf16)->Apply(gemm_shapes);
 
 // Args: N, H (=W), Ci, Co, kernel size.
-void BM_Conv(benchmark::State& state) {
+void conv_case(benchmark::State& state, Precision precision) {
   const int64_t N = state.range(0), H = state.range(1), Ci = state.range(2), Co = state.range(3);
   const int k = static_cast<int>(state.range(4));
   auto x = random_vec(N * H * H * Ci, 4), w = random_vec(Co * Ci * k * k, 5), bias = random_vec(Co, 6);
-  const Conv2dWeights cw = pack_conv2d(w.data(), bias.data(), Co, Ci, k, k);
+  const Conv2dWeights cw = pack_conv2d(w.data(), bias.data(), Co, Ci, k, k, precision);
   std::vector<float> y(N * H * H * Co);
   for (auto _ : state) {
     conv2d_nhwc(x.data(), N, H, H, cw, Conv2dGeometry::same(k), y.data());
@@ -81,22 +92,31 @@ void BM_Conv(benchmark::State& state) {
   }
   set_flops(state, 2.0 * N * H * H * Co * Ci * k * k);
 }
-BENCHMARK(BM_Conv)
-    ->ArgNames({"N", "HW", "Ci", "Co", "k"})
-    ->Args({2, 64, 320, 320, 3})
-    ->Args({2, 32, 640, 640, 3})
-    ->Args({2, 16, 1280, 1280, 3})
-    ->Args({2, 8, 1280, 1280, 3})
-    ->Args({2, 64, 4, 320, 3})       // UNet conv_in
-    ->Args({1, 512, 128, 128, 3})    // VAE decoder, last up block
-    ->Args({1, 256, 256, 256, 3})
-    ->Args({1, 128, 512, 512, 3})
-    ->Args({2, 64, 320, 320, 1})     // proj_in / proj_out
-    ->Args({2, 64, 640, 320, 1})     // conv_shortcut
-    ->Apply(timing);
+void BM_Conv(benchmark::State& state) {
+  conv_case(state, Precision::F32);
+}
+void BM_ConvBf16(benchmark::State& state) {
+  conv_case(state, Precision::BF16);
+}
+void conv_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"N", "HW", "Ci", "Co", "k"})
+      ->Args({2, 64, 320, 320, 3})
+      ->Args({2, 32, 640, 640, 3})
+      ->Args({2, 16, 1280, 1280, 3})
+      ->Args({2, 8, 1280, 1280, 3})
+      ->Args({2, 64, 4, 320, 3})     // UNet conv_in
+      ->Args({1, 512, 128, 128, 3})  // VAE decoder, last up block
+      ->Args({1, 256, 256, 256, 3})
+      ->Args({1, 128, 512, 512, 3})
+      ->Args({2, 64, 320, 320, 1})   // proj_in / proj_out
+      ->Args({2, 64, 640, 320, 1});  // conv_shortcut
+  timing(b);
+}
+BENCHMARK(BM_Conv)->Apply(conv_shapes);
+BENCHMARK(BM_ConvBf16)->Apply(conv_shapes);
 
 // Args: batch, q_len, kv_len, heads, head_dim.
-void BM_Attention(benchmark::State& state) {
+void attention_case(benchmark::State& state, Precision precision) {
   AttentionShape s;
   s.batch = state.range(0);
   s.q_len = state.range(1);
@@ -109,20 +129,29 @@ void BM_Attention(benchmark::State& state) {
   std::vector<float> out(q.size());
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   for (auto _ : state) {
-    attention(q.data(), k.data(), v.data(), out.data(), s, scale, false);
+    attention(q.data(), k.data(), v.data(), out.data(), s, scale, false, precision);
     benchmark::DoNotOptimize(out.data());
   }
   set_flops(state, 4.0 * s.batch * s.heads * s.q_len * s.kv_len * s.head_dim);
 }
-BENCHMARK(BM_Attention)
-    ->ArgNames({"B", "Lq", "Lk", "H", "d"})
-    ->Args({2, 4096, 4096, 8, 40})   // level-1 self-attention
-    ->Args({2, 4096, 4096, 8, 80})
-    ->Args({2, 4096, 4096, 8, 160})
-    ->Args({2, 1024, 1024, 8, 80})   // level-2 self-attention
-    ->Args({2, 4096, 77, 8, 40})     // cross-attention to the text
-    ->Args({1, 4096, 4096, 1, 512})  // VAE mid-block attention
-    ->Apply(timing);
+void BM_Attention(benchmark::State& state) {
+  attention_case(state, Precision::F32);
+}
+void BM_AttentionBf16(benchmark::State& state) {
+  attention_case(state, Precision::BF16);
+}
+void attention_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"B", "Lq", "Lk", "H", "d"})
+      ->Args({2, 4096, 4096, 8, 40})  // level-1 self-attention
+      ->Args({2, 4096, 4096, 8, 80})
+      ->Args({2, 4096, 4096, 8, 160})
+      ->Args({2, 1024, 1024, 8, 80})    // level-2 self-attention
+      ->Args({2, 4096, 77, 8, 40})      // cross-attention to the text
+      ->Args({1, 4096, 4096, 1, 512});  // VAE mid-block attention
+  timing(b);
+}
+BENCHMARK(BM_Attention)->Apply(attention_shapes);
+BENCHMARK(BM_AttentionBf16)->Apply(attention_shapes);
 
 void BM_GroupNormSilu(benchmark::State& state) {
   const int64_t N = 2, HW = state.range(0) * state.range(0), C = state.range(1);

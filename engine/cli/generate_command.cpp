@@ -34,7 +34,8 @@ const char* kGenerateUsage =
     "  --batch-per-device B      images per device (default 1)\n"
     "  --compat flax|diffusers   pipeline semantics (default flax)\n"
     "  --rng classic|partitionable   JAX PRNG scheme (default classic = JAX <= 0.4)\n"
-    "  --dtype f32|bf16          compute dtype (default f32)\n"
+    "  --dtype f32|bf16          compute dtype of UNet and VAE (default f32); bf16 loads their\n"
+    "                            weights as bfloat16\n"
     "  --threads N               CPU threads (default: all)\n"
     "  --latents FILE.npy        initial latents, float32 (D, B, 4, h, w)\n"
     "  --save-latents FILE.npy   write the initial latents drawn from the seed\n"
@@ -108,6 +109,7 @@ int run_generate(const std::vector<std::string>& argv) {
 
   ModelLoadOptions load;
   if (auto t = args.get("tokenizer")) load.tokenizer_dir = *t;
+  load.dtype = req.dtype;  // weights are packed in the compute dtype at load
   const std::filesystem::path model_path = args.get_or("model", StableDiffusionModel::default_model_path().string());
   const auto t_load = Clock::now();
   auto model = StableDiffusionModel::load(model_path, load);

@@ -61,11 +61,17 @@ float softmax_update_generic(float* s, int n, float scale, float* m, float* l) {
   return alpha;
 }
 
+float softmax_update_bf16_generic(float* s, int n, float scale, float* m, float* l, uint16_t* p) {
+  const float alpha = softmax_update_generic(s, n, scale, m, l);
+  to_bf16_generic(s, n, p);
+  return alpha;
+}
+
 }  // namespace
 
 const VecMath& vec_math_generic() {
-  static const VecMath v{&silu_generic, &gelu_tanh_generic, &quick_gelu_generic, &softmax_update_generic,
-                         &gelu_erf_generic};
+  static const VecMath v{&silu_generic,           &gelu_tanh_generic, &quick_gelu_generic,
+                         &softmax_update_generic, &gelu_erf_generic,  &softmax_update_bf16_generic};
   return v;
 }
 

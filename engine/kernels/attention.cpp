@@ -58,7 +58,7 @@ struct AlignedBuffer {
 }  // namespace
 
 void attention(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
-               float scale, bool causal) {
+               float scale, bool causal, Precision precision) {
   const int64_t d = s.head_dim, H = s.heads, B = s.batch, Lq = s.q_len, Lk = s.kv_len;
   if (d <= 0 || H <= 0 || B <= 0 || Lq < 0 || Lk <= 0)
     fail(cat("attention: bad shape batch ", B, " heads ", H, " head_dim ", d, " q_len ", Lq, " kv_len ", Lk));
@@ -70,6 +70,13 @@ void attention(const float* q, const float* k, const float* v, float* out, const
   const int64_t bsk = s.batch_stride_k ? s.batch_stride_k : Lk * ldk;
   const int64_t bsv = s.batch_stride_v ? s.batch_stride_v : Lk * ldv;
   const int64_t bso = s.batch_stride_o ? s.batch_stride_o : Lq * ldo;
+  if (precision == Precision::BF16) {
+    AttentionShape full = s;
+    full.ldq = ldq, full.ldk = ldk, full.ldv = ldv, full.ldo = ldo;
+    full.batch_stride_q = bsq, full.batch_stride_k = bsk, full.batch_stride_v = bsv,
+    full.batch_stride_o = bso;
+    return detail::attention_bf16(q, k, v, out, full, scale, causal);
+  }
 
   const detail::MicroKernel mk = detail::micro_kernel(kernel_isa());
   const auto softmax_update = detail::vec_math(kernel_isa()).softmax_update;

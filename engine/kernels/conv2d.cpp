@@ -50,6 +50,31 @@ class ConvSource final : public detail::ASource {
   }
   bool needs_scratch() const override { return true; }
 
+  // The same gather, rounding to bf16 on the way.
+  void rows_bf16(int64_t i0, int64_t mc, int64_t k0, int64_t kc, detail::ToBf16Fn convert, uint16_t* dst0,
+                 int64_t ld) const override {
+    for (int64_t r = 0; r < mc; ++r) {
+      const int64_t m = i0 + r;
+      const int64_t n = m / (Ho_ * Wo_), oy = (m / Wo_) % Ho_, ox = m % Wo_;
+      const int64_t iy0 = oy * g_.stride - g_.pad_top, ix0 = ox * g_.stride - g_.pad_left;
+      uint16_t* dst = dst0 + r * ld;
+      int64_t k = k0;
+      while (k < k0 + kc) {
+        const int64_t tap = k / Ci_, c = k % Ci_;
+        const int64_t run = std::min(Ci_ - c, k0 + kc - k);
+        const int64_t iy = iy0 + tap / kw_, ix = ix0 + tap % kw_;
+        if (iy >= 0 && iy < H_ && ix >= 0 && ix < W_) {
+          convert(x_ + ((n * H_ + iy) * W_ + ix) * Ci_ + c, run, dst);
+        } else {
+          std::memset(dst, 0, run * sizeof(uint16_t));
+        }
+        dst += run;
+        k += run;
+      }
+      if (kc % 2) *dst = 0;
+    }
+  }
+
  private:
   const float* x_;
   int64_t H_, W_, Ci_, Ho_, Wo_;
@@ -60,7 +85,7 @@ class ConvSource final : public detail::ASource {
 }  // namespace
 
 Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channels, int64_t in_channels,
-                          int kh, int kw) {
+                          int kh, int kw, Precision precision) {
   if (out_channels <= 0 || in_channels <= 0 || kh <= 0 || kw <= 0)
     fail(cat("pack_conv2d: bad weight shape (", out_channels, ", ", in_channels, ", ", kh, ", ", kw, ")"));
   Conv2dWeights cw;
@@ -75,7 +100,7 @@ Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channel
     for (int64_t ci = 0; ci < in_channels; ++ci)
       for (int t = 0; t < kh * kw; ++t)
         bt[co * K + t * in_channels + ci] = w[((co * in_channels + ci) * kh + t / kw) * kw + t % kw];
-  cw.packed = pack_b(bt.data(), K, out_channels, /*transposed=*/true);
+  cw.packed = pack_b(bt.data(), K, out_channels, /*transposed=*/true, precision);
   if (bias) cw.bias.assign(bias, bias + out_channels);
   return cw;
 }

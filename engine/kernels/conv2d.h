@@ -25,9 +25,10 @@ struct Conv2dGeometry {
   static Conv2dGeometry same(int k) { return {1, k / 2, k / 2, k / 2, k / 2}; }
 };
 
-// w: OIHW (out, in, kh, kw) row-major; bias: out values or nullptr.
+// w: OIHW (out, in, kh, kw) row-major; bias: out values or nullptr. BF16 packs the weight as
+// bfloat16 and computes the products in bf16 (gemm.h); the bias stays float32.
 Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channels, int64_t in_channels,
-                          int kh, int kw);
+                          int kh, int kw, Precision precision = Precision::F32);
 
 int64_t conv2d_out_size(int64_t in, int k, int stride, int pad_before, int pad_after);
 

@@ -21,24 +21,32 @@ namespace octodiff::kernels {
 
 using detail::kPanel;
 
-PackedMatrix allocate_packed(int64_t K, int64_t N) {
+const char* precision_name(Precision p) {
+  return p == Precision::BF16 ? "bf16" : "f32";
+}
+
+PackedMatrix allocate_packed(int64_t K, int64_t N, Precision precision) {
   if (K <= 0 || N <= 0) fail(cat("pack_b: empty matrix ", K, "x", N));
   const int64_t panels = (N + kPanel - 1) / kPanel;
-  const size_t bytes = static_cast<size_t>(panels * K * kPanel) * sizeof(float);
+  const size_t bytes =
+      precision == Precision::BF16
+          ? static_cast<size_t>(panels * detail::bf16_pairs(K) * detail::kPairRow) * sizeof(uint16_t)
+          : static_cast<size_t>(panels * K * kPanel) * sizeof(float);
   PackedMatrix p;
   p.K_ = K;
   p.N_ = N;
   p.nr_ = kPanel;
+  p.precision_ = precision;
   p.bytes_ = bytes;
-  float* raw = static_cast<float*>(aligned_alloc_or_throw(bytes));
+  void* raw = aligned_alloc_or_throw(bytes);
   std::memset(raw, 0, bytes);
-  p.data_ = std::shared_ptr<float>(raw, [](float* q) { aligned_free(q); });
+  p.data_ = std::shared_ptr<void>(raw, [](void* q) { aligned_free(q); });
   return p;
 }
 
-PackedMatrix pack_b(const float* b, int64_t K, int64_t N, bool transposed) {
-  PackedMatrix p = allocate_packed(K, N);
-  float* dst = p.mutable_data();
+namespace {
+
+void pack_f32(const float* b, int64_t K, int64_t N, bool transposed, float* dst) {
   const int64_t panels = (N + kPanel - 1) / kPanel;
   parallel_for(panels, [&](int64_t p0, int64_t p1) {
     for (int64_t pi = p0; pi < p1; ++pi) {
@@ -54,6 +62,17 @@ PackedMatrix pack_b(const float* b, int64_t K, int64_t N, bool transposed) {
       }
     }
   });
+}
+
+}  // namespace
+
+PackedMatrix pack_b(const float* b, int64_t K, int64_t N, bool transposed, Precision precision) {
+  PackedMatrix p = allocate_packed(K, N, precision);
+  if (precision == Precision::BF16) {
+    detail::pack_bf16(b, K, N, transposed, p.mutable_bf16_data());
+  } else {
+    pack_f32(b, K, N, transposed, p.mutable_data());
+  }
   return p;
 }
 
@@ -78,6 +97,14 @@ const float* DirectA::rows(int64_t i0, int64_t mc, int64_t k0, int64_t kc, float
   for (int64_t r = 0; r < mc; ++r) std::memcpy(scratch + r * ld, a_ + (i0 + r) * lda_ + k0, kc * sizeof(float));
   *lda = ld;
   return scratch;
+}
+
+void DirectA::rows_bf16(int64_t i0, int64_t mc, int64_t k0, int64_t kc, ToBf16Fn convert, uint16_t* dst,
+                        int64_t ld) const {
+  for (int64_t r = 0; r < mc; ++r) {
+    convert(a_ + (i0 + r) * lda_ + k0, kc, dst + r * ld);
+    if (kc % 2) dst[r * ld + kc] = 0;
+  }
 }
 
 MicroKernel micro_kernel(Isa isa) {
@@ -120,6 +147,8 @@ int64_t chunk_size(int64_t K) {
   return (K + chunks - 1) / chunks;
 }
 
+}  // namespace
+
 void apply_epilogue(float* c, int64_t ldc, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                     const Epilogue& ep) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -135,7 +164,23 @@ void apply_epilogue(float* c, int64_t ldc, int64_t i0, int64_t rows, int64_t j0,
   }
 }
 
-}  // namespace
+GemmTiling gemm_tiling(int64_t M, int64_t N, int mr) {
+  GemmTiling t;
+  // Row blocks of at most mc_max rows, as equal as whole micro-rows allow (so a 128-row conv
+  // at 8×8 splits 70 + 58, not 112 + 16).
+  const int64_t mc_max = static_cast<int64_t>(mr) * (mr >= 8 ? 8 : 16);
+  t.m_blocks = (M + mc_max - 1) / mc_max;
+  t.mc = ((M + t.m_blocks - 1) / t.m_blocks + mr - 1) / mr * mr;
+  t.panels = (N + kPanel - 1) / kPanel;
+  // Column blocks of up to 32 panels (1024 columns): an A block, gathered or copied once, is
+  // reused across all of them (B slices stream from L2/L3 at a small fraction of the compute
+  // time). Split further until there are enough tiles to keep every thread busy; the tiling
+  // does not affect the result.
+  t.n_blocks = (t.panels + 31) / 32;
+  while (t.n_blocks < t.panels && t.m_blocks * t.n_blocks < 8) ++t.n_blocks;
+  t.tile_panels = (t.panels + t.n_blocks - 1) / t.n_blocks;
+  return t;
+}
 
 void block_gemm(const MicroKernel& mk, const float* a, int64_t lda, int64_t M, int64_t K,
                 const float* b, int64_t panel_stride, int64_t N, float* c, int64_t ldc, bool load) {
@@ -153,25 +198,16 @@ void run_gemm(const ASource& src, int64_t M, const PackedMatrix& b, float* c, in
               const Epilogue& ep) {
   if (M <= 0) return;
   if (b.empty()) fail("gemm: the weight matrix was never packed");
+  if (b.precision() == Precision::BF16) return run_gemm_bf16(src, M, b, c, ldc, ep);
   const MicroKernel mk = micro_kernel(kernel_isa());
   const int64_t K = b.K(), N = b.N();
   const int64_t kc_max = chunk_size(K);
-  // Row blocks of at most mc_max rows, as equal as whole micro-rows allow (so a 128-row conv
-  // at 8×8 splits 70 + 58, not 112 + 16).
-  const int64_t mc_max = static_cast<int64_t>(mk.mr) * (mk.mr >= 8 ? 8 : 16);
-  const int64_t m_blocks = (M + mc_max - 1) / mc_max;
-  const int64_t mc = ((M + m_blocks - 1) / m_blocks + mk.mr - 1) / mk.mr * mk.mr;
-  const int64_t panels = (N + kPanel - 1) / kPanel;
-  // Column blocks of up to 32 panels (1024 columns): an A block, gathered or copied once, is
-  // reused across all of them (B slices stream from L2/L3 at a small fraction of the compute
-  // time). Split further until there are enough tiles to keep every thread busy; the tiling
-  // does not affect the result.
-  int64_t n_blocks = (panels + 31) / 32;
-  while (n_blocks < panels && m_blocks * n_blocks < 8) ++n_blocks;
-  const int64_t tile_panels = (panels + n_blocks - 1) / n_blocks;
+  const GemmTiling tiling = gemm_tiling(M, N, mk.mr);
+  const int64_t mc = tiling.mc, n_blocks = tiling.n_blocks, tile_panels = tiling.tile_panels;
+  const int64_t panels = tiling.panels;
   const bool scratch = src.needs_scratch();
 
-  parallel_for(m_blocks * n_blocks, [&](int64_t t0, int64_t t1) {
+  parallel_for(tiling.m_blocks * n_blocks, [&](int64_t t0, int64_t t1) {
     float* buffer = scratch ? thread_scratch(mc * scratch_lda(kc_max)) : nullptr;
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t i0 = (t / n_blocks) * mc, rows = std::min(mc, M - i0);

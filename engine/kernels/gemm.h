@@ -5,6 +5,11 @@
 // into the panel layout the micro-kernels read, once, when a model is compiled. Threads split
 // M×N tiles only; every output element is accumulated by one thread in a fixed K order, so the
 // result is bit-identical for any thread count.
+//
+// Precision::BF16 packs the weight as bfloat16 (half the memory); every product then takes both
+// operands rounded to bfloat16 (A is rounded to nearest even as its blocks are gathered) and
+// sums them in float32 — AVX-512 BF16's VDPBF16PS, or the same arithmetic on wider types where
+// the CPU lacks it. Inputs, outputs and the epilogue stay float32.
 #pragma once
 
 #include <cstdint>
@@ -12,31 +17,39 @@
 
 namespace octodiff::kernels {
 
+enum class Precision { F32, BF16 };
+const char* precision_name(Precision p);  // "f32" | "bf16"
+
 class PackedMatrix {
  public:
   PackedMatrix() = default;
   int64_t K() const { return K_; }
   int64_t N() const { return N_; }
+  Precision precision() const { return precision_; }
   bool empty() const { return data_ == nullptr; }
-  const float* data() const { return data_.get(); }
   size_t bytes() const { return bytes_; }
 
-  // Implementation detail of the kernels: panel width and element layout.
+  // Implementation detail of the kernels (internal.h describes both panel layouts).
+  const float* data() const { return static_cast<const float*>(data_.get()); }             // F32
+  const uint16_t* bf16_data() const { return static_cast<const uint16_t*>(data_.get()); }  // BF16
   int panel_width() const { return nr_; }
-  float* mutable_data() { return data_.get(); }
+  float* mutable_data() { return static_cast<float*>(data_.get()); }
+  uint16_t* mutable_bf16_data() { return static_cast<uint16_t*>(data_.get()); }
 
  private:
-  friend PackedMatrix pack_b(const float* b, int64_t K, int64_t N, bool transposed);
-  friend PackedMatrix allocate_packed(int64_t K, int64_t N);
+  friend PackedMatrix allocate_packed(int64_t K, int64_t N, Precision precision);
   int64_t K_ = 0, N_ = 0;
   int nr_ = 0;
+  Precision precision_ = Precision::F32;
   size_t bytes_ = 0;
-  std::shared_ptr<float> data_;
+  std::shared_ptr<void> data_;
 };
 
 // transposed == false: b is K × N row-major (b[k*N + n]).
 // transposed == true:  b is N × K row-major (b[n*K + k]), e.g. a torch Linear weight (out, in).
-PackedMatrix pack_b(const float* b, int64_t K, int64_t N, bool transposed);
+// BF16 rounds every element to nearest even (core/half.h's f32_to_bf16).
+PackedMatrix pack_b(const float* b, int64_t K, int64_t N, bool transposed,
+                    Precision precision = Precision::F32);
 
 struct Epilogue {
   const float* bias = nullptr;      // N values added to every row
@@ -45,7 +58,7 @@ struct Epilogue {
   bool accumulate = false;          // C += A·B instead of C = A·B
 };
 
-// C[M × N] (row stride ldc) = A[M × K] (row stride lda) · B, then the epilogue.
+// C[M × N] (row stride ldc) = A[M × K] (row stride lda) · B, then the epilogue; at B's precision.
 void gemm(const float* a, int64_t M, int64_t lda, const PackedMatrix& b, float* c, int64_t ldc,
           const Epilogue& epilogue = {});
 

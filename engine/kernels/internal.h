@@ -5,12 +5,14 @@
 #include <cstdint>
 
 #include "core/cpu.h"
+#include "core/memory.h"
+#include "kernels/attention.h"
 #include "kernels/gemm.h"
 
 namespace octodiff::kernels {
 
-// Zeroed packed storage for a K × N matrix in the panel layout below.
-PackedMatrix allocate_packed(int64_t K, int64_t N);
+// Zeroed packed storage for a K × N matrix in the panel layout below (per precision).
+PackedMatrix allocate_packed(int64_t K, int64_t N, Precision precision = Precision::F32);
 
 namespace detail {
 
@@ -18,6 +20,17 @@ namespace detail {
 // panels of kPanel columns; panel p holds rows k = 0..K-1 of columns [32p, 32p+32) at
 // data[p·K·32 + k·32 + j], zero beyond N. Each panel row is two aligned cache lines.
 constexpr int kPanel = 32;
+
+// The bf16 layout interleaves pairs of K, as VDPBF16PS multiplies them: panel p holds
+// pair-rows q = 0..⌈K/2⌉-1, each kPanel columns × 2, element (k, n = 32p + j) at
+// bf16_data[p·⌈K/2⌉·64 + (k/2)·64 + 2j + k%2]; zero beyond N and at k = K for odd K. A pair-row
+// is two aligned cache lines, like an f32 panel row.
+constexpr int kPairRow = 2 * kPanel;
+inline int64_t bf16_pairs(int64_t K) {
+  return (K + 1) / 2;
+}
+// Packs b (as pack_b takes it) into that layout at dst (zeroed, allocate_packed's size).
+void pack_bf16(const float* b, int64_t K, int64_t N, bool transposed, uint16_t* dst);
 
 // C[rows × cols] = (load ? C : 0) + A[rows × kc] · P[kc × cols], where P is a panel slice
 // (row stride kPanel) and A is row-major with stride lda. rows ≤ mr of the kernel, cols ≤ 32.
@@ -34,6 +47,32 @@ MicroKernel micro_kernel_generic();
 MicroKernel micro_kernel_avx2();
 MicroKernel micro_kernel_avx512();
 
+// The bf16 micro-kernels: C[rows × cols] = (load ? C : 0) + A · P over `pairs` pairs of K, where
+// A is bf16 row-major (row stride lda elements, even; rows zero-padded to 2·pairs) and P a bf16
+// panel slice (pair-rows kPairRow apart). Each pair adds (a₁·b₁) then (a₀·b₀) to the float32
+// accumulator, each sum rounded: the order VDPBF16PS documents, and since a product of two
+// bf16 values is exact in float32, the fallbacks that widen to float32 give the same bits
+// (except for subnormal inputs and results, which VDPBF16PS flushes to zero).
+using MicroKernelBf16Fn = void (*)(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c,
+                                   int64_t ldc, int rows, int cols, bool load);
+struct MicroKernelBf16 {
+  int mr = 0;
+  MicroKernelBf16Fn fn = nullptr;
+};
+// VDPBF16PS when the ISA is AVX-512 and kernel_bf16_dot() allows it, else the ISA's fallback.
+MicroKernelBf16 micro_kernel_bf16(Isa isa);
+MicroKernelBf16 micro_kernel_bf16_generic();
+MicroKernelBf16 micro_kernel_bf16_avx2();
+MicroKernelBf16 micro_kernel_bf16_avx512();      // widening fallback (AVX-512F, no BF16)
+MicroKernelBf16 micro_kernel_bf16_avx512_dot();  // VDPBF16PS
+
+// float32 → bf16, round to nearest even (core/half.h's f32_to_bf16, bit for bit), per ISA.
+using ToBf16Fn = void (*)(const float* x, int64_t n, uint16_t* y);
+ToBf16Fn to_bf16_fn(Isa isa);
+void to_bf16_generic(const float* x, int64_t n, uint16_t* y);
+void to_bf16_avx2(const float* x, int64_t n, uint16_t* y);
+void to_bf16_avx512(const float* x, int64_t n, uint16_t* y);
+
 // Element-wise maps and the online-softmax row update, per ISA. All accept y == x.
 struct VecMath {
   void (*silu)(const float* x, int64_t n, float* y) = nullptr;
@@ -44,6 +83,9 @@ struct VecMath {
   // (0 when m was −∞), the factor the output row must be rescaled by.
   float (*softmax_update)(float* s, int n, float scale, float* m, float* l) = nullptr;
   void (*gelu_erf)(const float* x, int64_t n, float* y) = nullptr;  // x·Φ(x)
+  // softmax_update, except that the probabilities go to p[0..n) as bf16 (round to nearest even)
+  // and s is left as scratch. l sums the float32 probabilities.
+  float (*softmax_update_bf16)(float* s, int n, float scale, float* m, float* l, uint16_t* p) = nullptr;
 };
 const VecMath& vec_math(Isa isa);
 const VecMath& vec_math_generic();
@@ -59,6 +101,10 @@ class ASource {
   virtual const float* rows(int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* scratch,
                             int64_t* lda) const = 0;
   virtual bool needs_scratch() const = 0;
+  // The same block rounded to bf16 into dst (row stride ld, even), each row zero-padded to an
+  // even length.
+  virtual void rows_bf16(int64_t i0, int64_t mc, int64_t k0, int64_t kc, ToBf16Fn convert, uint16_t* dst,
+                         int64_t ld) const = 0;
 };
 
 // Row stride of a gathered A block: kc rounded to whole cache lines plus one, so that the
@@ -75,6 +121,8 @@ class DirectA final : public ASource {
   const float* rows(int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* scratch,
                     int64_t* lda) const override;
   bool needs_scratch() const override { return copy_; }
+  void rows_bf16(int64_t i0, int64_t mc, int64_t k0, int64_t kc, ToBf16Fn convert, uint16_t* dst,
+                 int64_t ld) const override;
 
  private:
   const float* a_;
@@ -82,14 +130,65 @@ class DirectA final : public ASource {
   bool copy_;
 };
 
-// C[M × N] = A · B (+ epilogue), threads over output tiles, K in fixed chunks.
+// Row stride (bf16 elements) of a bf16 A block: whole cache lines plus one, as scratch_lda.
+inline int64_t scratch_lda_bf16(int64_t kc) {
+  return (kc + 31) / 32 * 32 + 32;
+}
+
+// How run_gemm splits C into tiles for threads: row blocks of mc rows (whole micro-rows, as
+// equal as they allow) × column blocks of tile_panels panels.
+struct GemmTiling {
+  int64_t mc = 0, m_blocks = 0, panels = 0, n_blocks = 0, tile_panels = 0;
+};
+GemmTiling gemm_tiling(int64_t M, int64_t N, int mr);
+
+// C[M × N] = A · B (+ epilogue), threads over output tiles, K in fixed chunks; at B's precision.
 void run_gemm(const ASource& a, int64_t M, const PackedMatrix& b, float* c, int64_t ldc,
               const Epilogue& ep);
+void run_gemm_bf16(const ASource& a, int64_t M, const PackedMatrix& b, float* c, int64_t ldc,
+                   const Epilogue& ep);
+void apply_epilogue(float* c, int64_t ldc, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                    const Epilogue& ep);
 
 // Single-threaded C[M × N] (=|+=) A[M × K] · B for a panel slice: panel p starts at
 // b + p·panel_stride, rows of a panel are kPanel floats apart. Used inside attention.
 void block_gemm(const MicroKernel& mk, const float* a, int64_t lda, int64_t M, int64_t K,
                 const float* b, int64_t panel_stride, int64_t N, float* c, int64_t ldc, bool load);
+// The same in bf16: A is bf16 (pairs pairs per row, stride lda), b a bf16 panel slice with
+// panels panel_stride elements apart.
+void block_gemm_bf16(const MicroKernelBf16& mk, const uint16_t* a, int64_t lda, int64_t M, int64_t pairs,
+                     const uint16_t* b, int64_t panel_stride, int64_t N, float* c, int64_t ldc, bool load);
+
+// bf16 attention (attention.h with Precision::BF16): Q·Kᵀ and P·V on the bf16 micro-kernels,
+// the online softmax in float32.
+void attention_bf16(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
+                    float scale, bool causal);
+
+// A per-thread buffer kept between calls (allocating and zeroing big blocks per call costs as
+// much as a small kernel); only ever grows. Declare one `thread_local` per use.
+class ThreadBuffer {
+ public:
+  ThreadBuffer() = default;
+  ~ThreadBuffer() { aligned_free(p_); }
+  ThreadBuffer(const ThreadBuffer&) = delete;
+  ThreadBuffer& operator=(const ThreadBuffer&) = delete;
+  template <typename T>
+  T* get(int64_t n) {
+    const size_t bytes = static_cast<size_t>(n) * sizeof(T);
+    if (bytes > bytes_) {
+      aligned_free(p_);
+      p_ = nullptr;
+      bytes_ = 0;
+      p_ = aligned_alloc_or_throw(bytes);
+      bytes_ = bytes;
+    }
+    return static_cast<T*>(p_);
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
 
 }  // namespace detail
 }  // namespace octodiff::kernels

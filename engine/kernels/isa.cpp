@@ -7,6 +7,7 @@ namespace octodiff::kernels {
 namespace {
 
 std::atomic<int> g_override{-1};  // -1: no override
+std::atomic<bool> g_bf16_dot{true};
 
 }  // namespace
 
@@ -16,10 +17,19 @@ Isa kernel_isa() {
   return static_cast<Isa>(o < 0 ? best : std::min(o, best));
 }
 
-ScopedKernelIsa::ScopedKernelIsa(Isa isa) : previous_(g_override.load()) {
-  g_override.store(static_cast<int>(isa));
+bool kernel_bf16_dot() {
+  return kernel_isa() == Isa::Avx512 && has_avx512_bf16() && g_bf16_dot.load(std::memory_order_relaxed);
 }
 
-ScopedKernelIsa::~ScopedKernelIsa() { g_override.store(previous_); }
+ScopedKernelIsa::ScopedKernelIsa(Isa isa, bool bf16_dot)
+    : previous_(g_override.load()), previous_bf16_dot_(g_bf16_dot.load()) {
+  g_override.store(static_cast<int>(isa));
+  g_bf16_dot.store(bf16_dot);
+}
+
+ScopedKernelIsa::~ScopedKernelIsa() {
+  g_override.store(previous_);
+  g_bf16_dot.store(previous_bf16_dot_);
+}
 
 }  // namespace octodiff::kernels

@@ -9,17 +9,23 @@ namespace octodiff::kernels {
 // The ISA the kernels dispatch on for the calling process right now.
 Isa kernel_isa();
 
-// Test/benchmark hook: makes the kernels use `isa` (clamped to best_isa()) until destroyed.
+// Whether bf16 products use AVX-512 BF16's VDPBF16PS (the ISA is AVX-512, the CPU has it and no
+// ScopedKernelIsa turned it off); otherwise they widen bf16 to float32, with the same results.
+bool kernel_bf16_dot();
+
+// Test/benchmark hook: makes the kernels use `isa` (clamped to best_isa()) until destroyed;
+// bf16_dot = false also keeps AVX-512 kernels off the BF16 instructions (a CPU without them).
 // Process-wide, not thread-local: do not use while other threads run kernels.
 class ScopedKernelIsa {
  public:
-  explicit ScopedKernelIsa(Isa isa);
+  explicit ScopedKernelIsa(Isa isa, bool bf16_dot = true);
   ~ScopedKernelIsa();
   ScopedKernelIsa(const ScopedKernelIsa&) = delete;
   ScopedKernelIsa& operator=(const ScopedKernelIsa&) = delete;
 
  private:
   int previous_;
+  bool previous_bf16_dot_;
 };
 
 }  // namespace octodiff::kernels

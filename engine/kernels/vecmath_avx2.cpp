@@ -205,10 +205,37 @@ float softmax_update(float* s, int n, float scale, float* m, float* l) {
   return alpha;
 }
 
+inline __m256i round_to_bf16(__m256i v) {  // 8 results in the low 16 bits of each lane
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(v, 16), _mm256_set1_epi32(1));
+  const __m256i rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(v, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF))), 16);
+  const __m256i nan =
+      _mm256_cmpgt_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
+  const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(v, 16), _mm256_set1_epi32(0x40));
+  return _mm256_blendv_epi8(rounded, quiet, nan);
+}
+
+float softmax_update_bf16(float* s, int n, float scale, float* m, float* l, uint16_t* p) {
+  const float alpha = softmax_update(s, n, scale, m, l);
+  to_bf16_avx2(s, n, p);
+  return alpha;
+}
+
 }  // namespace
 
+void to_bf16_avx2(const float* x, int64_t n, uint16_t* y) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i r = round_to_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)));
+    // packus interleaves the 128-bit lanes: [r0..3 r0..3 | r4..7 r4..7] → qwords 0 and 2.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_castsi256_si128(packed));
+  }
+  to_bf16_generic(x + i, n - i, y + i);
+}
+
 const VecMath& vec_math_avx2() {
-  static const VecMath v{&silu, &gelu_tanh, &quick_gelu, &softmax_update, &gelu_erf};
+  static const VecMath v{&silu, &gelu_tanh, &quick_gelu, &softmax_update, &gelu_erf, &softmax_update_bf16};
   return v;
 }
 

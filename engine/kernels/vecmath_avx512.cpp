@@ -173,10 +173,61 @@ float softmax_update(float* s, int n, float scale, float* m, float* l) {
   return alpha;
 }
 
+// Round to nearest even on the bit patterns, as f32_to_bf16: NaNs stay (quiet) NaNs.
+inline __m256i round_to_bf16(__m512i v) {
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(v, 16), _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(v, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(v, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                _mm512_set1_epi32(0x7F800000));
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(v, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
+}
+
+// softmax_update writing bf16 probabilities: the rounding is fused into the exp pass.
+float softmax_update_bf16(float* s, int n, float scale, float* m, float* l, uint16_t* p) {
+  const float ninf_f = -std::numeric_limits<float>::infinity();
+  const __m512 ninf = _mm512_set1_ps(ninf_f);
+  const __m512 vscale = _mm512_set1_ps(scale);
+  __m512 vmax = ninf;
+  int i = 0;
+  for (; i + 16 <= n; i += 16) vmax = _mm512_max_ps(vmax, _mm512_mul_ps(_mm512_loadu_ps(s + i), vscale));
+  const __mmask16 tail = __mmask16((1u << (n - i)) - 1);
+  if (i < n) vmax = _mm512_max_ps(vmax, _mm512_mul_ps(_mm512_mask_loadu_ps(ninf, tail, s + i), vscale));
+  const float m_new = std::max(*m, _mm512_reduce_max_ps(vmax));
+  const float alpha = *m == ninf_f ? 0.0f : std::exp(*m - m_new);
+  const __m512 vm = _mm512_set1_ps(m_new);
+  __m512 sum = _mm512_setzero_ps();
+  for (i = 0; i + 16 <= n; i += 16) {
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(s + i), vscale), vm));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + i), round_to_bf16(_mm512_castps_si512(e)));
+    sum = _mm512_add_ps(sum, e);
+  }
+  if (i < n) {
+    const __m512 e = _mm512_maskz_mov_ps(
+        tail, exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(tail, s + i), vscale), vm)));
+    _mm256_mask_storeu_epi16(p + i, tail, round_to_bf16(_mm512_castps_si512(e)));
+    sum = _mm512_add_ps(sum, e);
+  }
+  *l = *l * alpha + _mm512_reduce_add_ps(sum);
+  *m = m_new;
+  return alpha;
+}
+
 }  // namespace
 
+void to_bf16_avx512(const float* x, int64_t n, uint16_t* y) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), round_to_bf16(_mm512_loadu_si512(x + i)));
+  if (i < n) {
+    const __mmask16 m = __mmask16((1u << (n - i)) - 1);
+    _mm256_mask_storeu_epi16(y + i, m, round_to_bf16(_mm512_maskz_loadu_epi32(m, x + i)));
+  }
+}
+
 const VecMath& vec_math_avx512() {
-  static const VecMath v{&silu, &gelu_tanh, &quick_gelu, &softmax_update, &gelu_erf};
+  static const VecMath v{&silu, &gelu_tanh, &quick_gelu, &softmax_update, &gelu_erf, &softmax_update_bf16};
   return v;
 }
 

@@ -20,7 +20,7 @@ class MultiHeadAttention {
   // channels = query width; context_dim = key/value input width (== channels for self-attention).
   static MultiHeadAttention load(WeightSource& w, const AttentionNames& names, int64_t channels,
                                  int64_t context_dim, int64_t heads, bool qkv_bias, bool self_attention,
-                                 bool causal = false);
+                                 kernels::Precision precision, bool causal = false);
 
   // x: N × L × C. context: N × Lk × context_dim (ignored for self-attention). The output
   // projection adds `residual` (N × L × C) when given.
@@ -31,6 +31,7 @@ class MultiHeadAttention {
  private:
   int64_t channels_ = 0, heads_ = 1;
   bool self_ = true, causal_ = false;
+  kernels::Precision precision_ = kernels::Precision::F32;  // of the projections and q·k, p·v
   Linear qkv_;  // self: C -> 3C
   Linear q_;    // cross: C -> C
   Linear kv_;   // cross: context_dim -> 2C

@@ -14,59 +14,67 @@ std::string idx(const std::string& prefix, int i) { return prefix + "." + std::t
 }  // namespace
 
 AutoencoderKL::Coder AutoencoderKL::load_mid(WeightSource& w, const std::string& p, const VaeConfig& c,
-                                             Coder coder) {
+                                             Coder coder, kernels::Precision precision) {
   const int64_t C = c.block_out_channels.back(), G = c.norm_num_groups;
-  coder.mid_resnet_0 = ResnetBlock2D::load(w, p + ".mid_block.resnets.0", C, C, 0, G, kVaeEps);
-  if (c.mid_block_add_attention) coder.mid_attention = VaeAttention::load(w, p + ".mid_block.attentions.0", C, G);
-  coder.mid_resnet_1 = ResnetBlock2D::load(w, p + ".mid_block.resnets.1", C, C, 0, G, kVaeEps);
+  coder.mid_resnet_0 = ResnetBlock2D::load(w, p + ".mid_block.resnets.0", C, C, 0, G, kVaeEps, precision);
+  if (c.mid_block_add_attention)
+    coder.mid_attention = VaeAttention::load(w, p + ".mid_block.attentions.0", C, G, precision);
+  coder.mid_resnet_1 = ResnetBlock2D::load(w, p + ".mid_block.resnets.1", C, C, 0, G, kVaeEps, precision);
   return coder;
 }
 
-AutoencoderKL AutoencoderKL::load(WeightSource& w, const VaeConfig& c, bool with_encoder) {
+AutoencoderKL AutoencoderKL::load(WeightSource& w, const VaeConfig& c, bool with_encoder,
+                                  kernels::Precision precision) {
   AutoencoderKL vae;
   vae.config_ = c;
+  vae.precision_ = precision;
   const auto& boc = c.block_out_channels;
   const int n = static_cast<int>(boc.size());
   const int64_t G = c.norm_num_groups, L = c.latent_channels;
 
   // Decoder.
   Coder dec;
-  if (c.use_post_quant_conv) vae.post_quant_conv_ = Linear::load(w, "post_quant_conv", L, L, true, true);
-  dec.conv_in = Conv2d::load_same(w, "decoder.conv_in", L, boc[n - 1], 3);
-  dec = load_mid(w, "decoder", c, std::move(dec));
+  if (c.use_post_quant_conv)
+    vae.post_quant_conv_ = Linear::load(w, "post_quant_conv", L, L, true, precision, true);
+  dec.conv_in = Conv2d::load_same(w, "decoder.conv_in", L, boc[n - 1], 3, precision);
+  dec = load_mid(w, "decoder", c, std::move(dec), precision);
   int64_t prev = boc[n - 1];
   for (int i = 0; i < n; ++i) {
     const std::string p = idx("decoder.up_blocks", i);
     const int64_t out = boc[n - 1 - i];
     Level level;
     for (int j = 0; j < c.layers_per_block + 1; ++j)
-      level.resnets.push_back(ResnetBlock2D::load(w, idx(p + ".resnets", j), j == 0 ? prev : out, out, 0, G, kVaeEps));
-    if (i < n - 1) level.upsample = Upsample2D::load(w, p + ".upsamplers.0", out);
+      level.resnets.push_back(
+          ResnetBlock2D::load(w, idx(p + ".resnets", j), j == 0 ? prev : out, out, 0, G, kVaeEps, precision));
+    if (i < n - 1) level.upsample = Upsample2D::load(w, p + ".upsamplers.0", out, precision);
     prev = out;
     dec.levels.push_back(std::move(level));
   }
   dec.norm_out = GroupNorm::load(w, "decoder.conv_norm_out", boc[0], G, kVaeEps);
-  dec.conv_out = Conv2d::load_same(w, "decoder.conv_out", boc[0], c.out_channels, 3);
+  dec.conv_out = Conv2d::load_same(w, "decoder.conv_out", boc[0], c.out_channels, 3, precision);
   vae.decoder_ = std::move(dec);
 
   // Encoder (optional: text-to-image never needs it).
   if (with_encoder && w.has("encoder.conv_in.weight")) {
     Coder enc;
-    enc.conv_in = Conv2d::load_same(w, "encoder.conv_in", c.in_channels, boc[0], 3);
+    enc.conv_in = Conv2d::load_same(w, "encoder.conv_in", c.in_channels, boc[0], 3, precision);
     int64_t in = boc[0];
     for (int i = 0; i < n; ++i) {
       const std::string p = idx("encoder.down_blocks", i);
       Level level;
       for (int j = 0; j < c.layers_per_block; ++j)
-        level.resnets.push_back(ResnetBlock2D::load(w, idx(p + ".resnets", j), j == 0 ? in : boc[i], boc[i], 0, G, kVaeEps));
-      if (i < n - 1) level.downsample = load_downsample(w, p + ".downsamplers.0", boc[i], /*padding=*/0);
+        level.resnets.push_back(ResnetBlock2D::load(w, idx(p + ".resnets", j), j == 0 ? in : boc[i], boc[i],
+                                                    0, G, kVaeEps, precision));
+      if (i < n - 1)
+        level.downsample = load_downsample(w, p + ".downsamplers.0", boc[i], /*padding=*/0, precision);
       in = boc[i];
       enc.levels.push_back(std::move(level));
     }
-    enc = load_mid(w, "encoder", c, std::move(enc));
+    enc = load_mid(w, "encoder", c, std::move(enc), precision);
     enc.norm_out = GroupNorm::load(w, "encoder.conv_norm_out", boc[n - 1], G, kVaeEps);
-    enc.conv_out = Conv2d::load_same(w, "encoder.conv_out", boc[n - 1], 2 * L, 3);
-    if (c.use_quant_conv) vae.quant_conv_ = Linear::load(w, "quant_conv", 2 * L, 2 * L, true, true);
+    enc.conv_out = Conv2d::load_same(w, "encoder.conv_out", boc[n - 1], 2 * L, 3, precision);
+    if (c.use_quant_conv)
+      vae.quant_conv_ = Linear::load(w, "quant_conv", 2 * L, 2 * L, true, precision, true);
     vae.encoder_ = std::move(enc);
   } else {
     for (const auto& name : w.names())

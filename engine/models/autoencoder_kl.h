@@ -19,7 +19,9 @@ class AutoencoderKL {
  public:
   // Loads the decoder (always) and the encoder (when `with_encoder` and present in the file);
   // calls w.finish() — encoder tensors are accepted and ignored when not loaded.
-  static AutoencoderKL load(WeightSource& w, const VaeConfig& config, bool with_encoder = true);
+  // `precision`: of every convolution and attention product (layers.h), weights packed in it.
+  static AutoencoderKL load(WeightSource& w, const VaeConfig& config, bool with_encoder = true,
+                            kernels::Precision precision = kernels::Precision::F32);
 
   // z: N × latent × h × w (already divided by scaling_factor) → N × 3 × H × W, not clamped.
   Tensor decode(const Tensor& z) const;
@@ -30,6 +32,7 @@ class AutoencoderKL {
   bool has_encoder() const { return encoder_.has_value(); }
 
   const VaeConfig& config() const { return config_; }
+  kernels::Precision precision() const { return precision_; }
 
  private:
   struct Level {
@@ -44,10 +47,12 @@ class AutoencoderKL {
     std::vector<Level> levels;
     GroupNorm norm_out;
   };
-  static Coder load_mid(WeightSource& w, const std::string& prefix, const VaeConfig& c, Coder coder);
+  static Coder load_mid(WeightSource& w, const std::string& prefix, const VaeConfig& c, Coder coder,
+                        kernels::Precision precision);
   Tensor run_mid(const Coder& coder, Tensor x) const;
 
   VaeConfig config_;
+  kernels::Precision precision_ = kernels::Precision::F32;
   Coder decoder_;
   std::optional<Coder> encoder_;
   std::optional<Linear> post_quant_conv_, quant_conv_;

@@ -9,6 +9,8 @@
 namespace octodiff {
 
 ClipTextModel ClipTextModel::load(WeightSource& w, const ClipTextConfig& c) {
+  // Always float32, as the Flax pipeline runs its text encoder whatever the pipeline dtype.
+  constexpr kernels::Precision kF32 = kernels::Precision::F32;
   // Recent transformers releases may save CLIPTextModel without the "text_model." prefix.
   const std::string p = w.has("text_model.embeddings.token_embedding.weight") ? "text_model." : "";
   ClipTextModel m;
@@ -27,10 +29,10 @@ ClipTextModel ClipTextModel::load(WeightSource& w, const ClipTextConfig& c) {
         MultiHeadAttention::load(w,
                                  {l + "self_attn.q_proj", l + "self_attn.k_proj", l + "self_attn.v_proj",
                                   l + "self_attn.out_proj"},
-                                 H, H, c.num_attention_heads, /*qkv_bias=*/true, /*self=*/true,
+                                 H, H, c.num_attention_heads, /*qkv_bias=*/true, /*self=*/true, kF32,
                                  /*causal=*/true),
-        Linear::load(w, l + "mlp.fc1", H, F, true),
-        Linear::load(w, l + "mlp.fc2", F, H, true),
+        Linear::load(w, l + "mlp.fc1", H, F, true, kF32),
+        Linear::load(w, l + "mlp.fc2", F, H, true, kF32),
     };
     m.layers_.push_back(std::move(layer));
   }

@@ -10,19 +10,19 @@ namespace octodiff {
 std::vector<float> to_vector(const Tensor& t) { return std::vector<float>(t.begin(), t.end()); }
 
 Linear Linear::load(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, bool has_bias,
-                    bool from_conv1x1) {
+                    kernels::Precision precision, bool from_conv1x1) {
   Linear l;
   l.in = in;
   l.out = out;
   Shape shape = from_conv1x1 ? Shape{out, in, 1, 1} : Shape{out, in};
   Tensor weight = w.take(prefix + ".weight", shape);
-  l.weight = kernels::pack_b(weight.data(), in, out, /*transposed=*/true);
+  l.weight = kernels::pack_b(weight.data(), in, out, /*transposed=*/true, precision);
   if (has_bias) l.bias = to_vector(w.take(prefix + ".bias", {out}));
   return l;
 }
 
 Linear Linear::load_fused(WeightSource& w, const std::vector<std::string>& prefixes, int64_t in,
-                          int64_t out_each, bool has_bias) {
+                          int64_t out_each, bool has_bias, kernels::Precision precision) {
   const int64_t parts = static_cast<int64_t>(prefixes.size());
   Linear l;
   l.in = in;
@@ -36,7 +36,7 @@ Linear Linear::load_fused(WeightSource& w, const std::vector<std::string>& prefi
       l.bias.insert(l.bias.end(), b.begin(), b.end());
     }
   }
-  l.weight = kernels::pack_b(stacked.data(), in, l.out, /*transposed=*/true);
+  l.weight = kernels::pack_b(stacked.data(), in, l.out, /*transposed=*/true, precision);
   return l;
 }
 
@@ -59,12 +59,12 @@ Tensor Linear::operator()(const Tensor& x, const Tensor* residual) const {
 }
 
 Conv2d Conv2d::load(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, int k,
-                    kernels::Conv2dGeometry geometry) {
+                    kernels::Conv2dGeometry geometry, kernels::Precision precision) {
   Conv2d c;
   c.geometry = geometry;
   Tensor weight = w.take(prefix + ".weight", {out, in, k, k});
   Tensor bias = w.take(prefix + ".bias", {out});
-  c.weight = kernels::pack_conv2d(weight.data(), bias.data(), out, in, k, k);
+  c.weight = kernels::pack_conv2d(weight.data(), bias.data(), out, in, k, k, precision);
   return c;
 }
 

@@ -3,6 +3,10 @@
 // Each holds its weights already packed for the kernels (packing happens once, at load) and
 // applies itself to NHWC activations (N × H × W × C) or token matrices (N × L × C); the
 // channel axis is always last, so a 1×1 convolution and a Linear are the same GEMM.
+//
+// `precision` is fixed at load: kernels::Precision::BF16 packs the weight as bfloat16 (not kept in
+// float32 too) and computes the layer's products in bf16 with float32 sums; biases, inputs and
+// outputs stay float32.
 #pragma once
 
 #include <string>
@@ -23,11 +27,11 @@ struct Linear {
   // Loads `<prefix>.weight` (out, in) — or (out, in, 1, 1) for a 1×1 conv used as a projection —
   // and `<prefix>.bias` when `has_bias`.
   static Linear load(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, bool has_bias,
-                     bool from_conv1x1 = false);
+                     kernels::Precision precision, bool from_conv1x1 = false);
   // Several projections of the same input fused into one GEMM (e.g. q, k, v): output columns are
   // the layers' outputs side by side, in order.
   static Linear load_fused(WeightSource& w, const std::vector<std::string>& prefixes, int64_t in,
-                           int64_t out_each, bool has_bias);
+                           int64_t out_each, bool has_bias, kernels::Precision precision);
 
   // x: [..., in] -> [..., out]; `residual` (same shape as the output) is added when given.
   Tensor operator()(const Tensor& x, const Tensor* residual = nullptr) const;
@@ -38,9 +42,10 @@ struct Conv2d {
   kernels::Conv2dGeometry geometry;
 
   static Conv2d load(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, int k,
-                     kernels::Conv2dGeometry geometry);
-  static Conv2d load_same(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, int k) {
-    return load(w, prefix, in, out, k, kernels::Conv2dGeometry::same(k));
+                     kernels::Conv2dGeometry geometry, kernels::Precision precision);
+  static Conv2d load_same(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, int k,
+                          kernels::Precision precision) {
+    return load(w, prefix, in, out, k, kernels::Conv2dGeometry::same(k), precision);
   }
   // x: N × H × W × Cin -> N × Ho × Wo × Cout, plus `residual` when given.
   Tensor operator()(const Tensor& x, const Tensor* residual = nullptr) const;

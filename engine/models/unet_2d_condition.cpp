@@ -26,17 +26,18 @@ Tensor to_nchw(const Tensor& x) {
 
 }  // namespace
 
-UNet2DCondition UNet2DCondition::load(WeightSource& w, const UNetConfig& c) {
+UNet2DCondition UNet2DCondition::load(WeightSource& w, const UNetConfig& c, kernels::Precision precision) {
   UNet2DCondition u;
   u.config_ = c;
+  u.precision_ = precision;
   const auto& boc = c.block_out_channels;
   const int n = static_cast<int>(boc.size());
   const int64_t T = c.time_embed_dim(), X = c.cross_attention_dim, G = c.norm_num_groups;
   const float eps = static_cast<float>(c.norm_eps);
 
-  u.time_linear_1_ = Linear::load(w, "time_embedding.linear_1", boc[0], T, true);
-  u.time_linear_2_ = Linear::load(w, "time_embedding.linear_2", T, T, true);
-  u.conv_in_ = Conv2d::load_same(w, "conv_in", c.in_channels, boc[0], 3);
+  u.time_linear_1_ = Linear::load(w, "time_embedding.linear_1", boc[0], T, true, precision);
+  u.time_linear_2_ = Linear::load(w, "time_embedding.linear_2", T, T, true, precision);
+  u.conv_in_ = Conv2d::load_same(w, "conv_in", c.in_channels, boc[0], 3, precision);
 
   int64_t out_c = boc[0];
   for (int i = 0; i < n; ++i) {
@@ -45,21 +46,24 @@ UNet2DCondition UNet2DCondition::load(WeightSource& w, const UNetConfig& c) {
     out_c = boc[i];
     Level level;
     for (int j = 0; j < c.layers_per_block; ++j) {
-      level.resnets.push_back(ResnetBlock2D::load(w, idx(p + ".resnets", j), j == 0 ? in_c : out_c, out_c, T, G, eps));
+      level.resnets.push_back(
+          ResnetBlock2D::load(w, idx(p + ".resnets", j), j == 0 ? in_c : out_c, out_c, T, G, eps, precision));
       if (c.down_block_types[i] == "CrossAttnDownBlock2D")
         level.attentions.push_back(Transformer2D::load(w, idx(p + ".attentions", j), out_c, X, c.num_heads[i],
                                                        c.transformer_layers_per_block[i], G,
-                                                       c.use_linear_projection));
+                                                       c.use_linear_projection, precision));
     }
-    if (i < n - 1) level.downsample = load_downsample(w, p + ".downsamplers.0", out_c, c.downsample_padding);
+    if (i < n - 1)
+      level.downsample = load_downsample(w, p + ".downsamplers.0", out_c, c.downsample_padding, precision);
     u.down_.push_back(std::move(level));
   }
 
   const int64_t mid_c = boc[n - 1];
-  u.mid_resnet_0_ = ResnetBlock2D::load(w, "mid_block.resnets.0", mid_c, mid_c, T, G, eps);
-  u.mid_attention_ = Transformer2D::load(w, "mid_block.attentions.0", mid_c, X, c.num_heads[n - 1],
-                                         c.transformer_layers_per_block[n - 1], G, c.use_linear_projection);
-  u.mid_resnet_1_ = ResnetBlock2D::load(w, "mid_block.resnets.1", mid_c, mid_c, T, G, eps);
+  u.mid_resnet_0_ = ResnetBlock2D::load(w, "mid_block.resnets.0", mid_c, mid_c, T, G, eps, precision);
+  u.mid_attention_ =
+      Transformer2D::load(w, "mid_block.attentions.0", mid_c, X, c.num_heads[n - 1],
+                          c.transformer_layers_per_block[n - 1], G, c.use_linear_projection, precision);
+  u.mid_resnet_1_ = ResnetBlock2D::load(w, "mid_block.resnets.1", mid_c, mid_c, T, G, eps, precision);
 
   int64_t prev_c = mid_c;
   for (int i = 0; i < n; ++i) {
@@ -72,19 +76,20 @@ UNet2DCondition UNet2DCondition::load(WeightSource& w, const UNetConfig& c) {
     for (int j = 0; j < layers; ++j) {
       const int64_t skip_c = (j == layers - 1) ? skip_in : up_out;
       const int64_t res_in = (j == 0 ? prev_c : up_out) + skip_c;
-      level.resnets.push_back(ResnetBlock2D::load(w, idx(p + ".resnets", j), res_in, up_out, T, G, eps));
+      level.resnets.push_back(
+          ResnetBlock2D::load(w, idx(p + ".resnets", j), res_in, up_out, T, G, eps, precision));
       if (c.up_block_types[i] == "CrossAttnUpBlock2D")
-        level.attentions.push_back(Transformer2D::load(w, idx(p + ".attentions", j), up_out, X, c.num_heads[r],
-                                                       c.transformer_layers_per_block[r], G,
-                                                       c.use_linear_projection));
+        level.attentions.push_back(Transformer2D::load(w, idx(p + ".attentions", j), up_out, X,
+                                                       c.num_heads[r], c.transformer_layers_per_block[r], G,
+                                                       c.use_linear_projection, precision));
     }
-    if (i < n - 1) level.upsample = Upsample2D::load(w, p + ".upsamplers.0", up_out);
+    if (i < n - 1) level.upsample = Upsample2D::load(w, p + ".upsamplers.0", up_out, precision);
     prev_c = up_out;
     u.up_.push_back(std::move(level));
   }
 
   u.norm_out_ = GroupNorm::load(w, "conv_norm_out", boc[0], G, eps);
-  u.conv_out_ = Conv2d::load_same(w, "conv_out", boc[0], c.out_channels, 3);
+  u.conv_out_ = Conv2d::load_same(w, "conv_out", boc[0], c.out_channels, 3, precision);
   w.finish();
   return u;
 }

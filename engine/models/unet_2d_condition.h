@@ -25,7 +25,10 @@ struct UNetDebug {
 
 class UNet2DCondition {
  public:
-  static UNet2DCondition load(WeightSource& w, const UNetConfig& config);
+  // `precision`: the products of every convolution, projection and attention (layers.h); the
+  // weights are packed in it.
+  static UNet2DCondition load(WeightSource& w, const UNetConfig& config,
+                              kernels::Precision precision = kernels::Precision::F32);
 
   // sample: N × C × h × w (NCHW, as diffusers); timesteps: N values (fractional allowed);
   // context: N × L × cross_attention_dim. Returns the predicted noise, N × C_out × h × w.
@@ -36,6 +39,7 @@ class UNet2DCondition {
                       const Numerics& numerics, UNetDebug* debug = nullptr) const;
 
   const UNetConfig& config() const { return config_; }
+  kernels::Precision precision() const { return precision_; }
 
   // The sinusoidal timestep embedding, computed in float32 exactly as diffusers does.
   static Tensor timestep_embedding(const std::vector<double>& timesteps, int64_t dim, bool flip_sin_to_cos,
@@ -49,6 +53,7 @@ class UNet2DCondition {
     std::optional<Upsample2D> upsample;
   };
   UNetConfig config_;
+  kernels::Precision precision_ = kernels::Precision::F32;
   Linear time_linear_1_, time_linear_2_;
   Conv2d conv_in_, conv_out_;
   std::vector<Level> down_, up_;

@@ -7,18 +7,21 @@
 namespace octodiff {
 
 ResnetBlock2D ResnetBlock2D::load(WeightSource& w, const std::string& p, int64_t in, int64_t out,
-                                  int64_t temb_channels, int64_t groups, float eps) {
+                                  int64_t temb_channels, int64_t groups, float eps,
+                                  kernels::Precision precision) {
   ResnetBlock2D r;
   r.in_ = in;
   r.out_ = out;
   r.norm1_ = GroupNorm::load(w, p + ".norm1", in, groups, eps);
-  r.conv1_ = Conv2d::load_same(w, p + ".conv1", in, out, 3);
+  r.conv1_ = Conv2d::load_same(w, p + ".conv1", in, out, 3, precision);
   r.has_temb_ = temb_channels > 0;
-  if (r.has_temb_) r.time_emb_proj_ = Linear::load(w, p + ".time_emb_proj", temb_channels, out, true);
+  if (r.has_temb_)
+    r.time_emb_proj_ = Linear::load(w, p + ".time_emb_proj", temb_channels, out, true, precision);
   r.norm2_ = GroupNorm::load(w, p + ".norm2", out, groups, eps);
-  r.conv2_ = Conv2d::load_same(w, p + ".conv2", out, out, 3);
+  r.conv2_ = Conv2d::load_same(w, p + ".conv2", out, out, 3, precision);
   r.has_shortcut_ = in != out;
-  if (r.has_shortcut_) r.shortcut_ = Linear::load(w, p + ".conv_shortcut", in, out, true, /*from_conv1x1=*/true);
+  if (r.has_shortcut_)
+    r.shortcut_ = Linear::load(w, p + ".conv_shortcut", in, out, true, precision, /*from_conv1x1=*/true);
   return r;
 }
 
@@ -39,19 +42,20 @@ Tensor ResnetBlock2D::operator()(const Tensor& x, const Tensor* temb_silu) const
 }
 
 BasicTransformerBlock BasicTransformerBlock::load(WeightSource& w, const std::string& p, int64_t C,
-                                                  int64_t context_dim, int64_t heads) {
+                                                  int64_t context_dim, int64_t heads,
+                                                  kernels::Precision precision) {
   BasicTransformerBlock b;
   b.norm1_ = LayerNorm::load(w, p + ".norm1", C, 1e-5f);
   b.norm2_ = LayerNorm::load(w, p + ".norm2", C, 1e-5f);
   b.norm3_ = LayerNorm::load(w, p + ".norm3", C, 1e-5f);
   b.attn1_ = MultiHeadAttention::load(
       w, {p + ".attn1.to_q", p + ".attn1.to_k", p + ".attn1.to_v", p + ".attn1.to_out.0"}, C, C, heads,
-      /*qkv_bias=*/false, /*self=*/true);
+      /*qkv_bias=*/false, /*self=*/true, precision);
   b.attn2_ = MultiHeadAttention::load(
       w, {p + ".attn2.to_q", p + ".attn2.to_k", p + ".attn2.to_v", p + ".attn2.to_out.0"}, C, context_dim,
-      heads, /*qkv_bias=*/false, /*self=*/false);
-  b.ff_in_ = Linear::load(w, p + ".ff.net.0.proj", C, 8 * C, true);
-  b.ff_out_ = Linear::load(w, p + ".ff.net.2", 4 * C, C, true);
+      heads, /*qkv_bias=*/false, /*self=*/false, precision);
+  b.ff_in_ = Linear::load(w, p + ".ff.net.0.proj", C, 8 * C, true, precision);
+  b.ff_out_ = Linear::load(w, p + ".ff.net.2", 4 * C, C, true, precision);
   return b;
 }
 
@@ -70,14 +74,15 @@ Tensor BasicTransformerBlock::operator()(const Tensor& x0, const Tensor& context
 }
 
 Transformer2D Transformer2D::load(WeightSource& w, const std::string& p, int64_t C, int64_t context_dim,
-                                  int64_t heads, int depth, int64_t groups, bool linear_projection) {
+                                  int64_t heads, int depth, int64_t groups, bool linear_projection,
+                                  kernels::Precision precision) {
   Transformer2D t;
   t.norm_ = GroupNorm::load(w, p + ".norm", C, groups, 1e-6f);  // eps chosen per call
-  t.proj_in_ = Linear::load(w, p + ".proj_in", C, C, true, /*from_conv1x1=*/!linear_projection);
+  t.proj_in_ = Linear::load(w, p + ".proj_in", C, C, true, precision, /*from_conv1x1=*/!linear_projection);
   for (int d = 0; d < depth; ++d)
     t.blocks_.push_back(BasicTransformerBlock::load(w, p + ".transformer_blocks." + std::to_string(d), C,
-                                                    context_dim, heads));
-  t.proj_out_ = Linear::load(w, p + ".proj_out", C, C, true, /*from_conv1x1=*/!linear_projection);
+                                                    context_dim, heads, precision));
+  t.proj_out_ = Linear::load(w, p + ".proj_out", C, C, true, precision, /*from_conv1x1=*/!linear_projection);
   return t;
 }
 
@@ -89,13 +94,15 @@ Tensor Transformer2D::operator()(const Tensor& x, const Tensor& context, const N
   return proj_out_(h.reshaped({N, H, W, C}), &x);
 }
 
-VaeAttention VaeAttention::load(WeightSource& w, const std::string& p, int64_t C, int64_t groups) {
+VaeAttention VaeAttention::load(WeightSource& w, const std::string& p, int64_t C, int64_t groups,
+                                kernels::Precision precision) {
   VaeAttention a;
   a.norm_ = GroupNorm::load(w, p + ".group_norm", C, groups, 1e-6f);
   AttentionNames names{p + ".to_q", p + ".to_k", p + ".to_v", p + ".to_out.0"};
   if (!w.has(p + ".to_q.weight") && w.has(p + ".query.weight"))
     names = {p + ".query", p + ".key", p + ".value", p + ".proj_attn"};
-  a.attention_ = MultiHeadAttention::load(w, names, C, C, /*heads=*/1, /*qkv_bias=*/true, /*self=*/true);
+  a.attention_ =
+      MultiHeadAttention::load(w, names, C, C, /*heads=*/1, /*qkv_bias=*/true, /*self=*/true, precision);
   return a;
 }
 
@@ -106,7 +113,8 @@ Tensor VaeAttention::operator()(const Tensor& x) const {
   return attention_(h, nullptr, &r).reshaped({N, H, W, C});
 }
 
-Conv2d load_downsample(WeightSource& w, const std::string& p, int64_t C, int padding) {
+Conv2d load_downsample(WeightSource& w, const std::string& p, int64_t C, int padding,
+                       kernels::Precision precision) {
   kernels::Conv2dGeometry g;
   g.stride = 2;
   if (padding == 0) {
@@ -114,12 +122,12 @@ Conv2d load_downsample(WeightSource& w, const std::string& p, int64_t C, int pad
   } else {
     g.pad_top = g.pad_left = g.pad_bottom = g.pad_right = padding;
   }
-  return Conv2d::load(w, p + ".conv", C, C, 3, g);
+  return Conv2d::load(w, p + ".conv", C, C, 3, g, precision);
 }
 
-Upsample2D Upsample2D::load(WeightSource& w, const std::string& p, int64_t C) {
+Upsample2D Upsample2D::load(WeightSource& w, const std::string& p, int64_t C, kernels::Precision precision) {
   Upsample2D u;
-  u.conv_ = Conv2d::load_same(w, p + ".conv", C, C, 3);
+  u.conv_ = Conv2d::load_same(w, p + ".conv", C, C, 3, precision);
   return u;
 }
 

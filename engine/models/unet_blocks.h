@@ -1,6 +1,7 @@
 // The blocks of diffusers' UNet2DConditionModel and AutoencoderKL (spec/models.md §2.4, §2.5, §3):
 // ResnetBlock2D, Transformer2DModel with its BasicTransformerBlocks, Downsample2D, Upsample2D.
-// All work on NHWC activations (N × H × W × C).
+// All work on NHWC activations (N × H × W × C). Every load takes the precision of the block's
+// products (layers.h); norms and activations are float32 either way.
 #pragma once
 
 #include <string>
@@ -18,7 +19,7 @@ class ResnetBlock2D {
  public:
   // temb_channels = 0 for the VAE (no time embedding projection).
   static ResnetBlock2D load(WeightSource& w, const std::string& prefix, int64_t in, int64_t out,
-                            int64_t temb_channels, int64_t groups, float eps);
+                            int64_t temb_channels, int64_t groups, float eps, kernels::Precision precision);
   // temb_silu: N × temb_channels, already passed through SiLU (shared by every resnet).
   Tensor operator()(const Tensor& x, const Tensor* temb_silu) const;
   int64_t out_channels() const { return out_; }
@@ -37,7 +38,7 @@ class ResnetBlock2D {
 class BasicTransformerBlock {
  public:
   static BasicTransformerBlock load(WeightSource& w, const std::string& prefix, int64_t channels,
-                                    int64_t context_dim, int64_t heads);
+                                    int64_t context_dim, int64_t heads, kernels::Precision precision);
   Tensor operator()(const Tensor& x, const Tensor& context, const Numerics& numerics) const;
 
  private:
@@ -51,9 +52,9 @@ class BasicTransformerBlock {
 // The numerics flavour is a per-call argument: the same loaded weights serve both flavours.
 class Transformer2D {
  public:
-  static Transformer2D load(WeightSource& w, const std::string& prefix, int64_t channels,
-                            int64_t context_dim, int64_t heads, int depth, int64_t groups,
-                            bool linear_projection);
+  static Transformer2D load(WeightSource& w, const std::string& prefix, int64_t channels, int64_t context_dim,
+                            int64_t heads, int depth, int64_t groups, bool linear_projection,
+                            kernels::Precision precision);
   Tensor operator()(const Tensor& x, const Tensor& context, const Numerics& numerics) const;
 
  private:
@@ -66,7 +67,8 @@ class Transformer2D {
 // Accepts both key namings (to_q/to_k/to_v/to_out.0 and the older query/key/value/proj_attn).
 class VaeAttention {
  public:
-  static VaeAttention load(WeightSource& w, const std::string& prefix, int64_t channels, int64_t groups);
+  static VaeAttention load(WeightSource& w, const std::string& prefix, int64_t channels, int64_t groups,
+                           kernels::Precision precision);
   Tensor operator()(const Tensor& x) const;
 
  private:
@@ -76,12 +78,14 @@ class VaeAttention {
 
 // 3×3 convolution with stride 2. UNet: padding 1 on every side. VAE (padding 0 in the config):
 // zero rows/columns added at the bottom/right only, as diffusers does.
-Conv2d load_downsample(WeightSource& w, const std::string& prefix, int64_t channels, int padding);
+Conv2d load_downsample(WeightSource& w, const std::string& prefix, int64_t channels, int padding,
+                       kernels::Precision precision);
 
 // Nearest 2× upsampling followed by a 3×3 convolution.
 class Upsample2D {
  public:
-  static Upsample2D load(WeightSource& w, const std::string& prefix, int64_t channels);
+  static Upsample2D load(WeightSource& w, const std::string& prefix, int64_t channels,
+                         kernels::Precision precision);
   Tensor operator()(const Tensor& x) const;
 
  private:

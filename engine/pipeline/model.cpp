@@ -108,6 +108,9 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
   if (!fs::exists(path)) fail("model '", path.string(), "' does not exist");
   auto model = std::make_shared<StableDiffusionModel>();
   model->path_ = path;
+  model->dtype_ = options.dtype;
+  const kernels::Precision precision =
+      options.dtype == ComputeDType::BF16 ? kernels::Precision::BF16 : kernels::Precision::F32;
 
   if (fs::is_regular_file(path)) {
     SingleFileParts parts = load_single_file_parts(path, options);
@@ -117,8 +120,10 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
     model->weights_bytes_ = static_cast<int64_t>(fs::file_size(path));
     model->tokenizer_ = std::make_shared<ClipTokenizer>(ClipTokenizer::from_folder(parts.tokenizer_dir));
     model->text_encoder_ = std::make_shared<ClipTextModel>(ClipTextModel::load(*parts.text_encoder, parts.text_config));
-    model->unet_ = std::make_shared<UNet2DCondition>(UNet2DCondition::load(*parts.unet, parts.unet_config));
-    model->vae_ = std::make_shared<AutoencoderKL>(AutoencoderKL::load(*parts.vae, parts.vae_config, options.load_vae_encoder));
+    model->unet_ =
+        std::make_shared<UNet2DCondition>(UNet2DCondition::load(*parts.unet, parts.unet_config, precision));
+    model->vae_ = std::make_shared<AutoencoderKL>(
+        AutoencoderKL::load(*parts.vae, parts.vae_config, options.load_vae_encoder, precision));
     model->scheduler_json_ = parts.scheduler_json;
     return model;
   }
@@ -146,14 +151,15 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
   if (unet_cfg.cross_attention_dim != te_cfg.hidden_size)
     fail("the UNet expects text embeddings of width ", unet_cfg.cross_attention_dim, " but the text encoder makes ",
          te_cfg.hidden_size, " (are these components from the same model?)");
-  model->unet_ = std::make_shared<UNet2DCondition>(UNet2DCondition::load(*unet_w, unet_cfg));
+  model->unet_ = std::make_shared<UNet2DCondition>(UNet2DCondition::load(*unet_w, unet_cfg, precision));
 
   auto vae_files = component_weight_files(vae_dir, "diffusion_pytorch_model", options.variant);
   auto vae_w = weights_from_safetensors(vae_files, describe_files(vae_dir, vae_files));
   auto vae_cfg = VaeConfig::from_json(read_config(vae_dir, "config.json"), (vae_dir / "config.json").string());
   if (vae_cfg.latent_channels != unet_cfg.in_channels && unet_cfg.in_channels != 9)
     fail("the VAE has ", vae_cfg.latent_channels, " latent channels but the UNet takes ", unet_cfg.in_channels);
-  model->vae_ = std::make_shared<AutoencoderKL>(AutoencoderKL::load(*vae_w, vae_cfg, options.load_vae_encoder));
+  model->vae_ = std::make_shared<AutoencoderKL>(
+      AutoencoderKL::load(*vae_w, vae_cfg, options.load_vae_encoder, precision));
 
   if (fs::exists(path / "scheduler" / "scheduler_config.json"))
     model->scheduler_json_ = read_text_file(path / "scheduler" / "scheduler_config.json");

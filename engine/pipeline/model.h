@@ -12,6 +12,7 @@
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
 #include "models/unet_2d_condition.h"
+#include "pipeline/generation.h"
 #include "schedulers/scheduler.h"
 #include "text/clip_tokenizer.h"
 
@@ -26,6 +27,11 @@ struct ModelLoadOptions {
   std::string variant;
   bool load_vae_encoder = false;  // text-to-image never needs it
   bool use_ema = false;           // single-file checkpoints with EMA weights
+  // Compute dtype of the UNet and VAE, as Flax's from_pretrained(dtype=...): BF16 packs their
+  // weights as bfloat16 (half the memory; no float32 copy is kept) and computes their products
+  // in bf16 with float32 sums. The text encoder is always float32. Requests must ask for the
+  // dtype the model was loaded with.
+  ComputeDType dtype = ComputeDType::F32;
 };
 
 class StableDiffusionModel {
@@ -42,6 +48,7 @@ class StableDiffusionModel {
   std::string display_name() const;
   bool single_file() const { return single_file_; }
   const std::string& description() const { return description_; }  // e.g. "SD 1.x (diffusers folder)"
+  ComputeDType dtype() const { return dtype_; }                    // what ModelLoadOptions::dtype asked for
 
   const ClipTokenizer& tokenizer() const { return *tokenizer_; }
   const ClipTextModel& text_encoder() const { return *text_encoder_; }
@@ -66,6 +73,7 @@ class StableDiffusionModel {
   std::filesystem::path path_;
   bool single_file_ = false;
   std::string description_;
+  ComputeDType dtype_ = ComputeDType::F32;
   std::filesystem::path hash_file_;
   int64_t weights_bytes_ = 0;
   std::shared_ptr<ClipTokenizer> tokenizer_;

@@ -107,6 +107,12 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
   if (req.steps < 1 || req.steps > 1000) fail("steps must be between 1 and 1000, got ", req.steps);
   if (!std::isfinite(req.guidance_scale)) fail("guidance scale must be a finite number");
   if (req.threads < 0) fail("threads must be positive, got ", req.threads);
+  // The dtype is a load-time property (weights are packed in it), as with Flax's from_pretrained.
+  if (req.dtype != m.dtype())
+    fail("dtype ", dtype_display_name(req.dtype), " needs the model loaded for ",
+         dtype_display_name(req.dtype), " (this one was loaded for ", dtype_display_name(m.dtype()),
+         "): load it again with ModelLoadOptions::dtype = ", dtype_display_name(req.dtype),
+         " (octodiff-cli does this from --dtype)");
 
   r.latent_channels = m.unet().config().in_channels;
   if (r.latent_channels != m.vae().config().latent_channels)
@@ -157,7 +163,6 @@ ShardedPipeline::Plan& ShardedPipeline::plan_for(const ResolvedRequest& r, bool*
   }
   const auto t0 = Clock::now();
   const Signature& s = r.signature;
-  if (s.dtype != ComputeDType::F32) fail("dtype ", dtype_display_name(s.dtype), " is not available yet; use f32");
   auto plan = std::make_unique<Plan>();
   plan->signature = s;
   const SchedulerSemantics semantics =

@@ -1,0 +1,168 @@
+// The bf16 GEMM: weights packed as pair-interleaved bf16 panels, A blocks rounded to bf16 as
+// they are gathered, products summed in float32 by the bf16 micro-kernels.
+//
+// The loop nest and the threading are those of the f32 driver (gemm.cpp): the same tiles, K in
+// fixed chunks (here of whole pairs), every output element accumulated by one thread in k
+// order, so results are bit-identical for any thread count.
+#include <algorithm>
+#include <cstring>
+
+#include "core/half.h"
+#include "core/parallel.h"
+#include "kernels/internal.h"
+#include "kernels/isa.h"
+
+namespace octodiff::kernels::detail {
+namespace {
+
+// K chunk of whole pairs: a panel's B slice (kc/2 pair-rows of 128 bytes) and the A block
+// (MC × kc bf16) take the bytes an f32 chunk of kc/2 does.
+constexpr int64_t kMaxKc = 768;
+
+int64_t chunk_size(int64_t K) {
+  const int64_t chunks = (K + kMaxKc - 1) / kMaxKc;
+  const int64_t kc = (K + chunks - 1) / chunks;
+  return (kc + 1) / 2 * 2;
+}
+
+// Portable micro-kernel (4 × 32): widens each pair to float32 (a bf16 is the high half of a
+// float) and adds the odd product, then the even one.
+template <int MR>
+void kernel_generic(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
+                    int cols, bool load) {
+  float acc[MR][kPanel];
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < kPanel; ++j) acc[r][j] = (load && j < cols) ? c[r * ldc + j] : 0.0f;
+  for (int64_t q = 0; q < pairs; ++q) {
+    const uint16_t* bq = b + q * kPairRow;
+    float b0[kPanel], b1[kPanel];
+    for (int j = 0; j < kPanel; ++j) {
+      b0[j] = bf16_to_f32(bq[2 * j]);
+      b1[j] = bf16_to_f32(bq[2 * j + 1]);
+    }
+    for (int r = 0; r < MR; ++r) {
+      const float a0 = bf16_to_f32(a[r * lda + 2 * q]), a1 = bf16_to_f32(a[r * lda + 2 * q + 1]);
+      for (int j = 0; j < kPanel; ++j) {
+        acc[r][j] += a1 * b1[j];
+        acc[r][j] += a0 * b0[j];
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int j = 0; j < cols; ++j) c[r * ldc + j] = acc[r][j];
+}
+
+void dispatch_generic(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
+                      int rows, int cols, bool load) {
+  switch (rows) {
+    case 4:
+      return kernel_generic<4>(pairs, a, lda, b, c, ldc, cols, load);
+    case 3:
+      return kernel_generic<3>(pairs, a, lda, b, c, ldc, cols, load);
+    case 2:
+      return kernel_generic<2>(pairs, a, lda, b, c, ldc, cols, load);
+    default:
+      return kernel_generic<1>(pairs, a, lda, b, c, ldc, cols, load);
+  }
+}
+
+}  // namespace
+
+MicroKernelBf16 micro_kernel_bf16_generic() {
+  return {4, &dispatch_generic};
+}
+
+MicroKernelBf16 micro_kernel_bf16(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512:
+      return kernel_bf16_dot() ? micro_kernel_bf16_avx512_dot() : micro_kernel_bf16_avx512();
+    case Isa::Avx2:
+      return micro_kernel_bf16_avx2();
+    case Isa::Generic:
+      break;
+  }
+  return micro_kernel_bf16_generic();
+}
+
+void to_bf16_generic(const float* x, int64_t n, uint16_t* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
+}
+
+ToBf16Fn to_bf16_fn(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512:
+      return &to_bf16_avx512;
+    case Isa::Avx2:
+      return &to_bf16_avx2;
+    case Isa::Generic:
+      break;
+  }
+  return &to_bf16_generic;
+}
+
+void pack_bf16(const float* b, int64_t K, int64_t N, bool transposed, uint16_t* dst) {
+  const int64_t panels = (N + kPanel - 1) / kPanel, pairs = bf16_pairs(K);
+  parallel_for(panels, [&](int64_t p0, int64_t p1) {
+    for (int64_t pi = p0; pi < p1; ++pi) {
+      const int64_t n0 = pi * kPanel, w = std::min<int64_t>(kPanel, N - n0);
+      uint16_t* panel = dst + pi * pairs * kPairRow;
+      for (int64_t j = 0; j < w; ++j)
+        for (int64_t k = 0; k < K; ++k) {
+          const float v = transposed ? b[(n0 + j) * K + k] : b[k * N + n0 + j];
+          panel[(k / 2) * kPairRow + 2 * j + k % 2] = f32_to_bf16(v);
+        }
+    }
+  });
+}
+
+void block_gemm_bf16(const MicroKernelBf16& mk, const uint16_t* a, int64_t lda, int64_t M, int64_t pairs,
+                     const uint16_t* b, int64_t panel_stride, int64_t N, float* c, int64_t ldc, bool load) {
+  for (int64_t j0 = 0; j0 < N; j0 += kPanel) {
+    const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - j0));
+    const uint16_t* bp = b + (j0 / kPanel) * panel_stride;
+    for (int64_t i0 = 0; i0 < M; i0 += mk.mr) {
+      const int rows = static_cast<int>(std::min<int64_t>(mk.mr, M - i0));
+      mk.fn(pairs, a + i0 * lda, lda, bp, c + i0 * ldc + j0, ldc, rows, cols, load);
+    }
+  }
+}
+
+void run_gemm_bf16(const ASource& src, int64_t M, const PackedMatrix& b, float* c, int64_t ldc,
+                   const Epilogue& ep) {
+  const Isa isa = kernel_isa();
+  const MicroKernelBf16 mk = micro_kernel_bf16(isa);
+  const ToBf16Fn convert = to_bf16_fn(isa);
+  const int64_t K = b.K(), N = b.N(), pairs = bf16_pairs(K);
+  const int64_t kc_max = chunk_size(K);
+  const GemmTiling tiling = gemm_tiling(M, N, mk.mr);
+  const int64_t mc = tiling.mc, n_blocks = tiling.n_blocks, tile_panels = tiling.tile_panels;
+  const int64_t lda = scratch_lda_bf16(kc_max);
+
+  parallel_for(tiling.m_blocks * n_blocks, [&](int64_t t0, int64_t t1) {
+    thread_local ThreadBuffer buffer;
+    uint16_t* a = buffer.get<uint16_t>(mc * lda);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t i0 = (t / n_blocks) * mc, rows = std::min(mc, M - i0);
+      const int64_t p0 = (t % n_blocks) * tile_panels, p1 = std::min(tiling.panels, p0 + tile_panels);
+      for (int64_t k0 = 0; k0 < K; k0 += kc_max) {
+        const int64_t kc = std::min(kc_max, K - k0);
+        const bool last = k0 + kc == K;
+        const bool load = k0 > 0 || ep.accumulate;
+        src.rows_bf16(i0, rows, k0, kc, convert, a, lda);
+        for (int64_t p = p0; p < p1; ++p) {
+          const uint16_t* bp = b.bf16_data() + p * pairs * kPairRow + (k0 / 2) * kPairRow;
+          const int64_t j0 = p * kPanel;
+          const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - j0));
+          for (int64_t r = 0; r < rows; r += mk.mr) {
+            const int mr = static_cast<int>(std::min<int64_t>(mk.mr, rows - r));
+            float* ct = c + (i0 + r) * ldc + j0;
+            mk.fn((kc + 1) / 2, a + r * lda, lda, bp, ct, ldc, mr, cols, load);
+            if (last && (ep.bias || ep.residual)) apply_epilogue(c, ldc, i0 + r, mr, j0, cols, ep);
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace octodiff::kernels::detail

@@ -1,0 +1,164 @@
+// AVX-512 bf16 micro-kernels: VDPBF16PS (14 rows × 32 columns, like the f32 kernel: 28 zmm
+// accumulators, 2 for B, 1 broadcast pair), and for AVX-512 CPUs without BF16 a kernel that
+// widens the pairs to float32 and uses FMA (12 × 32: two more registers per B and A).
+#include <immintrin.h>
+
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "kernels/internal.h"
+
+namespace octodiff::kernels::detail {
+namespace {
+
+__mmask16 lane_mask(int n) {  // first n of 16 lanes
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+inline uint32_t load_pair(const uint16_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline __m512bh as_bh(__m512i v) {
+  return (__m512bh)v;
+}  // a bit cast between vector types
+
+inline void prefetch_tile(float* c, int64_t ldc, int rows, bool half) {
+  // Fetch the output lines now so that their misses overlap the k loop.
+  for (int r = 0; r < rows; ++r) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+    if (!half) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16), _MM_HINT_T0);
+  }
+}
+
+// kHalf: only the first 16 columns are wanted (cols ≤ 16); see gemm_avx512.cpp.
+template <int MR, bool kHalf>
+void dot_kernel(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
+                int cols, bool load) {
+  __m512 c0[MR], c1[kHalf ? 1 : MR];
+  const __mmask16 m0 = lane_mask(cols), m1 = lane_mask(cols - 16);
+  if (!load) prefetch_tile(c, ldc, MR, kHalf);
+  for (int r = 0; r < MR; ++r) {
+    c0[r] = load ? _mm512_maskz_loadu_ps(m0, c + r * ldc) : _mm512_setzero_ps();
+    if constexpr (!kHalf) c1[r] = load ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();
+  }
+  for (int64_t q = 0; q < pairs; ++q) {
+    const __m512bh b0 = as_bh(_mm512_load_si512(b + q * kPairRow));
+    if constexpr (kHalf) {
+      for (int r = 0; r < MR; ++r)
+        c0[r] = _mm512_dpbf16_ps(c0[r], as_bh(_mm512_set1_epi32(load_pair(a + r * lda + 2 * q))), b0);
+    } else {
+      const __m512bh b1 = as_bh(_mm512_load_si512(b + q * kPairRow + 32));
+      for (int r = 0; r < MR; ++r) {
+        const __m512bh av = as_bh(_mm512_set1_epi32(load_pair(a + r * lda + 2 * q)));
+        c0[r] = _mm512_dpbf16_ps(c0[r], av, b0);
+        c1[r] = _mm512_dpbf16_ps(c1[r], av, b1);
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    _mm512_mask_storeu_ps(c + r * ldc, m0, c0[r]);
+    if constexpr (!kHalf) _mm512_mask_storeu_ps(c + r * ldc + 16, m1, c1[r]);
+  }
+}
+
+// The bf16 values of a pair-row as float32: the odd element is the high half of each 32-bit
+// lane, the even one the low half.
+inline __m512 odd_f32(__m512i v) {
+  return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(int(0xFFFF0000u))));
+}
+inline __m512 even_f32(__m512i v) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+inline __m512 bcast_f32(uint32_t bits) {
+  return _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(bits)));
+}
+
+template <int MR, bool kHalf>
+void widen_kernel(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
+                  int cols, bool load) {
+  __m512 c0[MR], c1[kHalf ? 1 : MR];
+  const __mmask16 m0 = lane_mask(cols), m1 = lane_mask(cols - 16);
+  if (!load) prefetch_tile(c, ldc, MR, kHalf);
+  for (int r = 0; r < MR; ++r) {
+    c0[r] = load ? _mm512_maskz_loadu_ps(m0, c + r * ldc) : _mm512_setzero_ps();
+    if constexpr (!kHalf) c1[r] = load ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();
+  }
+  for (int64_t q = 0; q < pairs; ++q) {
+    const __m512i x0 = _mm512_load_si512(b + q * kPairRow);
+    const __m512 b0o = odd_f32(x0), b0e = even_f32(x0);
+    if constexpr (kHalf) {
+      for (int r = 0; r < MR; ++r) {
+        const uint32_t pr = load_pair(a + r * lda + 2 * q);
+        c0[r] = _mm512_fmadd_ps(bcast_f32(pr & 0xFFFF0000u), b0o, c0[r]);
+        c0[r] = _mm512_fmadd_ps(bcast_f32(pr << 16), b0e, c0[r]);
+      }
+    } else {
+      const __m512i x1 = _mm512_load_si512(b + q * kPairRow + 32);
+      const __m512 b1o = odd_f32(x1), b1e = even_f32(x1);
+      for (int r = 0; r < MR; ++r) {
+        const uint32_t pr = load_pair(a + r * lda + 2 * q);
+        const __m512 ao = bcast_f32(pr & 0xFFFF0000u), ae = bcast_f32(pr << 16);
+        c0[r] = _mm512_fmadd_ps(ao, b0o, c0[r]);
+        c1[r] = _mm512_fmadd_ps(ao, b1o, c1[r]);
+        c0[r] = _mm512_fmadd_ps(ae, b0e, c0[r]);
+        c1[r] = _mm512_fmadd_ps(ae, b1e, c1[r]);
+      }
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    _mm512_mask_storeu_ps(c + r * ldc, m0, c0[r]);
+    if constexpr (!kHalf) _mm512_mask_storeu_ps(c + r * ldc + 16, m1, c1[r]);
+  }
+}
+
+using Fn = void (*)(int64_t, const uint16_t*, int64_t, const uint16_t*, float*, int64_t, int, bool);
+
+template <template <int, bool> class K, bool kHalf, int... R>
+constexpr auto by_rows(std::integer_sequence<int, R...>) {
+  return std::array<Fn, sizeof...(R) + 1>{nullptr, &K<R + 1, kHalf>::run...};
+}
+
+template <int MR, bool kHalf>
+struct Dot {
+  static void run(int64_t p, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
+                  int cols, bool load) {
+    dot_kernel<MR, kHalf>(p, a, lda, b, c, ldc, cols, load);
+  }
+};
+template <int MR, bool kHalf>
+struct Widen {
+  static void run(int64_t p, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
+                  int cols, bool load) {
+    widen_kernel<MR, kHalf>(p, a, lda, b, c, ldc, cols, load);
+  }
+};
+
+constexpr auto kDot = by_rows<Dot, false>(std::make_integer_sequence<int, 14>{});
+constexpr auto kDotHalf = by_rows<Dot, true>(std::make_integer_sequence<int, 14>{});
+constexpr auto kWiden = by_rows<Widen, false>(std::make_integer_sequence<int, 12>{});
+constexpr auto kWidenHalf = by_rows<Widen, true>(std::make_integer_sequence<int, 12>{});
+
+void dispatch_dot(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
+                  int rows, int cols, bool load) {
+  (cols <= 16 ? kDotHalf : kDot)[rows](pairs, a, lda, b, c, ldc, cols, load);
+}
+
+void dispatch_widen(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
+                    int rows, int cols, bool load) {
+  (cols <= 16 ? kWidenHalf : kWiden)[rows](pairs, a, lda, b, c, ldc, cols, load);
+}
+
+}  // namespace
+
+MicroKernelBf16 micro_kernel_bf16_avx512_dot() {
+  return {14, &dispatch_dot};
+}
+MicroKernelBf16 micro_kernel_bf16_avx512() {
+  return {12, &dispatch_widen};
+}
+
+}  // namespace octodiff::kernels::detail
