@@ -42,6 +42,7 @@ const char* kGenerateUsage =
     "  --save-array FILE.npy     write the images as float32 (D, B, H, W, 3) in [0, 1]\n"
     "  --out FILE.png            the grid (2x4 for eight images; default octodiff-<seed>.png)\n"
     "  --out-dir DIR             also write every image as its own PNG\n"
+    "  --scale N                 enlarge the saved PNGs N times (nearest neighbour; for small models)\n"
     "  --repeat N                call the pipeline N times (the first call compiles)\n"
     "  --json                    settings and timings as JSON on stdout\n"
     "  --quiet                   no progress output\n";
@@ -71,7 +72,7 @@ int run_generate(const std::vector<std::string>& argv) {
   Args args(argv,
             {"negative-prompt", "model", "tokenizer", "seed", "steps", "guidance", "scheduler", "height", "width",
              "devices", "batch-per-device", "compat", "rng", "dtype", "threads", "latents", "save-latents",
-             "save-array", "out", "out-dir", "repeat"},
+             "save-array", "out", "out-dir", "repeat", "scale"},
             {"json", "quiet", "help"}, {"prompt"});
   if (args.flag("help")) {
     std::printf("%s", kGenerateUsage);
@@ -106,6 +107,7 @@ int run_generate(const std::vector<std::string>& argv) {
   req.threads = args.get_int("threads", 0, 1, 1024);
   if (auto p = args.get("latents")) req.latents = read_npy(*p);
   const int repeat = args.get_int("repeat", 1, 1, 1000);
+  const int scale = args.get_int("scale", 1, 1, 16);
 
   ModelLoadOptions load;
   if (auto t = args.get("tokenizer")) load.tokenizer_dir = *t;
@@ -156,11 +158,11 @@ int run_generate(const std::vector<std::string>& argv) {
   }
 
   hashing.wait();
-  save_grid_png(out, req, result, *model);
+  save_grid_png(out, req, result, *model, scale);
   std::fprintf(info, "wrote %s\n", out.c_str());
   nlohmann::json outputs = {{"grid", out}};
   if (auto dir = args.get("out-dir")) {
-    auto paths = save_image_pngs(*dir, req, result, *model);
+    auto paths = save_image_pngs(*dir, req, result, *model, "octodiff", scale);
     std::fprintf(info, "wrote %zu images to %s\n", paths.size(), dir->c_str());
     nlohmann::json list = nlohmann::json::array();
     for (const auto& p : paths) list.push_back(p.string());

@@ -25,13 +25,15 @@ Image8 result_grid(const GenerationResult& result) {
 }
 
 void save_grid_png(const fs::path& path, const GenerationRequest& request, const GenerationResult& result,
-                   const StableDiffusionModel& model) {
-  write_png(path, result_grid(result), png_texts(describe_image(request, result, model, -1, -1)));
+                   const StableDiffusionModel& model, int scale) {
+  Image8 grid = result_grid(result);
+  if (scale > 1) grid = upscale_nearest(grid, scale);
+  write_png(path, grid, png_texts(describe_image(request, result, model, -1, -1)));
 }
 
 std::vector<fs::path> save_image_pngs(const fs::path& dir, const GenerationRequest& request,
                                       const GenerationResult& result, const StableDiffusionModel& model,
-                                      const std::string& prefix) {
+                                      const std::string& prefix, int scale) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail("cannot create folder '", dir.string(), "': ", ec.message());
@@ -41,7 +43,8 @@ std::vector<fs::path> save_image_pngs(const fs::path& dir, const GenerationReque
   for (size_t i = 0; i < images.size(); ++i) {
     const int d = static_cast<int>(i) / B, b = static_cast<int>(i) % B;
     fs::path p = dir / cat(prefix, "-", request.seed, "-", i + 1, ".png");
-    write_png(p, images[i], png_texts(describe_image(request, result, model, d, b)));
+    write_png(p, scale > 1 ? upscale_nearest(images[i], scale) : images[i],
+              png_texts(describe_image(request, result, model, d, b)));
     paths.push_back(p);
   }
   return paths;

@@ -16,13 +16,15 @@ class StableDiffusionModel;
 std::vector<Image8> result_images(const GenerationResult& result);
 Image8 result_grid(const GenerationResult& result);
 
+// `scale` > 1 enlarges the pictures with nearest-neighbour pixels (small models' 64×64 images);
+// the metadata still describes the generated size.
 void save_grid_png(const std::filesystem::path& path, const GenerationRequest& request,
-                   const GenerationResult& result, const StableDiffusionModel& model);
+                   const GenerationResult& result, const StableDiffusionModel& model, int scale = 1);
 // Writes <dir>/<prefix>-<seed>-<image number>.png for every image; returns the paths.
 std::vector<std::filesystem::path> save_image_pngs(const std::filesystem::path& dir,
                                                    const GenerationRequest& request,
                                                    const GenerationResult& result,
                                                    const StableDiffusionModel& model,
-                                                   const std::string& prefix = "octodiff");
+                                                   const std::string& prefix = "octodiff", int scale = 1);
 
 }  // namespace octodiff
