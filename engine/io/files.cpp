@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -44,6 +45,15 @@ MappedFile::MappedFile(const std::filesystem::path& path) {
     data_ = static_cast<const uint8_t*>(p);
   }
   ::close(fd);
+}
+
+void MappedFile::release(uint64_t offset, uint64_t bytes) const {
+  if (!data_ || bytes == 0 || offset >= size_) return;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  // Only whole pages inside the range: neighbours may still be needed.
+  const uint64_t begin = (offset + page - 1) / page * page;
+  const uint64_t end = std::min(offset + bytes, size_) / page * page;
+  if (end > begin) ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {

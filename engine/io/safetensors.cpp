@@ -257,6 +257,10 @@ std::vector<int64_t> SafetensorsFile::to_i64(const TensorRecord& t) const {
   return out;
 }
 
+void SafetensorsFile::release(const TensorRecord& t) const {
+  map_->release(static_cast<uint64_t>(data_ - map_->data()) + t.begin, t.nbytes());
+}
+
 std::vector<double> SafetensorsFile::to_f64(const TensorRecord& t) const {
   if (t.dtype == DType::F64) {
     std::vector<double> out(static_cast<size_t>(t.numel()));

@@ -63,6 +63,8 @@ class SafetensorsFile {
   std::vector<int64_t> to_i64(const TensorRecord& t) const;
   std::vector<int64_t> to_i64(std::string_view name) const { return to_i64(get(name)); }
   std::vector<double> to_f64(const TensorRecord& t) const;
+  // Drops the tensor's bytes from memory once they have been used (see MappedFile::release).
+  void release(const TensorRecord& t) const;
 
   ~SafetensorsFile();
 

@@ -37,6 +37,7 @@ Tensor WeightSource::take(const std::string& name, const Shape& expected) {
     fail("tensor '", name, "' in ", description_, " has shape ", shape_str(e.shape), ", expected ",
          shape_str(expected), " (does the config.json match the weights?)");
   Tensor t = e.file->to_f32(*e.record);
+  e.file->release(*e.record);  // each weight is read once: keep the file out of memory
   if (e.transform) t = e.transform(t);
   if (t.shape() != expected)
     fail("internal: transform of '", name, "' gave ", shape_str(t.shape()));
