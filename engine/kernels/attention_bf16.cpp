@@ -33,32 +33,78 @@ void attention_bf16(const float* q, const float* k, const float* v, float* out, 
   const int64_t d = s.head_dim, H = s.heads, B = s.batch, Lq = s.q_len, Lk = s.kv_len;
   const Isa isa = kernel_isa();
   const MicroKernelBf16 mk = micro_kernel_bf16(isa);
-  const ToBf16Fn convert = to_bf16_fn(isa);
-  const auto softmax_update = vec_math(isa).softmax_update_bf16;
-  const int64_t d2 = bf16_pairs(d), Lk2 = bf16_pairs(Lk);
+  const bool dot = kernel_bf16_dot();
+  const ToBf16Fn convert = to_bf16_fn(isa, dot);
+  const auto softmax_update = dot ? &softmax_update_bf16_avx512_dot : vec_math(isa).softmax_update_bf16;
+  const int64_t C = H * d, d2 = bf16_pairs(d), Lk2 = bf16_pairs(Lk);
   const int64_t Lkp = round_up(Lk, kPanel), dp = round_up(d, kPanel);
   const int64_t k_size = (Lkp / kPanel) * d2 * kPairRow;  // bf16 elements per (batch, head)
   const int64_t v_size = (dp / kPanel) * Lk2 * kPairRow;
+  const int64_t ldq = 2 * d2;  // bf16 Q rows, zero-padded to whole pairs
+  const int64_t q_size = Lq * ldq;
 
-  // Pack K as Kᵀ panels and V as panels, per (batch, head); padding stays zero.
-  thread_local ThreadBuffer kv_buffer;
-  uint16_t* const kv_packed = kv_buffer.get<uint16_t>(B * H * (k_size + v_size));
-  parallel_for(B * H, [&](int64_t t0, int64_t t1) {
-    std::vector<uint16_t> row(static_cast<size_t>(d));
+  // Packing reads whole rows (all heads; strided per-head slices would wait on memory), rounds
+  // them to bf16 once and writes every element of the packed layouts, padding included.
+  thread_local ThreadBuffer buffer;
+  uint16_t* const packed = buffer.get<uint16_t>(B * H * (k_size + v_size + q_size));
+  auto k_packed = [&](int64_t b, int64_t h) { return packed + (b * H + h) * (k_size + v_size); };
+  auto q_packed = [&](int64_t b, int64_t h) {
+    return packed + B * H * (k_size + v_size) + (b * H + h) * q_size;
+  };
+  const int64_t key_blocks = Lkp / kPanel, q_row_blocks = (Lq + kPanel - 1) / kPanel;
+  parallel_for(B * (key_blocks + q_row_blocks), [&](int64_t t0, int64_t t1) {
+    thread_local ThreadBuffer rows_buffer;
+    uint16_t* rows = rows_buffer.get<uint16_t>(2 * kPanel * C);  // kPanel rows of K and of V
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t b = t / H, h = t % H;
-      uint16_t* kp = kv_packed + t * (k_size + v_size);
-      uint16_t* vp = kp + k_size;
-      std::memset(kp, 0, static_cast<size_t>(k_size + v_size) * sizeof(uint16_t));
-      for (int64_t j = 0; j < Lk; ++j) {  // key j is column j of Kᵀ, the head dim its K
-        convert(k + b * s.batch_stride_k + j * s.ldk + h * d, d, row.data());
-        uint16_t* dst = kp + (j / kPanel) * d2 * kPairRow + 2 * (j % kPanel);
-        for (int64_t c = 0; c < d; ++c) dst[(c / 2) * kPairRow + c % 2] = row[c];
+      const int64_t b = t / (key_blocks + q_row_blocks), blk = t % (key_blocks + q_row_blocks);
+      if (blk >= key_blocks) {  // a block of Q rows → each head's [Lq × ldq] matrix
+        const int64_t i0 = (blk - key_blocks) * kPanel, n = std::min<int64_t>(kPanel, Lq - i0);
+        for (int64_t i = 0; i < n; ++i) {
+          convert(q + b * s.batch_stride_q + (i0 + i) * s.ldq, C, rows);
+          for (int64_t h = 0; h < H; ++h) {
+            uint16_t* dst = q_packed(b, h) + (i0 + i) * ldq;
+            std::memcpy(dst, rows + h * d, d * sizeof(uint16_t));
+            if (d % 2) dst[d] = 0;
+          }
+        }
+        continue;
       }
-      for (int64_t j = 0; j < Lk; ++j) {  // key j is row j of V
-        convert(v + b * s.batch_stride_v + j * s.ldv + h * d, d, row.data());
-        uint16_t* dst = vp + (j / 2) * kPairRow + j % 2;
-        for (int64_t c = 0; c < d; ++c) dst[(c / kPanel) * Lk2 * kPairRow + 2 * (c % kPanel)] = row[c];
+      // Keys [j0, j0 + kPanel): one Kᵀ panel and kPanel/2 pair-rows of each V panel, per head.
+      const int64_t j0 = blk * kPanel, n = std::min<int64_t>(kPanel, Lk - j0);
+      uint16_t* kr = rows;
+      uint16_t* vr = rows + kPanel * C;
+      for (int64_t j = 0; j < kPanel; ++j) {
+        if (j < n) {
+          convert(k + b * s.batch_stride_k + (j0 + j) * s.ldk, C, kr + j * C);
+          convert(v + b * s.batch_stride_v + (j0 + j) * s.ldv, C, vr + j * C);
+        } else {
+          std::memset(kr + j * C, 0, C * sizeof(uint16_t));
+          std::memset(vr + j * C, 0, C * sizeof(uint16_t));
+        }
+      }
+      auto at = [](const uint16_t* row, int64_t c, int64_t limit) -> uint32_t {
+        return c < limit ? row[c] : 0;
+      };
+      for (int64_t h = 0; h < H; ++h) {
+        uint32_t* kd = reinterpret_cast<uint32_t*>(k_packed(b, h) + blk * d2 * kPairRow);
+        for (int64_t pr = 0; pr < d2; ++pr)  // pair-row pr of the panel: (k[j][2pr], k[j][2pr+1]) per key
+          for (int64_t j = 0; j < kPanel; ++j) {
+            const uint16_t* row = kr + j * C + h * d;
+            kd[pr * kPanel + j] = at(row, 2 * pr, d) | at(row, 2 * pr + 1, d) << 16;
+          }
+        uint16_t* vp = k_packed(b, h) + k_size;
+        const int64_t pairs = std::min<int64_t>(kPanel / 2, Lk2 - j0 / 2);
+        for (int64_t dpn = 0; dpn < dp / kPanel; ++dpn) {
+          uint32_t* vd = reinterpret_cast<uint32_t*>(vp + dpn * Lk2 * kPairRow + (j0 / 2) * kPairRow);
+          for (int64_t pr = 0; pr < pairs; ++pr) {  // keys j0+2pr, j0+2pr+1 of columns dpn·32 + col
+            const uint16_t* even = vr + (2 * pr) * C + h * d;
+            const uint16_t* odd = even + C;
+            for (int64_t col = 0; col < kPanel; ++col) {
+              const int64_t c = dpn * kPanel + col;
+              vd[pr * kPanel + col] = at(even, c, d) | at(odd, c, d) << 16;
+            }
+          }
+        }
       }
     }
   });
@@ -66,27 +112,20 @@ void attention_bf16(const float* q, const float* k, const float* v, float* out, 
   const int64_t Br = mk.mr * 4;
   const int64_t Bc = std::min(kKeyTile, Lkp);
   const int64_t q_blocks = (Lq + Br - 1) / Br;
-  const int64_t ldq = 2 * d2;  // bf16 Q rows, zero-padded to whole pairs
   const float ninf = -std::numeric_limits<float>::infinity();
 
   parallel_for(B * H * q_blocks, [&](int64_t t0, int64_t t1) {
     thread_local ThreadBuffer work;
-    float* S = work.get<float>(Br * Bc + Br * dp + Br * (Bc + ldq) / 2 + 64);
+    float* S = work.get<float>(Br * Bc + Br * dp + Br * Bc / 2);
     float* O = S + Br * Bc;
     uint16_t* P = reinterpret_cast<uint16_t*>(O + Br * dp);  // Br × Bc
-    uint16_t* Q = P + Br * Bc;                               // Br × ldq
     std::vector<float> m(Br), l(Br);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t bh = t / q_blocks, b = bh / H, h = bh % H;
       const int64_t i0 = (t % q_blocks) * Br, br = std::min(Br, Lq - i0);
-      const float* qb = q + b * s.batch_stride_q + i0 * s.ldq + h * d;
-      const uint16_t* kp = kv_packed + bh * (k_size + v_size);
+      const uint16_t* kp = k_packed(b, h);
       const uint16_t* vp = kp + k_size;
-      for (int64_t r = 0; r < br; ++r) {
-        convert(qb + r * s.ldq, d, Q + r * ldq);
-        if (d % 2) Q[r * ldq + d] = 0;
-      }
-      std::fill(O, O + Br * dp, 0.0f);
+      const uint16_t* Q = q_packed(b, h) + i0 * ldq;
       std::fill(m.begin(), m.end(), ninf);
       std::fill(l.begin(), l.end(), 0.0f);
       const int64_t kend = causal ? std::min(Lk, i0 + br) : Lk;
@@ -104,12 +143,12 @@ void attention_bf16(const float* q, const float* k, const float* v, float* out, 
           }
           const float alpha = softmax_update(sr, static_cast<int>(valid), scale, &m[r], &l[r], pr);
           std::fill(pr + valid, pr + nc2, uint16_t{0});
-          if (alpha != 1.0f) {
+          if (alpha != 1.0f && j0 > 0) {  // the first tile's P·V overwrites O
             float* o = O + r * dp;
             for (int64_t c = 0; c < d; ++c) o[c] *= alpha;
           }
         }
-        block_gemm_bf16(mk, P, Bc, br, nc2 / 2, vp + (j0 / 2) * kPairRow, Lk2 * kPairRow, d, O, dp, true);
+        block_gemm_bf16(mk, P, Bc, br, nc2 / 2, vp + (j0 / 2) * kPairRow, Lk2 * kPairRow, d, O, dp, j0 > 0);
       }
       for (int64_t r = 0; r < br; ++r) {
         float* dst = out + b * s.batch_stride_o + (i0 + r) * s.ldo + h * d;

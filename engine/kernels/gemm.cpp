@@ -107,6 +107,14 @@ void DirectA::rows_bf16(int64_t i0, int64_t mc, int64_t k0, int64_t kc, ToBf16Fn
   }
 }
 
+void DirectA::prefetch(int64_t i0, int64_t i1, int64_t k0, int64_t kc) const {
+  for (int64_t r = i0; r < i1; ++r) {
+    const char* row = reinterpret_cast<const char*>(a_ + r * lda_ + k0);
+    for (int64_t off = 0; off < kc * static_cast<int64_t>(sizeof(float)); off += 64)
+      __builtin_prefetch(row + off, 0, 2);
+  }
+}
+
 MicroKernel micro_kernel(Isa isa) {
   switch (isa) {
     case Isa::Avx512: return micro_kernel_avx512();

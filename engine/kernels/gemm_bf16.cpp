@@ -5,6 +5,7 @@
 // fixed chunks (here of whole pairs), every output element accumulated by one thread in k
 // order, so results are bit-identical for any thread count.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/half.h"
@@ -17,7 +18,7 @@ namespace {
 
 // K chunk of whole pairs: a panel's B slice (kc/2 pair-rows of 128 bytes) and the A block
 // (MC × kc bf16) take the bytes an f32 chunk of kc/2 does.
-constexpr int64_t kMaxKc = 768;
+static const int64_t kMaxKc = std::getenv("KC") ? std::atoll(std::getenv("KC")) : 768;
 
 int64_t chunk_size(int64_t K) {
   const int64_t chunks = (K + kMaxKc - 1) / kMaxKc;
@@ -29,7 +30,7 @@ int64_t chunk_size(int64_t K) {
 // float) and adds the odd product, then the even one.
 template <int MR>
 void kernel_generic(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
-                    int cols, bool load) {
+                    int cols, bool load, const TileEpilogue& ep) {
   float acc[MR][kPanel];
   for (int r = 0; r < MR; ++r)
     for (int j = 0; j < kPanel; ++j) acc[r][j] = (load && j < cols) ? c[r * ldc + j] : 0.0f;
@@ -49,20 +50,25 @@ void kernel_generic(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_
     }
   }
   for (int r = 0; r < MR; ++r)
-    for (int j = 0; j < cols; ++j) c[r * ldc + j] = acc[r][j];
+    for (int j = 0; j < cols; ++j) {
+      float v = acc[r][j];
+      if (ep.bias) v += ep.bias[j];
+      if (ep.residual) v += ep.residual[r * ep.ldr + j];
+      c[r * ldc + j] = v;
+    }
 }
 
 void dispatch_generic(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
-                      int rows, int cols, bool load) {
+                      int rows, int cols, bool load, const TileEpilogue& ep) {
   switch (rows) {
     case 4:
-      return kernel_generic<4>(pairs, a, lda, b, c, ldc, cols, load);
+      return kernel_generic<4>(pairs, a, lda, b, c, ldc, cols, load, ep);
     case 3:
-      return kernel_generic<3>(pairs, a, lda, b, c, ldc, cols, load);
+      return kernel_generic<3>(pairs, a, lda, b, c, ldc, cols, load, ep);
     case 2:
-      return kernel_generic<2>(pairs, a, lda, b, c, ldc, cols, load);
+      return kernel_generic<2>(pairs, a, lda, b, c, ldc, cols, load, ep);
     default:
-      return kernel_generic<1>(pairs, a, lda, b, c, ldc, cols, load);
+      return kernel_generic<1>(pairs, a, lda, b, c, ldc, cols, load, ep);
   }
 }
 
@@ -88,10 +94,10 @@ void to_bf16_generic(const float* x, int64_t n, uint16_t* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(x[i]);
 }
 
-ToBf16Fn to_bf16_fn(Isa isa) {
+ToBf16Fn to_bf16_fn(Isa isa, bool dot) {
   switch (isa) {
     case Isa::Avx512:
-      return &to_bf16_avx512;
+      return dot ? &to_bf16_avx512_dot : &to_bf16_avx512;
     case Isa::Avx2:
       return &to_bf16_avx2;
     case Isa::Generic:
@@ -122,7 +128,7 @@ void block_gemm_bf16(const MicroKernelBf16& mk, const uint16_t* a, int64_t lda, 
     const uint16_t* bp = b + (j0 / kPanel) * panel_stride;
     for (int64_t i0 = 0; i0 < M; i0 += mk.mr) {
       const int rows = static_cast<int>(std::min<int64_t>(mk.mr, M - i0));
-      mk.fn(pairs, a + i0 * lda, lda, bp, c + i0 * ldc + j0, ldc, rows, cols, load);
+      mk.fn(pairs, a + i0 * lda, lda, bp, c + i0 * ldc + j0, ldc, rows, cols, load, TileEpilogue{});
     }
   }
 }
@@ -131,7 +137,7 @@ void run_gemm_bf16(const ASource& src, int64_t M, const PackedMatrix& b, float* 
                    const Epilogue& ep) {
   const Isa isa = kernel_isa();
   const MicroKernelBf16 mk = micro_kernel_bf16(isa);
-  const ToBf16Fn convert = to_bf16_fn(isa);
+  const ToBf16Fn convert = to_bf16_fn(isa, kernel_bf16_dot());
   const int64_t K = b.K(), N = b.N(), pairs = bf16_pairs(K);
   const int64_t kc_max = chunk_size(K);
   const GemmTiling tiling = gemm_tiling(M, N, mk.mr);
@@ -149,15 +155,35 @@ void run_gemm_bf16(const ASource& src, int64_t M, const PackedMatrix& b, float* 
         const bool last = k0 + kc == K;
         const bool load = k0 > 0 || ep.accumulate;
         src.rows_bf16(i0, rows, k0, kc, convert, a, lda);
+        // The A block this thread gathers next (its next K chunk, or its next tile's first):
+        // fetched piecewise while this one computes, so that gathering it does not wait on
+        // memory (an activation matrix of tens of MiB is read from DRAM once per GEMM).
+        int64_t n_i0 = i0, n_rows = rows, n_k0 = k0 + kc;
+        if (last) {
+          n_k0 = 0;
+          n_i0 = t + 1 < t1 ? ((t + 1) / n_blocks) * mc : M;
+          n_rows = std::min(mc, M - n_i0);
+        }
+        const bool fetch_next = n_rows > 0 && (n_i0 != i0 || n_k0 != k0);
+        const int64_t nkc = std::min(kc_max, K - n_k0);
         for (int64_t p = p0; p < p1; ++p) {
+          if (fetch_next) {
+            const int64_t part = p - p0, parts = p1 - p0;
+            src.prefetch(n_i0 + n_rows * part / parts, n_i0 + n_rows * (part + 1) / parts, n_k0, nkc);
+          }
           const uint16_t* bp = b.bf16_data() + p * pairs * kPairRow + (k0 / 2) * kPairRow;
           const int64_t j0 = p * kPanel;
           const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - j0));
           for (int64_t r = 0; r < rows; r += mk.mr) {
             const int mr = static_cast<int>(std::min<int64_t>(mk.mr, rows - r));
             float* ct = c + (i0 + r) * ldc + j0;
-            mk.fn((kc + 1) / 2, a + r * lda, lda, bp, ct, ldc, mr, cols, load);
-            if (last && (ep.bias || ep.residual)) apply_epilogue(c, ldc, i0 + r, mr, j0, cols, ep);
+            TileEpilogue tile;
+            if (last) {
+              tile.bias = ep.bias ? ep.bias + j0 : nullptr;
+              tile.residual = ep.residual ? ep.residual + (i0 + r) * ep.ldr + j0 : nullptr;
+              tile.ldr = ep.ldr;
+            }
+            mk.fn((kc + 1) / 2, a + r * lda, lda, bp, ct, ldc, mr, cols, load, tile);
           }
         }
       }

@@ -37,7 +37,7 @@ inline __m256 bcast_f32(uint32_t bits) {
 // b: the half panel's first pair-row element (16 columns × 2, pair-rows kPairRow apart).
 template <int MR>
 void kernel(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc, int cols,
-            bool load) {
+            bool load, const TileEpilogue& ep) {
   const __m256i m0 = lane_mask(std::min(cols, 8)), m1 = lane_mask(cols - 8);
 #define INIT(r)                                                      \
   __m256 c0_##r = _mm256_setzero_ps(), c1_##r = _mm256_setzero_ps(); \
@@ -65,10 +65,19 @@ void kernel(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, fl
     OCTODIFF_ROWS(STEP)
 #undef STEP
   }
-#define STORE(r)                                      \
-  if constexpr (MR > r) {                             \
-    _mm256_maskstore_ps(c + r * ldc, m0, c0_##r);     \
-    _mm256_maskstore_ps(c + r * ldc + 8, m1, c1_##r); \
+#define STORE(r)                                                           \
+  if constexpr (MR > r) {                                                  \
+    if (ep.bias) {                                                         \
+      c0_##r = _mm256_add_ps(c0_##r, _mm256_maskload_ps(ep.bias, m0));     \
+      c1_##r = _mm256_add_ps(c1_##r, _mm256_maskload_ps(ep.bias + 8, m1)); \
+    }                                                                      \
+    if (ep.residual) {                                                     \
+      const float* res = ep.residual + r * ep.ldr;                         \
+      c0_##r = _mm256_add_ps(c0_##r, _mm256_maskload_ps(res, m0));         \
+      c1_##r = _mm256_add_ps(c1_##r, _mm256_maskload_ps(res + 8, m1));     \
+    }                                                                      \
+    _mm256_maskstore_ps(c + r * ldc, m0, c0_##r);                          \
+    _mm256_maskstore_ps(c + r * ldc + 8, m1, c1_##r);                      \
   }
   OCTODIFF_ROWS(STORE)
 #undef STORE
@@ -77,23 +86,28 @@ void kernel(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, fl
 #undef OCTODIFF_ROWS
 
 void half(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc, int rows,
-          int cols, bool load) {
+          int cols, bool load, const TileEpilogue& ep) {
   switch (rows) {
     case 4:
-      return kernel<4>(pairs, a, lda, b, c, ldc, cols, load);
+      return kernel<4>(pairs, a, lda, b, c, ldc, cols, load, ep);
     case 3:
-      return kernel<3>(pairs, a, lda, b, c, ldc, cols, load);
+      return kernel<3>(pairs, a, lda, b, c, ldc, cols, load, ep);
     case 2:
-      return kernel<2>(pairs, a, lda, b, c, ldc, cols, load);
+      return kernel<2>(pairs, a, lda, b, c, ldc, cols, load, ep);
     default:
-      return kernel<1>(pairs, a, lda, b, c, ldc, cols, load);
+      return kernel<1>(pairs, a, lda, b, c, ldc, cols, load, ep);
   }
 }
 
 void dispatch(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
-              int rows, int cols, bool load) {
-  half(pairs, a, lda, b, c, ldc, rows, std::min(cols, 16), load);
-  if (cols > 16) half(pairs, a, lda, b + 32, c + 16, ldc, rows, cols - 16, load);
+              int rows, int cols, bool load, const TileEpilogue& ep) {
+  half(pairs, a, lda, b, c, ldc, rows, std::min(cols, 16), load, ep);
+  if (cols > 16) {
+    TileEpilogue right = ep;
+    if (right.bias) right.bias += 16;
+    if (right.residual) right.residual += 16;
+    half(pairs, a, lda, b + 32, c + 16, ldc, rows, cols - 16, load, right);
+  }
 }
 
 }  // namespace

@@ -53,8 +53,15 @@ MicroKernel micro_kernel_avx512();
 // accumulator, each sum rounded: the order VDPBF16PS documents, and since a product of two
 // bf16 values is exact in float32, the fallbacks that widen to float32 give the same bits
 // (except for subnormal inputs and results, which VDPBF16PS flushes to zero).
+// `ep` is added to the finished sums as they are stored: c = (Σ + bias[j]) + residual[i][j], each
+// sum rounded, as apply_epilogue does (the drivers pass it with the last K chunk only).
+struct TileEpilogue {
+  const float* bias = nullptr;      // at the tile's first column
+  const float* residual = nullptr;  // at the tile's first element
+  int64_t ldr = 0;
+};
 using MicroKernelBf16Fn = void (*)(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c,
-                                   int64_t ldc, int rows, int cols, bool load);
+                                   int64_t ldc, int rows, int cols, bool load, const TileEpilogue& ep);
 struct MicroKernelBf16 {
   int mr = 0;
   MicroKernelBf16Fn fn = nullptr;
@@ -67,11 +74,16 @@ MicroKernelBf16 micro_kernel_bf16_avx512();      // widening fallback (AVX-512F,
 MicroKernelBf16 micro_kernel_bf16_avx512_dot();  // VDPBF16PS
 
 // float32 → bf16, round to nearest even (core/half.h's f32_to_bf16, bit for bit), per ISA.
+// With dot (the VDPBF16PS path) it is VCVTNEPS2BF16, which also flushes subnormal inputs to
+// zero: VDPBF16PS reads subnormal bf16 inputs as zero anyway, so products are unchanged.
 using ToBf16Fn = void (*)(const float* x, int64_t n, uint16_t* y);
-ToBf16Fn to_bf16_fn(Isa isa);
+ToBf16Fn to_bf16_fn(Isa isa, bool dot);
 void to_bf16_generic(const float* x, int64_t n, uint16_t* y);
 void to_bf16_avx2(const float* x, int64_t n, uint16_t* y);
 void to_bf16_avx512(const float* x, int64_t n, uint16_t* y);
+void to_bf16_avx512_dot(const float* x, int64_t n, uint16_t* y);
+// VecMath::softmax_update_bf16 rounding with VCVTNEPS2BF16 (for the VDPBF16PS path).
+float softmax_update_bf16_avx512_dot(float* s, int n, float scale, float* m, float* l, uint16_t* p);
 
 // Element-wise maps and the online-softmax row update, per ISA. All accept y == x.
 struct VecMath {
@@ -105,6 +117,10 @@ class ASource {
   // even length.
   virtual void rows_bf16(int64_t i0, int64_t mc, int64_t k0, int64_t kc, ToBf16Fn convert, uint16_t* dst,
                          int64_t ld) const = 0;
+  // Hint: rows [i0, i1) × columns [k0, k0+kc) will be read soon (fetched into L2 meanwhile).
+  virtual void prefetch(int64_t i0, int64_t i1, int64_t k0, int64_t kc) const {
+    (void)i0, (void)i1, (void)k0, (void)kc;
+  }
 };
 
 // Row stride of a gathered A block: kc rounded to whole cache lines plus one, so that the
@@ -123,6 +139,7 @@ class DirectA final : public ASource {
   bool needs_scratch() const override { return copy_; }
   void rows_bf16(int64_t i0, int64_t mc, int64_t k0, int64_t kc, ToBf16Fn convert, uint16_t* dst,
                  int64_t ld) const override;
+  void prefetch(int64_t i0, int64_t i1, int64_t k0, int64_t kc) const override;
 
  private:
   const float* a_;

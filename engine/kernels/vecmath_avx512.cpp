@@ -184,8 +184,14 @@ inline __m256i round_to_bf16(__m512i v) {
   return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
 }
 
+// VCVTNEPS2BF16: the same rounding except that subnormals become zero (see internal.h).
+inline __m256i round_to_bf16_dot(__m512i v) {
+  return (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(v));
+}
+
 // softmax_update writing bf16 probabilities: the rounding is fused into the exp pass.
-float softmax_update_bf16(float* s, int n, float scale, float* m, float* l, uint16_t* p) {
+template <__m256i (*Round)(__m512i)>
+float softmax_update_bf16_with(float* s, int n, float scale, float* m, float* l, uint16_t* p) {
   const float ninf_f = -std::numeric_limits<float>::infinity();
   const __m512 ninf = _mm512_set1_ps(ninf_f);
   const __m512 vscale = _mm512_set1_ps(scale);
@@ -200,18 +206,22 @@ float softmax_update_bf16(float* s, int n, float scale, float* m, float* l, uint
   __m512 sum = _mm512_setzero_ps();
   for (i = 0; i + 16 <= n; i += 16) {
     const __m512 e = exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(s + i), vscale), vm));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + i), round_to_bf16(_mm512_castps_si512(e)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + i), Round(_mm512_castps_si512(e)));
     sum = _mm512_add_ps(sum, e);
   }
   if (i < n) {
     const __m512 e = _mm512_maskz_mov_ps(
         tail, exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(tail, s + i), vscale), vm)));
-    _mm256_mask_storeu_epi16(p + i, tail, round_to_bf16(_mm512_castps_si512(e)));
+    _mm256_mask_storeu_epi16(p + i, tail, Round(_mm512_castps_si512(e)));
     sum = _mm512_add_ps(sum, e);
   }
   *l = *l * alpha + _mm512_reduce_add_ps(sum);
   *m = m_new;
   return alpha;
+}
+
+float softmax_update_bf16(float* s, int n, float scale, float* m, float* l, uint16_t* p) {
+  return softmax_update_bf16_with<round_to_bf16>(s, n, scale, m, l, p);
 }
 
 }  // namespace
@@ -223,6 +233,65 @@ void to_bf16_avx512(const float* x, int64_t n, uint16_t* y) {
   if (i < n) {
     const __mmask16 m = __mmask16((1u << (n - i)) - 1);
     _mm256_mask_storeu_epi16(y + i, m, round_to_bf16(_mm512_maskz_loadu_epi32(m, x + i)));
+  }
+}
+
+// 2^t for t ≤ 0: t = n + f with n = round(t), |f| ≤ ½, 2^f by its degree-6 Taylor polynomial
+// (relative error ≤ 1.3e-7), scalef for 2^n (underflows to 0 below −149).
+inline __m512 exp2_nonpositive(__m512 t) {
+  t = _mm512_max_ps(t, _mm512_set1_ps(-150.0f));
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 q = _mm512_set1_ps(1.5403530393381606e-4f);  // ln2⁶/6!
+  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(1.3333558146428443e-3f));
+  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(9.6181291076284772e-3f));
+  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(5.5504108664821580e-2f));
+  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(2.4022650695910071e-1f));
+  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(6.9314718055994531e-1f));
+  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(q, n);
+}
+
+// The VDPBF16PS path's softmax step, in base 2: this function keeps m in units of log2(e)
+// (m = max of s·scale·log2e), so that one fused s·c − m feeds exp2 directly; only alpha and l
+// reach the caller, and they mean what they mean in softmax_update. The row maximum is taken on
+// s itself: s ↦ round(s·c) is monotonic, so max(round(s·c)) = round(max(s)·c).
+float softmax_update_bf16_avx512_dot(float* s, int n, float scale, float* m, float* l, uint16_t* p) {
+  const float ninf_f = -std::numeric_limits<float>::infinity();
+  const float c = scale * 1.44269504088896341f;
+  const __m512 ninf = _mm512_set1_ps(ninf_f);
+  __m512 vmax = ninf;
+  int i = 0;
+  for (; i + 16 <= n; i += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(s + i));
+  const __mmask16 tail = __mmask16((1u << (n - i)) - 1);
+  if (i < n) vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(ninf, tail, s + i));
+  const float m_new = std::max(*m, _mm512_reduce_max_ps(vmax) * c);
+  const float alpha = *m == ninf_f ? 0.0f : std::exp2(*m - m_new);
+  const __m512 vm = _mm512_set1_ps(m_new), vc = _mm512_set1_ps(c);
+  __m512 sum = _mm512_setzero_ps();
+  for (i = 0; i + 16 <= n; i += 16) {
+    const __m512 e = exp2_nonpositive(_mm512_fmsub_ps(_mm512_loadu_ps(s + i), vc, vm));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + i), round_to_bf16_dot(_mm512_castps_si512(e)));
+    sum = _mm512_add_ps(sum, e);
+  }
+  if (i < n) {
+    const __m512 e = _mm512_maskz_mov_ps(
+        tail, exp2_nonpositive(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(tail, s + i), vc, vm)));
+    _mm256_mask_storeu_epi16(p + i, tail, round_to_bf16_dot(_mm512_castps_si512(e)));
+    sum = _mm512_add_ps(sum, e);
+  }
+  *l = *l * alpha + _mm512_reduce_add_ps(sum);
+  *m = m_new;
+  return alpha;
+}
+
+void to_bf16_avx512_dot(const float* x, int64_t n, uint16_t* y) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), round_to_bf16_dot(_mm512_loadu_si512(x + i)));
+  if (i < n) {
+    const __mmask16 m = __mmask16((1u << (n - i)) - 1);
+    _mm256_mask_storeu_epi16(y + i, m, round_to_bf16_dot(_mm512_maskz_loadu_epi32(m, x + i)));
   }
 }
 

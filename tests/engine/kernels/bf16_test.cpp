@@ -47,14 +47,20 @@ TEST(Bf16, ConversionMatchesHalfH) {
   for (int i = 0; i < 100000; ++i) x.push_back(bits_to_f32(static_cast<uint32_t>(gen())));
   for (uint32_t b : {0x7f800001u, 0xffc00000u, 0x7fffffffu, 0x3f808000u, 0x3f818000u, 0x0000ffffu})
     x.push_back(bits_to_f32(b));
-  for (Isa isa : available_isas()) {
+  for (const Path& path : bf16_paths()) {
     // Odd lengths and offsets reach the vector loops and their tails.
     for (size_t off : {size_t{0}, size_t{3}}) {
       std::vector<uint16_t> y(x.size() - off);
-      detail::to_bf16_fn(isa)(x.data() + off, static_cast<int64_t>(y.size()), y.data());
+      detail::to_bf16_fn(path.isa, path.dot)(x.data() + off, static_cast<int64_t>(y.size()), y.data());
       size_t bad = 0;
-      for (size_t i = 0; i < y.size(); ++i) bad += y[i] != f32_to_bf16(x[i + off]);
-      EXPECT_EQ(bad, 0u) << isa_name(isa) << " offset " << off;
+      for (size_t i = 0; i < y.size(); ++i) {
+        const float v = x[i + off];
+        // VCVTNEPS2BF16 flushes subnormal inputs to zero (which VDPBF16PS reads them as anyway).
+        const bool flushed = path.dot && std::fpclassify(v) == FP_SUBNORMAL;
+        const uint16_t want = flushed ? uint16_t(std::signbit(v) ? 0x8000 : 0) : f32_to_bf16(v);
+        bad += y[i] != want;
+      }
+      EXPECT_EQ(bad, 0u) << path.name() << " offset " << off;
     }
   }
 }
