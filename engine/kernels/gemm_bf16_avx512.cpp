@@ -72,6 +72,9 @@ void dot_kernel(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b
     if constexpr (!kHalf) c1[r] = load ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();
   }
   for (int64_t q = 0; q < pairs; ++q) {
+    // B streams from L2 (a panel's K chunk is 48 KiB): fetch it 16 pair-rows ahead (+3-5 %).
+    _mm_prefetch(reinterpret_cast<const char*>(b + (q + 16) * kPairRow), _MM_HINT_T0);
+    if constexpr (!kHalf) _mm_prefetch(reinterpret_cast<const char*>(b + (q + 16) * kPairRow + 32), _MM_HINT_T0);
     const __m512bh b0 = as_bh(_mm512_load_si512(b + q * kPairRow));
     if constexpr (kHalf) {
       for (int r = 0; r < MR; ++r)
