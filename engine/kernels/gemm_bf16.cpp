@@ -5,8 +5,10 @@
 // fixed chunks (here of whole pairs), every output element accumulated by one thread in k
 // order, so results are bit-identical for any thread count.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
+#include "core/device.h"
 #include "core/half.h"
 #include "core/parallel.h"
 #include "kernels/internal.h"
@@ -144,10 +146,16 @@ void run_gemm_bf16(const ASource& src, int64_t M, const PackedMatrix& b, float* 
   const int64_t mc = tiling.mc, n_blocks = tiling.n_blocks, tile_panels = tiling.tile_panels;
   const int64_t lda = scratch_lda_bf16(kc_max);
 
-  parallel_for(tiling.m_blocks * n_blocks, [&](int64_t t0, int64_t t1) {
+  // Tiles are handed out one at a time (each worker claims its next tile one ahead, so that it
+  // can prefetch that tile's A block): threads end within one tile of each other whatever the
+  // tile sizes. Which thread computes a tile never changes its arithmetic.
+  const int64_t tiles = tiling.m_blocks * n_blocks;
+  std::atomic<int64_t> counter{0};
+  parallel_for(std::min<int64_t>(current_device().threads, tiles), [&](int64_t, int64_t) {
     thread_local ThreadBuffer buffer;
     uint16_t* a = buffer.get<uint16_t>(mc * lda);
-    for (int64_t t = t0; t < t1; ++t) {
+    for (int64_t t = counter.fetch_add(1); t < tiles;) {
+      const int64_t t_next = counter.fetch_add(1);
       const int64_t i0 = (t / n_blocks) * mc, rows = std::min(mc, M - i0);
       const int64_t p0 = (t % n_blocks) * tile_panels, p1 = std::min(tiling.panels, p0 + tile_panels);
       for (int64_t k0 = 0; k0 < K; k0 += kc_max) {
@@ -161,7 +169,7 @@ void run_gemm_bf16(const ASource& src, int64_t M, const PackedMatrix& b, float* 
         int64_t n_i0 = i0, n_rows = rows, n_k0 = k0 + kc;
         if (last) {
           n_k0 = 0;
-          n_i0 = t + 1 < t1 ? ((t + 1) / n_blocks) * mc : M;
+          n_i0 = t_next < tiles ? (t_next / n_blocks) * mc : M;
           n_rows = std::min(mc, M - n_i0);
         }
         const bool fetch_next = n_rows > 0 && (n_i0 != i0 || n_k0 != k0);
@@ -187,6 +195,7 @@ void run_gemm_bf16(const ASource& src, int64_t M, const PackedMatrix& b, float* 
           }
         }
       }
+      t = t_next;
     }
   });
 }

@@ -128,7 +128,7 @@ void widen_kernel(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t*
                   int cols, bool load, const TileEpilogue& ep) {
   __m512 c0[MR], c1[kHalf ? 1 : MR];
   const __mmask16 m0 = lane_mask(cols), m1 = lane_mask(cols - 16);
-  if (!load) prefetch_tile(c, ldc, MR, kHalf);
+  if (!load && pairs >= 64) prefetch_tile(c, ldc, MR, kHalf);
   for (int r = 0; r < MR; ++r) {
     c0[r] = load ? _mm512_maskz_loadu_ps(m0, c + r * ldc) : _mm512_setzero_ps();
     if constexpr (!kHalf) c1[r] = load ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();
