@@ -11,15 +11,17 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "kernels/internal.h"
+#include "kernels/isa.h"
 
 namespace octodiff::kernels {
 namespace {
 
 class ConvSource final : public detail::ASource {
  public:
-  ConvSource(const float* x, int64_t H, int64_t W, int64_t Ci, int64_t Ho, int64_t Wo, int kh, int kw,
-             const Conv2dGeometry& g)
-      : x_(x), H_(H), W_(W), Ci_(Ci), Ho_(Ho), Wo_(Wo), kw_(kw), g_(g) {
+  // x16: the same input already rounded to bf16 (for bf16 weights), or null.
+  ConvSource(const float* x, const uint16_t* x16, int64_t H, int64_t W, int64_t Ci, int64_t Ho, int64_t Wo,
+             int kh, int kw, const Conv2dGeometry& g)
+      : x_(x), x16_(x16), H_(H), W_(W), Ci_(Ci), Ho_(Ho), Wo_(Wo), kw_(kw), g_(g) {
     (void)kh;
   }
 
@@ -50,7 +52,7 @@ class ConvSource final : public detail::ASource {
   }
   bool needs_scratch() const override { return true; }
 
-  // The same gather, rounding to bf16 on the way.
+  // The same gather from the bf16 copy of the input (or rounding on the way without one).
   void rows_bf16(int64_t i0, int64_t mc, int64_t k0, int64_t kc, detail::ToBf16Fn convert, uint16_t* dst0,
                  int64_t ld) const override {
     for (int64_t r = 0; r < mc; ++r) {
@@ -64,7 +66,12 @@ class ConvSource final : public detail::ASource {
         const int64_t run = std::min(Ci_ - c, k0 + kc - k);
         const int64_t iy = iy0 + tap / kw_, ix = ix0 + tap % kw_;
         if (iy >= 0 && iy < H_ && ix >= 0 && ix < W_) {
-          convert(x_ + ((n * H_ + iy) * W_ + ix) * Ci_ + c, run, dst);
+          const int64_t at = ((n * H_ + iy) * W_ + ix) * Ci_ + c;
+          if (x16_) {
+            std::memcpy(dst, x16_ + at, run * sizeof(uint16_t));
+          } else {
+            convert(x_ + at, run, dst);
+          }
         } else {
           std::memset(dst, 0, run * sizeof(uint16_t));
         }
@@ -77,6 +84,7 @@ class ConvSource final : public detail::ASource {
 
  private:
   const float* x_;
+  const uint16_t* x16_;
   int64_t H_, W_, Ci_, Ho_, Wo_;
   int kw_;
   Conv2dGeometry g_;
@@ -126,8 +134,20 @@ void conv2d_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWe
                          g.pad_bottom == 0 && g.pad_right == 0;
   if (pointwise) {
     detail::run_gemm(detail::DirectA(x, w.in_channels), M, w.packed, y, w.out_channels, ep);
+  } else if (w.packed.precision() == Precision::BF16) {
+    // Each input element enters kh·kw taps: round the input to bf16 once, not once per tap
+    // (same values, half the bytes to gather).
+    const int64_t Ci = w.in_channels;
+    thread_local detail::ThreadBuffer buffer;
+    uint16_t* x16 = buffer.get<uint16_t>(N * H * W * Ci);
+    const detail::ToBf16Fn convert = detail::to_bf16_fn(kernel_isa(), kernel_bf16_dot());
+    parallel_for(N * H, [&](int64_t r0, int64_t r1) {
+      convert(x + r0 * W * Ci, (r1 - r0) * W * Ci, x16 + r0 * W * Ci);
+    });
+    const ConvSource src(x, x16, H, W, Ci, Ho, Wo, w.kh, w.kw, g);
+    detail::run_gemm(src, M, w.packed, y, w.out_channels, ep);
   } else {
-    const ConvSource src(x, H, W, w.in_channels, Ho, Wo, w.kh, w.kw, g);
+    const ConvSource src(x, nullptr, H, W, w.in_channels, Ho, Wo, w.kh, w.kw, g);
     detail::run_gemm(src, M, w.packed, y, w.out_channels, ep);
   }
 }
