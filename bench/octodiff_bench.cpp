@@ -131,7 +131,10 @@ int main(int argc, char** argv) {
     auto model = StableDiffusionModel::load(model_path, load_options);
     j["model"] = model_path.string();
     j["load_seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
+    j["load_from_cache"] = model->loaded_from_cache(ModelComponent::UNet);
+    for (const auto& note : model->load_notes()) std::fprintf(stderr, "note: %s\n", note.c_str());
     j["rss_after_load_mb"] = current_rss_bytes() / 1048576.0;
+    j["peak_rss_after_load_mb"] = peak_rss_bytes() / 1048576.0;
     std::fprintf(stderr, "loaded %s in %.1f s\n", model_path.c_str(), j["load_seconds"].get<double>());
 
     const int vsf = model->vae_scale_factor();
@@ -178,9 +181,18 @@ int main(int argc, char** argv) {
     std::vector<int32_t> ids(2 * 77, model->tokenizer().eos_id());
     ids[0] = ids[77] = model->tokenizer().bos_id();
     Tensor context;
+    // Phases as the pipeline runs them: each network's weights are mapped in before it runs and
+    // dropped (with the arena's free blocks) after, so only one network is resident at a time.
+    auto end_phase = [&](ModelComponent c) {
+      model->release(c);
+      arena.trim();
+    };
+    model->prefetch(ModelComponent::TextEncoder);
     j["text_encode_seconds"] = median_seconds(o.repeats, [&] {
       context = model->text_encoder().forward(ids, 2, 77).last_hidden_state;
     });
+    end_phase(ModelComponent::TextEncoder);
+    model->prefetch(ModelComponent::UNet);
 
     // UNet at batch 2 (a guided step) and batch 1.
     for (int batch : {2, 1}) {
@@ -198,18 +210,25 @@ int main(int argc, char** argv) {
       j[k + "_gflops"] = gflop / s;
       j[k + "_fraction_of_peak"] = gflop / s / ref_peak;
     }
+    j["peak_rss_after_unet_mb"] = peak_rss_bytes() / 1048576.0;
+    j["arena_peak_after_unet_mb"] = arena.peak_bytes_reserved() / 1048576.0;
+    j["arena_peak_in_use_after_unet_mb"] = arena.peak_bytes_in_use() / 1048576.0;
+    end_phase(ModelComponent::UNet);
 
     if (!o.skip_vae) {
       Tensor z = pseudo_random({1, h, w, model->vae().config().latent_channels}, 11);
       std::fprintf(stderr, "VAE decode %dx%d...\n", o.width, o.height);
+      model->prefetch(ModelComponent::Vae);
       const double s = median_seconds(o.repeats, [&] { model->vae().decode_nhwc(z); });
       const double gflop = vae_decode_flops(model->vae().config(), 1, h, w) / 1e9;
       j["vae_decode_seconds"] = s;
       j["vae_decode_gflop"] = gflop;
       j["vae_decode_gflops"] = gflop / s;
       j["vae_decode_fraction_of_peak"] = gflop / s / ref_peak;
+      end_phase(ModelComponent::Vae);
     }
     j["peak_rss_mb"] = peak_rss_bytes() / 1048576.0;
+    j["arena_peak_mb"] = arena.peak_bytes_reserved() / 1048576.0;
 
     if (o.json) {
       std::printf("%s\n", j.dump(2).c_str());
@@ -219,6 +238,9 @@ int main(int argc, char** argv) {
       if (j.contains("compile_seconds"))
         std::printf("compile: %.3f s first call, %.3f s cached\n", j["compile_seconds"].get<double>(),
                     j["cached_compile_seconds"].get<double>());
+      std::printf("model load: %.2f s (%s)\n", j["load_seconds"].get<double>(),
+                  j["load_from_cache"].get<bool>() ? "packed weights mapped from the weight cache"
+                                                   : "weights read and packed, weight cache written");
       std::printf("text encoding (2×77): %.3f s\n", j["text_encode_seconds"].get<double>());
       for (const char* k : {"unet_b2", "unet_b1", "vae_decode"}) {
         if (!j.contains(std::string(k) + "_seconds")) continue;

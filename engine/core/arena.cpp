@@ -21,6 +21,7 @@ void* CachingArena::allocate(size_t bytes) {
       void* p = it->second;
       free_.erase(it);
       in_use_ += size;
+      peak_in_use_ = std::max(peak_in_use_, in_use_);
       return p;
     }
   }
@@ -29,6 +30,7 @@ void* CachingArena::allocate(size_t bytes) {
   reserved_ += size;
   in_use_ += size;
   peak_reserved_ = std::max(peak_reserved_, reserved_);
+  peak_in_use_ = std::max(peak_in_use_, in_use_);
   return p;
 }
 
@@ -56,6 +58,11 @@ size_t CachingArena::bytes_reserved() const {
 size_t CachingArena::peak_bytes_reserved() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return peak_reserved_;
+}
+
+size_t CachingArena::peak_bytes_in_use() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return peak_in_use_;
 }
 
 size_t CachingArena::bytes_in_use() const {

@@ -29,12 +29,13 @@ class CachingArena : public Allocator {
   size_t bytes_reserved() const;     // held from the system (live + free)
   size_t peak_bytes_reserved() const;
   size_t bytes_in_use() const;
+  size_t peak_bytes_in_use() const;  // what a perfect allocator would have needed
 
  private:
   static size_t round_size(size_t bytes);
   mutable std::mutex mutex_;
   std::multimap<size_t, void*> free_;
-  size_t reserved_ = 0, peak_reserved_ = 0, in_use_ = 0;
+  size_t reserved_ = 0, peak_reserved_ = 0, in_use_ = 0, peak_in_use_ = 0;
 };
 
 }  // namespace octodiff

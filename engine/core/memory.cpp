@@ -1,6 +1,7 @@
 #include "core/memory.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -10,6 +11,7 @@ namespace octodiff {
 namespace {
 
 thread_local Allocator* t_allocator = nullptr;
+thread_local WeightStorage* t_weight_storage = nullptr;
 
 int64_t status_kib(const char* key) {
   std::ifstream in("/proc/self/status");
@@ -47,6 +49,20 @@ std::shared_ptr<const void> allocate_floats(int64_t n) {
 
 AllocatorScope::AllocatorScope(Allocator* a) : previous_(t_allocator) { t_allocator = a; }
 AllocatorScope::~AllocatorScope() { t_allocator = previous_; }
+
+std::shared_ptr<void> allocate_weight_bytes(size_t bytes, const std::string& tag) {
+  if (WeightStorage* s = t_weight_storage) {
+    std::shared_ptr<void> p = s->allocate(bytes, tag);
+    std::memset(p.get(), 0, bytes);
+    return p;
+  }
+  void* p = aligned_alloc_or_throw(bytes);
+  std::memset(p, 0, bytes);
+  return std::shared_ptr<void>(p, [](void* q) { aligned_free(q); });
+}
+
+WeightStorageScope::WeightStorageScope(WeightStorage* s) : previous_(t_weight_storage) { t_weight_storage = s; }
+WeightStorageScope::~WeightStorageScope() { t_weight_storage = previous_; }
 
 int64_t peak_rss_bytes() { return status_kib("VmHWM") * 1024; }
 int64_t current_rss_bytes() { return status_kib("VmRSS") * 1024; }

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace octodiff {
 
@@ -35,6 +36,29 @@ class AllocatorScope {
 
  private:
   Allocator* previous_;
+};
+
+// Where weights go while a model loads: the heap, unless a WeightStorageScope installs a store
+// (a component's weight cache file, io/weight_cache.h). `tag` says what the blob holds, so that a
+// store read back later can check it gives the loader what it asks for.
+class WeightStorage {
+ public:
+  virtual ~WeightStorage() = default;
+  virtual std::shared_ptr<void> allocate(size_t bytes, const std::string& tag) = 0;  // 64-byte aligned
+};
+
+// `bytes` of weight storage, zeroed, from this thread's store (the heap unless a scope is active).
+std::shared_ptr<void> allocate_weight_bytes(size_t bytes, const std::string& tag);
+
+class WeightStorageScope {
+ public:
+  explicit WeightStorageScope(WeightStorage* s);
+  ~WeightStorageScope();
+  WeightStorageScope(const WeightStorageScope&) = delete;
+  WeightStorageScope& operator=(const WeightStorageScope&) = delete;
+
+ private:
+  WeightStorage* previous_;
 };
 
 // Peak resident set size of this process in bytes (from /proc/self/status VmHWM).

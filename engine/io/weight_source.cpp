@@ -29,19 +29,23 @@ std::vector<std::string> WeightSource::names() const {
   return out;
 }
 
-Tensor WeightSource::take(const std::string& name, const Shape& expected) {
+void WeightSource::claim(const std::string& name, const Shape& expected) {
   auto it = entries_.find(name);
   if (it == entries_.end()) fail("tensor '", name, "' is missing from ", description_);
-  const Entry& e = it->second;
-  if (e.shape != expected)
-    fail("tensor '", name, "' in ", description_, " has shape ", shape_str(e.shape), ", expected ",
+  if (it->second.shape != expected)
+    fail("tensor '", name, "' in ", description_, " has shape ", shape_str(it->second.shape), ", expected ",
          shape_str(expected), " (does the config.json match the weights?)");
+  taken_.insert(name);
+}
+
+Tensor WeightSource::take(const std::string& name, const Shape& expected) {
+  claim(name, expected);
+  const Entry& e = entries_.find(name)->second;
   Tensor t = e.file->to_f32(*e.record);
   e.file->release(*e.record);  // each weight is read once: keep the file out of memory
   if (e.transform) t = e.transform(t);
   if (t.shape() != expected)
     fail("internal: transform of '", name, "' gave ", shape_str(t.shape()));
-  taken_.insert(name);
   return t;
 }
 

@@ -48,6 +48,9 @@ class WeightSource {
 
   // The tensor as float32, checked against `expected`; marks it taken.
   Tensor take(const std::string& name, const Shape& expected);
+  // Checks the tensor is present with the `expected` shape and marks it taken without reading it
+  // (its packed form comes from the component's weight cache, io/weight_cache.h).
+  void claim(const std::string& name, const Shape& expected);
   // As take(), but returns an undefined Tensor when absent.
   Tensor take_if_present(const std::string& name, const Shape& expected);
 

@@ -25,22 +25,50 @@ const char* precision_name(Precision p) {
   return p == Precision::BF16 ? "bf16" : "f32";
 }
 
-PackedMatrix allocate_packed(int64_t K, int64_t N, Precision precision) {
-  if (K <= 0 || N <= 0) fail(cat("pack_b: empty matrix ", K, "x", N));
+size_t packed_size(int64_t K, int64_t N, Precision precision) {
   const int64_t panels = (N + kPanel - 1) / kPanel;
-  const size_t bytes =
-      precision == Precision::BF16
-          ? static_cast<size_t>(panels * detail::bf16_pairs(K) * detail::kPairRow) * sizeof(uint16_t)
-          : static_cast<size_t>(panels * K * kPanel) * sizeof(float);
+  return precision == Precision::BF16
+             ? static_cast<size_t>(panels * detail::bf16_pairs(K) * detail::kPairRow) * sizeof(uint16_t)
+             : static_cast<size_t>(panels * K * kPanel) * sizeof(float);
+}
+
+std::string packed_tag(int64_t K, int64_t N, Precision precision) {
+  return cat("packed ", K, "x", N, " ", precision_name(precision), " panel", kPanel);
+}
+
+PackedMatrix allocate_packed(int64_t K, int64_t N, Precision precision, bool weight) {
+  if (K <= 0 || N <= 0) fail(cat("pack_b: empty matrix ", K, "x", N));
+  PackedMatrix p;
+  p.K_ = K;
+  p.N_ = N;
+  p.nr_ = kPanel;
+  p.precision_ = precision;
+  p.bytes_ = packed_size(K, N, precision);
+  if (weight) {
+    p.data_ = allocate_weight_bytes(p.bytes_, packed_tag(K, N, precision));
+  } else {
+    void* raw = aligned_alloc_or_throw(p.bytes_);
+    std::memset(raw, 0, p.bytes_);
+    p.data_ = std::shared_ptr<void>(raw, [](void* q) { aligned_free(q); });
+  }
+  return p;
+}
+
+PackedMatrix PackedMatrix::adopt(int64_t K, int64_t N, Precision precision, std::shared_ptr<void> data,
+                                 size_t bytes) {
+  if (K <= 0 || N <= 0) fail(cat("packed weight: empty matrix ", K, "x", N));
+  const size_t expected = packed_size(K, N, precision);
+  if (bytes != expected || !data)
+    fail(cat("packed weight ", K, "x", N, " ", precision_name(precision), ": ", bytes, " bytes stored, ", expected,
+             " expected"));
+  if (reinterpret_cast<uintptr_t>(data.get()) % 64 != 0) fail("packed weight: storage is not 64-byte aligned");
   PackedMatrix p;
   p.K_ = K;
   p.N_ = N;
   p.nr_ = kPanel;
   p.precision_ = precision;
   p.bytes_ = bytes;
-  void* raw = aligned_alloc_or_throw(bytes);
-  std::memset(raw, 0, bytes);
-  p.data_ = std::shared_ptr<void>(raw, [](void* q) { aligned_free(q); });
+  p.data_ = std::move(data);
   return p;
 }
 
@@ -67,7 +95,7 @@ void pack_f32(const float* b, int64_t K, int64_t N, bool transposed, float* dst)
 }  // namespace
 
 PackedMatrix pack_b(const float* b, int64_t K, int64_t N, bool transposed, Precision precision) {
-  PackedMatrix p = allocate_packed(K, N, precision);
+  PackedMatrix p = allocate_packed(K, N, precision, /*weight=*/true);
   if (precision == Precision::BF16) {
     detail::pack_bf16(b, K, N, transposed, p.mutable_bf16_data());
   } else {

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace octodiff::kernels {
 
@@ -36,8 +37,12 @@ class PackedMatrix {
   float* mutable_data() { return static_cast<float*>(data_.get()); }
   uint16_t* mutable_bf16_data() { return static_cast<uint16_t*>(data_.get()); }
 
+  // A matrix pack_b packed earlier, stored elsewhere (a weight cache file): `data` must hold
+  // exactly the bytes pack_b produced for (K, N, precision) with this build's layout.
+  static PackedMatrix adopt(int64_t K, int64_t N, Precision precision, std::shared_ptr<void> data, size_t bytes);
+
  private:
-  friend PackedMatrix allocate_packed(int64_t K, int64_t N, Precision precision);
+  friend PackedMatrix allocate_packed(int64_t K, int64_t N, Precision precision, bool weight);
   int64_t K_ = 0, N_ = 0;
   int nr_ = 0;
   Precision precision_ = Precision::F32;
@@ -50,6 +55,11 @@ class PackedMatrix {
 // BF16 rounds every element to nearest even (core/half.h's f32_to_bf16).
 PackedMatrix pack_b(const float* b, int64_t K, int64_t N, bool transposed,
                     Precision precision = Precision::F32);
+
+// What a packed weight is, as pack_b stores it through the weight store (core/memory.h); the
+// panel layout is part of the tag, so a cache packed by a build with another layout never fits.
+std::string packed_tag(int64_t K, int64_t N, Precision precision);
+size_t packed_size(int64_t K, int64_t N, Precision precision);  // bytes pack_b stores
 
 struct Epilogue {
   const float* bias = nullptr;      // N values added to every row

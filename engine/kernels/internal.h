@@ -11,8 +11,9 @@
 
 namespace octodiff::kernels {
 
-// Zeroed packed storage for a K × N matrix in the panel layout below (per precision).
-PackedMatrix allocate_packed(int64_t K, int64_t N, Precision precision = Precision::F32);
+// Zeroed packed storage for a K × N matrix in the panel layout below (per precision); a weight's
+// storage comes from the thread's weight store (core/memory.h), scratch packing from the heap.
+PackedMatrix allocate_packed(int64_t K, int64_t N, Precision precision = Precision::F32, bool weight = false);
 
 namespace detail {
 

@@ -17,7 +17,7 @@ ClipTextModel ClipTextModel::load(WeightSource& w, const ClipTextConfig& c) {
   m.config_ = c;
   const int64_t H = c.hidden_size, F = c.intermediate_size;
   const float eps = static_cast<float>(c.layer_norm_eps);
-  m.token_embedding = w.take(p + "embeddings.token_embedding.weight", {c.vocab_size, H});
+  m.token_embedding = stored_tensor(w, p + "embeddings.token_embedding.weight", {c.vocab_size, H});
   m.position_embedding = w.take(p + "embeddings.position_embedding.weight", {c.max_position_embeddings, H});
   w.ignore(p + "embeddings.position_ids");  // a buffer older files carry; not a weight
   w.ignore("text_projection.weight");       // CLIP's projection head; SD uses hidden states

@@ -3,9 +3,45 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "io/weight_cache.h"
 #include "kernels/norm.h"
 
 namespace octodiff {
+
+namespace {
+
+// A weight matrix packed for the kernels: from the component's weight cache when one is being
+// read (the listed tensors are then only checked, never read), else read and packed by `pack`.
+template <typename Pack>
+kernels::PackedMatrix packed_weight(WeightSource& w, const std::vector<std::pair<std::string, Shape>>& tensors,
+                                    int64_t K, int64_t N, kernels::Precision precision, Pack pack) {
+  WeightCacheFile* cache = active_weight_cache();
+  if (!cache || !cache->reading()) return pack();
+  for (const auto& [name, shape] : tensors) w.claim(name, shape);
+  const std::string tag = kernels::packed_tag(K, N, precision);
+  const size_t bytes = kernels::packed_size(K, N, precision);
+  return kernels::PackedMatrix::adopt(K, N, precision, cache->next(bytes, tag), bytes);
+}
+
+}  // namespace
+
+Tensor stored_tensor(WeightSource& w, const std::string& name, const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  const std::string tag = "f32 " + shape_str(shape);
+  WeightCacheFile* cache = active_weight_cache();
+  if (cache && cache->reading()) {
+    w.claim(name, shape);
+    std::shared_ptr<void> data = cache->next(bytes, tag);
+    return Tensor::wrap(shape, static_cast<float*>(data.get()), data);
+  }
+  Tensor t = w.take(name, shape);
+  if (!cache) return t;
+  std::shared_ptr<void> data = allocate_weight_bytes(bytes, tag);
+  std::memcpy(data.get(), t.data(), bytes);
+  return Tensor::wrap(shape, static_cast<float*>(data.get()), data);
+}
 
 std::vector<float> to_vector(const Tensor& t) { return std::vector<float>(t.begin(), t.end()); }
 
@@ -15,8 +51,10 @@ Linear Linear::load(WeightSource& w, const std::string& prefix, int64_t in, int6
   l.in = in;
   l.out = out;
   Shape shape = from_conv1x1 ? Shape{out, in, 1, 1} : Shape{out, in};
-  Tensor weight = w.take(prefix + ".weight", shape);
-  l.weight = kernels::pack_b(weight.data(), in, out, /*transposed=*/true, precision);
+  l.weight = packed_weight(w, {{prefix + ".weight", shape}}, in, out, precision, [&] {
+    Tensor weight = w.take(prefix + ".weight", shape);
+    return kernels::pack_b(weight.data(), in, out, /*transposed=*/true, precision);
+  });
   if (has_bias) l.bias = to_vector(w.take(prefix + ".bias", {out}));
   return l;
 }
@@ -27,16 +65,22 @@ Linear Linear::load_fused(WeightSource& w, const std::vector<std::string>& prefi
   Linear l;
   l.in = in;
   l.out = out_each * parts;
-  Tensor stacked = Tensor::empty({l.out, in});  // torch layout (out, in): rows are outputs
-  for (int64_t p = 0; p < parts; ++p) {
-    Tensor part = w.take(prefixes[p] + ".weight", {out_each, in});
-    std::memcpy(stacked.data() + p * out_each * in, part.data(), sizeof(float) * out_each * in);
-    if (has_bias) {
-      Tensor b = w.take(prefixes[p] + ".bias", {out_each});
+  std::vector<std::pair<std::string, Shape>> tensors;
+  for (const auto& prefix : prefixes) tensors.push_back({prefix + ".weight", {out_each, in}});
+  l.weight = packed_weight(w, tensors, in, l.out, precision, [&] {
+    Tensor stacked = Tensor::empty({l.out, in});  // torch layout (out, in): rows are outputs
+    for (int64_t p = 0; p < parts; ++p) {
+      Tensor part = w.take(tensors[p].first, tensors[p].second);
+      std::memcpy(stacked.data() + p * out_each * in, part.data(), sizeof(float) * out_each * in);
+    }
+    return kernels::pack_b(stacked.data(), in, l.out, /*transposed=*/true, precision);
+  });
+  if (has_bias) {
+    for (const auto& prefix : prefixes) {
+      Tensor b = w.take(prefix + ".bias", {out_each});
       l.bias.insert(l.bias.end(), b.begin(), b.end());
     }
   }
-  l.weight = kernels::pack_b(stacked.data(), in, l.out, /*transposed=*/true, precision);
   return l;
 }
 
@@ -58,11 +102,32 @@ Tensor Linear::operator()(const Tensor& x, const Tensor* residual) const {
   return y;
 }
 
+void Linear::forward(const float* x, int64_t rows, float* y, const float* residual) const {
+  kernels::Epilogue ep;
+  ep.bias = bias.empty() ? nullptr : bias.data();
+  if (residual) {
+    ep.residual = residual;
+    ep.ldr = out;
+  }
+  kernels::gemm(x, rows, in, weight, y, out, ep);
+}
+
 Conv2d Conv2d::load(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, int k,
                     kernels::Conv2dGeometry geometry, kernels::Precision precision) {
   Conv2d c;
   c.geometry = geometry;
-  Tensor weight = w.take(prefix + ".weight", {out, in, k, k});
+  const Shape shape{out, in, k, k};
+  WeightCacheFile* cache = active_weight_cache();
+  if (cache && cache->reading()) {
+    c.weight.out_channels = out;
+    c.weight.in_channels = in;
+    c.weight.kh = c.weight.kw = k;
+    c.weight.packed = packed_weight(w, {{prefix + ".weight", shape}}, in * k * k, out, precision,
+                                    [] { return kernels::PackedMatrix(); });
+    c.weight.bias = to_vector(w.take(prefix + ".bias", {out}));
+    return c;
+  }
+  Tensor weight = w.take(prefix + ".weight", shape);
   Tensor bias = w.take(prefix + ".bias", {out});
   c.weight = kernels::pack_conv2d(weight.data(), bias.data(), out, in, k, k, precision);
   return c;

@@ -35,6 +35,8 @@ struct Linear {
 
   // x: [..., in] -> [..., out]; `residual` (same shape as the output) is added when given.
   Tensor operator()(const Tensor& x, const Tensor* residual = nullptr) const;
+  // The same on raw rows: x is rows × in, y and residual (optional) rows × out.
+  void forward(const float* x, int64_t rows, float* y, const float* residual = nullptr) const;
 };
 
 struct Conv2d {
@@ -77,6 +79,10 @@ struct LayerNorm {
   static LayerNorm load(WeightSource& w, const std::string& prefix, int64_t channels, float eps);
   Tensor operator()(const Tensor& x) const;
 };
+
+// A large weight used as is (e.g. an embedding table): kept in the component's weight cache
+// like the packed weights when one is active (io/weight_cache.h), else on the heap.
+Tensor stored_tensor(WeightSource& w, const std::string& name, const Shape& shape);
 
 // Copies a loaded tensor into a std::vector (biases, norm parameters).
 std::vector<float> to_vector(const Tensor& t);

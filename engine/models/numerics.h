@@ -7,6 +7,7 @@
 // Everything else is identical; the CLIP text encoder is the same in both.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "kernels/activations.h"
@@ -22,6 +23,9 @@ struct Numerics {
   Flavour flavour = Flavour::Diffusers;
   kernels::Gelu geglu_gelu() const { return flavour == Flavour::Flax ? kernels::Gelu::Tanh : kernels::Gelu::Erf; }
   float transformer_norm_eps() const { return flavour == Flavour::Flax ? 1e-5f : 1e-6f; }
+  // Not a numerics choice — a memory one: the transformer MLP runs this many tokens at a time
+  // (0 = all at once). Results are bit-identical for every value; tests check that.
+  int64_t mlp_rows_per_block = 1024;
 };
 
 }  // namespace octodiff

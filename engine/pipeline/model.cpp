@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/sha256.h"
 #include "io/files.h"
+#include "io/weight_cache.h"
 #include "io/weight_source.h"
 #include "pipeline/model_hash.h"
 #include "pipeline/single_file_model.h"
@@ -43,7 +45,88 @@ std::string describe_files(const fs::path& dir, const std::vector<fs::path>& fil
 // sizes glibc keeps on its heap; hand them back so that a loaded model costs only its weights.
 void release_freed_heap() { malloc_trim(0); }
 
+const char* component_name(ModelComponent c) {
+  switch (c) {
+    case ModelComponent::TextEncoder: return "text_encoder";
+    case ModelComponent::UNet: return "unet";
+    case ModelComponent::Vae: return "vae";
+  }
+  return "?";
+}
+
+// The cache file for one component: named by everything that decides its packed bytes — the
+// weight files (path, size, modification time), the component, the precision and load options.
+// The packing layout itself is checked blob by blob through the tags (kernels::packed_tag).
+fs::path weight_cache_path(const ModelLoadOptions& o, ModelComponent c, const std::vector<fs::path>& files) {
+  std::string key = cat("octodiff-weight-cache-1|", component_name(c), "|", dtype_display_name(o.dtype), "|vae_encoder=",
+                        o.load_vae_encoder, "|ema=", o.use_ema);
+  for (const auto& f : files) {
+    std::error_code ec;
+    key += cat("|", fs::absolute(f, ec).string(), "|", fs::file_size(f, ec), "|",
+               fs::last_write_time(f, ec).time_since_epoch().count());
+  }
+  const fs::path dir = o.weight_cache_dir ? *o.weight_cache_dir : octodiff_cache_dir() / "weights";
+  return dir / cat(component_name(c), "-", sha256_hex(key.data(), key.size()).substr(0, 24), ".octw");
+}
+
+bool weight_cache_enabled(const ModelLoadOptions& o) {
+  if (!o.weight_cache) return false;
+  const char* env = std::getenv("OCTODIFF_WEIGHT_CACHE");
+  return !(env && (std::string(env) == "off" || std::string(env) == "0"));
+}
+
 }  // namespace
+
+// Loads one component through its weight cache: maps a valid cache, else packs into a new one.
+// A cache that does not fit what the loader asks for is discarded and rebuilt; a cache that
+// cannot be written only costs the memory savings (noted in load_notes()).
+template <typename Load>
+auto StableDiffusionModel::load_component(const ModelLoadOptions& o, ModelComponent c,
+                                          const std::vector<fs::path>& files, Load load) {
+  std::shared_ptr<WeightCacheFile>* cache_out = &caches_[static_cast<int>(c)];
+  bool* from_cache = &from_cache_[static_cast<int>(c)];
+  std::vector<std::string>* notes = &load_notes_;
+  if (!weight_cache_enabled(o)) return load();
+  const fs::path path = weight_cache_path(o, c, files);
+  std::string why;
+  if (auto cache = WeightCacheFile::open(path, &why)) {
+    try {
+      WeightCacheScope scope(cache);
+      auto result = load();
+      if (!cache->all_read()) throw WeightCacheMismatch("weight cache has more weights than the model");
+      *cache_out = cache;
+      *from_cache = true;
+      cache->release();
+      return result;
+    } catch (const WeightCacheMismatch& e) {
+      notes->push_back(cat("rebuilt the ", component_name(c), " weight cache (", e.what(), ")"));
+      std::error_code ec;
+      fs::remove(path, ec);
+    }
+  }
+  prune_weight_cache_dir(path.parent_path());
+  auto cache = WeightCacheFile::create(path, o.weight_cache_capacity_limit);
+  std::optional<decltype(load())> result;
+  {
+    WeightCacheScope scope(cache);
+    result.emplace(load());
+  }
+  cache->commit();
+  if (!cache->warning().empty()) notes->push_back(cat(component_name(c), ": ", cache->warning()));
+  cache->release();
+  *cache_out = cache;
+  return std::move(*result);
+}
+
+void StableDiffusionModel::release(ModelComponent c) const {
+  if (const auto& cache = caches_[static_cast<int>(c)]) cache->release();
+}
+
+void StableDiffusionModel::prefetch(ModelComponent c) const {
+  if (const auto& cache = caches_[static_cast<int>(c)]) cache->prefetch();
+}
+
+bool StableDiffusionModel::loaded_from_cache(ModelComponent c) const { return from_cache_[static_cast<int>(c)]; }
 
 std::vector<fs::path> component_weight_files(const fs::path& dir, const std::string& base,
                                              const std::string& variant) {
@@ -125,11 +208,14 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
     model->hash_file_ = path;
     model->weights_bytes_ = static_cast<int64_t>(fs::file_size(path));
     model->tokenizer_ = std::make_shared<ClipTokenizer>(ClipTokenizer::from_folder(parts.tokenizer_dir));
-    model->text_encoder_ = std::make_shared<ClipTextModel>(ClipTextModel::load(*parts.text_encoder, parts.text_config));
-    model->unet_ =
-        std::make_shared<UNet2DCondition>(UNet2DCondition::load(*parts.unet, parts.unet_config, precision));
-    model->vae_ = std::make_shared<AutoencoderKL>(
-        AutoencoderKL::load(*parts.vae, parts.vae_config, options.load_vae_encoder, precision));
+    const std::vector<fs::path> files{path};
+    model->text_encoder_ = std::make_shared<ClipTextModel>(model->load_component(
+        options, ModelComponent::TextEncoder, files, [&] { return ClipTextModel::load(*parts.text_encoder, parts.text_config); }));
+    model->unet_ = std::make_shared<UNet2DCondition>(model->load_component(
+        options, ModelComponent::UNet, files, [&] { return UNet2DCondition::load(*parts.unet, parts.unet_config, precision); }));
+    model->vae_ = std::make_shared<AutoencoderKL>(model->load_component(options, ModelComponent::Vae, files, [&] {
+      return AutoencoderKL::load(*parts.vae, parts.vae_config, options.load_vae_encoder, precision);
+    }));
     model->scheduler_json_ = parts.scheduler_json;
     release_freed_heap();
     return model;
@@ -150,7 +236,8 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
   auto te_files = component_weight_files(te_dir, "model", options.variant);
   auto te_w = weights_from_safetensors(te_files, describe_files(te_dir, te_files));
   auto te_cfg = ClipTextConfig::from_json(read_config(te_dir, "config.json"), (te_dir / "config.json").string());
-  model->text_encoder_ = std::make_shared<ClipTextModel>(ClipTextModel::load(*te_w, te_cfg));
+  model->text_encoder_ = std::make_shared<ClipTextModel>(model->load_component(
+      options, ModelComponent::TextEncoder, te_files, [&] { return ClipTextModel::load(*te_w, te_cfg); }));
 
   auto unet_files = component_weight_files(unet_dir, "diffusion_pytorch_model", options.variant);
   auto unet_w = weights_from_safetensors(unet_files, describe_files(unet_dir, unet_files));
@@ -158,15 +245,17 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
   if (unet_cfg.cross_attention_dim != te_cfg.hidden_size)
     fail("the UNet expects text embeddings of width ", unet_cfg.cross_attention_dim, " but the text encoder makes ",
          te_cfg.hidden_size, " (are these components from the same model?)");
-  model->unet_ = std::make_shared<UNet2DCondition>(UNet2DCondition::load(*unet_w, unet_cfg, precision));
+  model->unet_ = std::make_shared<UNet2DCondition>(model->load_component(
+      options, ModelComponent::UNet, unet_files, [&] { return UNet2DCondition::load(*unet_w, unet_cfg, precision); }));
 
   auto vae_files = component_weight_files(vae_dir, "diffusion_pytorch_model", options.variant);
   auto vae_w = weights_from_safetensors(vae_files, describe_files(vae_dir, vae_files));
   auto vae_cfg = VaeConfig::from_json(read_config(vae_dir, "config.json"), (vae_dir / "config.json").string());
   if (vae_cfg.latent_channels != unet_cfg.in_channels && unet_cfg.in_channels != 9)
     fail("the VAE has ", vae_cfg.latent_channels, " latent channels but the UNet takes ", unet_cfg.in_channels);
-  model->vae_ = std::make_shared<AutoencoderKL>(
-      AutoencoderKL::load(*vae_w, vae_cfg, options.load_vae_encoder, precision));
+  model->vae_ = std::make_shared<AutoencoderKL>(model->load_component(options, ModelComponent::Vae, vae_files, [&] {
+    return AutoencoderKL::load(*vae_w, vae_cfg, options.load_vae_encoder, precision);
+  }));
 
   if (fs::exists(path / "scheduler" / "scheduler_config.json"))
     model->scheduler_json_ = read_text_file(path / "scheduler" / "scheduler_config.json");

@@ -32,7 +32,18 @@ struct ModelLoadOptions {
   // in bf16 with float32 sums. The text encoder is always float32. Requests must ask for the
   // dtype the model was loaded with.
   ComputeDType dtype = ComputeDType::F32;
+  // Packed weights are kept in per-component cache files (io/weight_cache.h) under
+  // `weight_cache_dir` (default: <octodiff cache dir>/weights): the first load packs into them,
+  // later loads of the same files map them, and the pipeline drops components it is not using
+  // from memory. Off (or $OCTODIFF_WEIGHT_CACHE=off) keeps everything on the heap instead.
+  bool weight_cache = true;
+  std::optional<std::filesystem::path> weight_cache_dir;
+  uint64_t weight_cache_capacity_limit = 0;  // tests: behave as if the disk filled up there
 };
+
+class WeightCacheFile;
+
+enum class ModelComponent { TextEncoder = 0, UNet = 1, Vae = 2 };
 
 class StableDiffusionModel {
  public:
@@ -69,7 +80,21 @@ class StableDiffusionModel {
   std::string model_hash() const;
   int64_t weights_bytes() const { return weights_bytes_; }
 
+  // Memory of the components' weights when they live in weight cache files (else no-ops):
+  // release() drops a component's pages (they come back from the page cache on next use),
+  // prefetch() maps them back in ahead of use.
+  void release(ModelComponent c) const;
+  void prefetch(ModelComponent c) const;
+  // True when the component's packed weights were mapped from an existing cache (nothing packed).
+  bool loaded_from_cache(ModelComponent c) const;
+  // What loading had to work around (e.g. the weight cache could not be written: disk full).
+  const std::vector<std::string>& load_notes() const { return load_notes_; }
+
  private:
+  template <typename Load>
+  auto load_component(const ModelLoadOptions& o, ModelComponent c, const std::vector<std::filesystem::path>& files,
+                      Load load);
+
   std::filesystem::path path_;
   bool single_file_ = false;
   std::string description_;
@@ -81,6 +106,9 @@ class StableDiffusionModel {
   std::shared_ptr<UNet2DCondition> unet_;
   std::shared_ptr<AutoencoderKL> vae_;
   std::string scheduler_json_;
+  std::shared_ptr<WeightCacheFile> caches_[3];
+  bool from_cache_[3] = {false, false, false};
+  std::vector<std::string> load_notes_;
   mutable std::once_flag hash_once_;
   mutable std::string hash_;
 };

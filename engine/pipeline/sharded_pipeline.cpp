@@ -281,9 +281,18 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
     if (first_cancel) std::rethrow_exception(first_cancel);
   };
 
+  // Between phases, the component just used is dropped from memory and the arenas hand their
+  // free blocks back, so that only one network's weights and activations are resident at a time
+  // (weights in cache files come back from the page cache: StableDiffusionModel::release).
+  auto end_phase = [&](ModelComponent done) {
+    m.release(done);
+    for (auto& arena : plan.arenas) arena->trim();
+  };
+
   // Phase 1: text embeddings, [uncond; cond] per device (cond only without guidance).
   auto t0 = Clock::now();
   if (progress) progress({Phase::TextEncode, 0, 0, 0, 0});
+  m.prefetch(ModelComponent::TextEncoder);
   on_devices([&](int d) {
     std::vector<int32_t> ids;
     if (s.guidance)
@@ -292,10 +301,12 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
     const int rows = s.guidance ? 2 * B : B;
     work[d].context = m.text_encoder().forward(ids, rows, L).last_hidden_state;
   });
+  end_phase(ModelComponent::TextEncoder);
   result.timings.text_encode = seconds_since(t0);
 
   // Phase 2: the denoising loop.
   t0 = Clock::now();
+  m.prefetch(ModelComponent::UNet);
   const Scheduler& scheduler = *plan.scheduler;
   const float g = static_cast<float>(r.request.guidance_scale);
   on_devices([&](int d) {
@@ -343,11 +354,13 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
     }
     dw.latents = x;
   });
+  end_phase(ModelComponent::UNet);
   result.timings.denoise = seconds_since(t0);
 
   // Phase 3: VAE decode and post-processing.
   t0 = Clock::now();
   if (progress) progress({Phase::Decode, 0, 0, 0, 0});
+  m.prefetch(ModelComponent::Vae);
   const double sf = m.vae().config().scaling_factor;
   on_devices([&](int d) {
     DeviceWork& dw = work[d];
@@ -364,6 +377,7 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
     dw.images = img;
     if (progress) progress({Phase::Decode, d, 0, 0, 0});
   });
+  end_phase(ModelComponent::Vae);
   result.timings.decode = seconds_since(t0);
 
   // Gather (outside the arenas: results outlive the plan's memory).

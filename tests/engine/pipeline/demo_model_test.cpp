@@ -179,7 +179,9 @@ TEST(DemoModel, NegativePromptMakesTheNamedColourRarer) {
                 with[colour]);
     total_without += base[colour];
     total_with += with[colour];
-    if (base[colour] >= 3) EXPECT_LT(with[colour], base[colour]) << colour;
+    if (base[colour] >= 3) {
+      EXPECT_LT(with[colour], base[colour]) << colour;
+    }
   }
   std::printf("[demo] named colours overall: %d without -> %d with the negative prompt\n", total_without, total_with);
   EXPECT_LT(total_with, total_without);

@@ -1,0 +1,262 @@
+#include "io/weight_cache.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cerrno>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+namespace octodiff {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kMagic[8] = {'O', 'D', 'W', 'C', 'A', 'C', 'H', 'E'};
+constexpr const char* kFormat = "octodiff-weight-cache-1";
+constexpr uint64_t kAlign = 64;
+constexpr uint64_t kGrowStep = 64ull << 20;  // the file grows (and reserves disk) 64 MiB at a time
+constexpr uint64_t kReserve = 1ull << 40;    // address space for a file being written (no memory)
+constexpr uint64_t kMaxTable = 64ull << 20;
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14; older kernels answer EINVAL and we fault on demand
+#endif
+
+thread_local WeightCacheFile* t_cache = nullptr;
+std::atomic<unsigned> g_partial_counter{0};
+
+uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+}  // namespace
+
+std::shared_ptr<WeightCacheFile> WeightCacheFile::create(const fs::path& final_path, uint64_t capacity_limit) {
+  std::shared_ptr<WeightCacheFile> c(new WeightCacheFile());
+  c->path_ = final_path;
+  c->capacity_limit_ = capacity_limit;
+  std::error_code ec;
+  fs::create_directories(final_path.parent_path(), ec);
+  c->partial_ = final_path;
+  c->partial_ += cat(".partial-", ::getpid(), "-", g_partial_counter++);
+  c->fd_ = ::open(c->partial_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (c->fd_ < 0) {
+    c->give_up(cat("cannot create '", c->partial_.string(), "': ", errno_text(errno)));
+    return c;
+  }
+  void* p = ::mmap(nullptr, kReserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    c->give_up(cat("cannot reserve address space: ", errno_text(errno)));
+    return c;
+  }
+  c->base_ = static_cast<uint8_t*>(p);
+  c->reserved_ = kReserve;
+  return c;
+}
+
+std::shared_ptr<WeightCacheFile> WeightCacheFile::open(const fs::path& path, std::string* why) {
+  auto reject = [&](const std::string& reason) -> std::shared_ptr<WeightCacheFile> {
+    if (why) *why = reason;
+    return nullptr;
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return reject(errno == ENOENT ? "no cache yet" : cat("cannot open: ", errno_text(errno)));
+  std::shared_ptr<WeightCacheFile> c(new WeightCacheFile());
+  c->fd_ = fd;
+  c->reading_ = true;
+  c->path_ = path;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return reject("cannot stat");
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < 16) return reject("truncated");
+  uint8_t tail[16];
+  if (::pread(fd, tail, 16, static_cast<off_t>(size - 16)) != 16) return reject("cannot read");
+  if (std::memcmp(tail + 8, kMagic, 8) != 0) return reject("not a weight cache (bad magic)");
+  uint64_t table_len = 0;
+  for (int i = 7; i >= 0; --i) table_len = (table_len << 8) | tail[i];
+  if (table_len > kMaxTable || table_len > size - 16) return reject("damaged (table length)");
+  const uint64_t data_end = size - 16 - table_len;
+  std::string table(table_len, '\0');
+  if (::pread(fd, table.data(), table_len, static_cast<off_t>(data_end)) != static_cast<ssize_t>(table_len))
+    return reject("cannot read the table");
+  try {
+    nlohmann::json j = nlohmann::json::parse(table);
+    if (j.value("format", "") != kFormat) return reject("written by another version");
+    uint64_t expect = 0;
+    for (const auto& b : j.at("blobs")) {
+      Blob blob{b.at(0).get<uint64_t>(), b.at(1).get<uint64_t>(), b.at(2).get<std::string>()};
+      // Blobs are contiguous up to alignment and inside the data region (checked without overflow).
+      if (blob.offset != round_up(expect, kAlign) || blob.bytes > data_end || blob.offset > data_end - blob.bytes)
+        return reject("damaged (blob table)");
+      expect = blob.offset + blob.bytes;
+      c->blobs_.push_back(std::move(blob));
+    }
+    if (j.at("data_bytes").get<uint64_t>() != data_end || expect > data_end) return reject("damaged (data size)");
+  } catch (const std::exception&) {
+    return reject("damaged (table is not valid JSON)");
+  }
+  c->used_ = data_end;
+  c->mapped_ = size;
+  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // "used now", for prune_weight_cache_dir
+  if (data_end > 0) {
+    void* p = ::mmap(nullptr, data_end, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return reject(cat("cannot map: ", errno_text(errno)));
+    c->base_ = static_cast<uint8_t*>(p);
+    c->reserved_ = data_end;
+  }
+  return c;
+}
+
+WeightCacheFile::~WeightCacheFile() {
+  if (base_) ::munmap(base_, reserved_);
+  if (fd_ >= 0) ::close(fd_);
+  if (!reading_ && !committed_ && !partial_.empty()) ::unlink(partial_.c_str());
+}
+
+void WeightCacheFile::give_up(const std::string& why) {
+  if (!on_heap_) warning_ = "weight cache not kept: " + why;
+  on_heap_ = true;
+}
+
+bool WeightCacheFile::grow(uint64_t end) {
+  if (end <= mapped_) return true;
+  const uint64_t new_mapped = round_up(end, kGrowStep);
+  if (new_mapped > reserved_) {
+    give_up("component larger than the reserved address space");
+    return false;
+  }
+  if (capacity_limit_ && new_mapped > capacity_limit_) {
+    give_up(cat("no space left on the device holding '", path_.parent_path().string(), "'"));
+    return false;
+  }
+  // Reserve the blocks before any page is touched: writing to a mapped page the file system
+  // cannot back would kill the process with SIGBUS instead of giving an error.
+  const int rc = ::posix_fallocate(fd_, static_cast<off_t>(mapped_), static_cast<off_t>(new_mapped - mapped_));
+  if (rc != 0) {
+    give_up(cat("cannot grow '", partial_.string(), "': ", errno_text(rc)));
+    return false;
+  }
+  void* p = ::mmap(base_ + mapped_, new_mapped - mapped_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd_,
+                   static_cast<off_t>(mapped_));
+  if (p == MAP_FAILED) {
+    give_up(cat("cannot map '", partial_.string(), "': ", errno_text(errno)));
+    return false;
+  }
+  mapped_ = new_mapped;
+  return true;
+}
+
+std::shared_ptr<void> WeightCacheFile::allocate(size_t bytes, const std::string& tag) {
+  if (reading_) fail("internal: weight cache '", path_.string(), "' is open for reading");
+  const uint64_t offset = round_up(used_, kAlign);
+  if (!on_heap_ && bytes <= reserved_ && grow(offset + bytes)) {
+    // Blobs are filled as soon as they are handed out, so everything before this one is final:
+    // drop it from memory every 256 MiB, or loading would hold the whole component resident.
+    const uint64_t done = offset / 4096 * 4096;
+    if (done - released_ >= (256ull << 20)) {
+      ::madvise(base_ + released_, done - released_, MADV_DONTNEED);
+      released_ = done;
+    }
+    used_ = offset + bytes;
+    blobs_.push_back({offset, bytes, tag});
+    return std::shared_ptr<void>(shared_from_this(), base_ + offset);  // keeps the mapping alive
+  }
+  void* p = aligned_alloc_or_throw(bytes);
+  return std::shared_ptr<void>(p, [](void* q) { aligned_free(q); });
+}
+
+void WeightCacheFile::commit() {
+  if (reading_ || committed_ || on_heap_) {
+    if (!reading_ && fd_ >= 0 && !committed_) ::unlink(partial_.c_str());
+    return;
+  }
+  nlohmann::json j;
+  j["format"] = kFormat;
+  j["data_bytes"] = used_;
+  j["blobs"] = nlohmann::json::array();
+  for (const Blob& b : blobs_) j["blobs"].push_back({b.offset, b.bytes, b.tag});
+  std::string table = j.dump();
+  uint8_t tail[16];
+  for (int i = 0; i < 8; ++i) tail[i] = static_cast<uint8_t>(static_cast<uint64_t>(table.size()) >> (8 * i));
+  std::memcpy(tail + 8, kMagic, 8);
+  table.append(reinterpret_cast<const char*>(tail), 16);
+  // The table goes after the blobs, inside space already reserved when it fits, else appended.
+  const uint64_t end = used_ + table.size();
+  if (capacity_limit_ && end > std::max(capacity_limit_, mapped_)) {
+    give_up(cat("no space left on the device holding '", path_.parent_path().string(), "'"));
+    ::unlink(partial_.c_str());
+    return;
+  }
+  uint64_t written = 0;
+  while (written < table.size()) {
+    const ssize_t n = ::pwrite(fd_, table.data() + written, table.size() - written, static_cast<off_t>(used_ + written));
+    if (n <= 0) {
+      give_up(cat("cannot write '", partial_.string(), "': ", errno_text(errno)));
+      ::unlink(partial_.c_str());
+      return;
+    }
+    written += static_cast<uint64_t>(n);
+  }
+  if (::ftruncate(fd_, static_cast<off_t>(end)) != 0 || ::rename(partial_.c_str(), path_.c_str()) != 0) {
+    give_up(cat("cannot finish '", path_.string(), "': ", errno_text(errno)));
+    ::unlink(partial_.c_str());
+    return;
+  }
+  committed_ = true;
+}
+
+std::shared_ptr<void> WeightCacheFile::next(size_t bytes, const std::string& tag) {
+  if (!reading_) fail("internal: weight cache '", path_.string(), "' is being written");
+  if (cursor_ >= blobs_.size())
+    throw WeightCacheMismatch(cat("weight cache '", path_.string(), "' has fewer weights than the model"));
+  const Blob& b = blobs_[cursor_];
+  if (b.bytes != bytes || b.tag != tag)
+    throw WeightCacheMismatch(cat("weight cache '", path_.string(), "': weight ", cursor_ + 1, " is '", b.tag,
+                                  "', the model asks for '", tag, "'"));
+  ++cursor_;
+  return std::shared_ptr<void>(shared_from_this(), base_ + b.offset);
+}
+
+void WeightCacheFile::release() const {
+  const uint64_t bytes = round_up(used_, 4096);
+  if (base_ && bytes) ::madvise(base_, std::min(bytes, reading_ ? reserved_ : mapped_), MADV_DONTNEED);
+}
+
+void WeightCacheFile::prefetch() const {
+  const uint64_t bytes = std::min(round_up(used_, 4096), reading_ ? reserved_ : mapped_);
+  if (!base_ || !bytes) return;
+  if (::madvise(base_, bytes, MADV_POPULATE_READ) != 0) ::madvise(base_, bytes, MADV_WILLNEED);
+}
+
+void prune_weight_cache_dir(const fs::path& dir, int max_age_days) {
+  std::error_code ec;
+  const auto now = fs::file_time_type::clock::now();
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool partial = name.find(".octw.partial-") != std::string::npos;
+    if (!partial && e.path().extension() != ".octw") continue;
+    const auto age = now - e.last_write_time(ec);
+    if (ec) continue;
+    if (age > std::chrono::hours(partial ? 24 : 24 * max_age_days)) fs::remove(e.path(), ec);
+  }
+}
+
+WeightCacheScope::WeightCacheScope(std::shared_ptr<WeightCacheFile> cache) : previous_(t_cache) {
+  t_cache = cache.get();
+  if (cache && !cache->reading()) storage_ = std::make_unique<WeightStorageScope>(cache.get());
+}
+
+WeightCacheScope::~WeightCacheScope() {
+  storage_.reset();
+  t_cache = previous_;
+}
+
+WeightCacheFile* active_weight_cache() { return t_cache; }
+
+}  // namespace octodiff

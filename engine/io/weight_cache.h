@@ -1,0 +1,117 @@
+// WeightCacheFile: one model component's packed weights in a file, memory-mapped.
+//
+// Packing a full-size model's weights for the kernels takes tens of seconds, and packed weights
+// kept in anonymous memory stay resident for the life of the process. Instead, while a component
+// loads, every packed weight is written straight into a shared mapping of a file (the store
+// core/memory.h's allocate_weight_bytes uses), and the finished file is kept as a cache: the next
+// load of the same weight files maps it and packs nothing. Because the pages are file-backed, a
+// component that is not needed right now can be dropped from memory (release()) — the pipeline
+// does so between its phases — and comes back from the page cache on its next use.
+//
+// Format: the blobs, each 64-byte aligned, from offset 0; then a JSON table (format name and,
+// per blob, offset, size and tag); then the table's length (u64 LE) and the magic "ODWCACHE".
+// A cache file is never modified in place: writers fill "<name>.partial-<pid>-<n>" and rename it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/memory.h"
+
+namespace octodiff {
+
+// The stored blob sequence differs from what the loader asks for (a cache written for other
+// weights or by another build). The loader discards the cache and packs afresh.
+struct WeightCacheMismatch : Error {
+  using Error::Error;
+};
+
+class WeightCacheFile : public WeightStorage, public std::enable_shared_from_this<WeightCacheFile> {
+ public:
+  // Writing: blobs go to a partial file next to `final_path`; commit() renames it into place.
+  // `capacity_limit` (bytes, 0 = none) makes the file refuse to grow past it, as a full disk
+  // would — for tests. When the file cannot grow, later blobs live on the heap instead and the
+  // cache is not kept (warning() says why); loading still succeeds.
+  static std::shared_ptr<WeightCacheFile> create(const std::filesystem::path& final_path,
+                                                 uint64_t capacity_limit = 0);
+  // Reading: maps a committed cache file; nullptr, with the reason in *why, when it is missing,
+  // truncated or not a cache this build wrote.
+  static std::shared_ptr<WeightCacheFile> open(const std::filesystem::path& path, std::string* why);
+
+  ~WeightCacheFile() override;
+  WeightCacheFile(const WeightCacheFile&) = delete;
+  WeightCacheFile& operator=(const WeightCacheFile&) = delete;
+
+  bool reading() const { return reading_; }
+  const std::filesystem::path& path() const { return path_; }
+
+  // Writing: the next blob's storage (WeightStorage).
+  std::shared_ptr<void> allocate(size_t bytes, const std::string& tag) override;
+  // Writing: stores the blob table and renames the file into place; any failure (disk full,
+  // unwritable folder) leaves no file behind and is reported by warning().
+  void commit();
+
+  // Reading: the next stored blob, which must have this size and tag (else WeightCacheMismatch).
+  std::shared_ptr<void> next(size_t bytes, const std::string& tag);
+  bool all_read() const { return cursor_ == blobs_.size(); }
+
+  // Drops this component's resident pages (the data stays in the file and the page cache).
+  void release() const;
+  // Maps the pages back in ahead of use, in one call rather than one page fault at a time.
+  void prefetch() const;
+
+  const std::string& warning() const { return warning_; }
+  uint64_t file_bytes() const { return used_; }
+
+ private:
+  struct Blob {
+    uint64_t offset = 0, bytes = 0;
+    std::string tag;
+  };
+  WeightCacheFile() = default;
+  bool grow(uint64_t end);  // writing: maps (and reserves disk for) the file up to `end`
+  void give_up(const std::string& why);
+
+  bool reading_ = false;
+  std::filesystem::path path_, partial_;
+  int fd_ = -1;
+  uint8_t* base_ = nullptr;
+  uint64_t reserved_ = 0;  // address space reserved at base_
+  uint64_t mapped_ = 0;    // file bytes mapped (writing) or the file's size (reading)
+  uint64_t used_ = 0;      // blob bytes
+  uint64_t released_ = 0;  // writing: bytes already dropped from memory
+  uint64_t capacity_limit_ = 0;
+  bool on_heap_ = false;   // writing gave up on the file: blobs come from the heap
+  bool committed_ = false;
+  std::vector<Blob> blobs_;
+  size_t cursor_ = 0;
+  std::string warning_;
+};
+
+// While alive, the layers' loaders (models/layers.h) take their packed weights from `cache` when it
+// is reading, and pack into it when it is writing.
+class WeightCacheScope {
+ public:
+  explicit WeightCacheScope(std::shared_ptr<WeightCacheFile> cache);
+  ~WeightCacheScope();
+  WeightCacheScope(const WeightCacheScope&) = delete;
+  WeightCacheScope& operator=(const WeightCacheScope&) = delete;
+
+ private:
+  WeightCacheFile* previous_;
+  std::unique_ptr<WeightStorageScope> storage_;
+};
+
+// Removes cache files of `dir` not used for `max_age_days` (open() refreshes a file's modification
+// time) and partial files abandoned by crashed writers (older than a day). Best effort, silent.
+void prune_weight_cache_dir(const std::filesystem::path& dir, int max_age_days = 30);
+
+// The cache a WeightCacheScope installed on this thread, or nullptr.
+WeightCacheFile* active_weight_cache();
+
+}  // namespace octodiff

@@ -1,0 +1,167 @@
+// The weight cache file: what is written reads back identically, in order, with its tags; any file
+// that is not a complete cache of this format is refused with a reason, never mapped; a full disk
+// makes the cache fall back to the heap without failing the load.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "io/weight_cache.h"
+#include "test_support.h"
+
+using namespace octodiff;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Writes blobs of the given sizes, each filled with its index + 1, and commits.
+std::shared_ptr<WeightCacheFile> write_cache(const fs::path& path, const std::vector<size_t>& sizes,
+                                             uint64_t limit = 0) {
+  auto cache = WeightCacheFile::create(path, limit);
+  WeightStorageScope scope(cache.get());
+  std::vector<std::shared_ptr<void>> keep;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    keep.push_back(allocate_weight_bytes(sizes[i], "blob " + std::to_string(i)));
+    std::memset(keep.back().get(), static_cast<int>(i + 1), sizes[i]);
+  }
+  cache->commit();
+  return cache;
+}
+
+std::string refusal(const fs::path& path) {
+  std::string why;
+  auto c = WeightCacheFile::open(path, &why);
+  EXPECT_EQ(c, nullptr) << path;
+  std::printf("[weight cache] %s refused: %s\n", path.filename().c_str(), why.c_str());
+  return why;
+}
+
+}  // namespace
+
+TEST(WeightCache, WrittenBlobsReadBackInOrder) {
+  const fs::path dir = test::temp_dir("weight_cache_roundtrip");
+  const std::vector<size_t> sizes{100, 4096, 70000, 3};
+  auto written = write_cache(dir / "c.octw", sizes);
+  EXPECT_TRUE(written->warning().empty()) << written->warning();
+  ASSERT_TRUE(fs::exists(dir / "c.octw"));
+  for (const auto& e : fs::directory_iterator(dir))  // no partial file left behind
+    EXPECT_EQ(e.path().filename(), "c.octw");
+
+  std::string why;
+  auto cache = WeightCacheFile::open(dir / "c.octw", &why);
+  ASSERT_NE(cache, nullptr) << why;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    auto blob = cache->next(sizes[i], "blob " + std::to_string(i));
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(blob.get()) % 64, 0u);
+    const auto* bytes = static_cast<const uint8_t*>(blob.get());
+    for (size_t k = 0; k < sizes[i]; ++k) ASSERT_EQ(bytes[k], i + 1) << "blob " << i << " byte " << k;
+  }
+  EXPECT_TRUE(cache->all_read());
+  cache->release();  // pages dropped: the data must come back from the file
+  auto again = WeightCacheFile::open(dir / "c.octw", &why);
+  auto b2 = again->next(sizes[0], "blob 0");
+  cache.reset();
+  EXPECT_EQ(static_cast<const uint8_t*>(b2.get())[99], 1);  // the blob keeps its mapping alive
+}
+
+TEST(WeightCache, ReadingAnotherSequenceIsAMismatch) {
+  const fs::path dir = test::temp_dir("weight_cache_mismatch");
+  write_cache(dir / "c.octw", {128, 256});
+  std::string why;
+  auto cache = WeightCacheFile::open(dir / "c.octw", &why);
+  ASSERT_NE(cache, nullptr) << why;
+  EXPECT_THROW(cache->next(128, "something else"), WeightCacheMismatch);
+  auto c2 = WeightCacheFile::open(dir / "c.octw", &why);
+  c2->next(128, "blob 0");
+  EXPECT_THROW(c2->next(255, "blob 1"), WeightCacheMismatch);  // size differs
+  auto c3 = WeightCacheFile::open(dir / "c.octw", &why);
+  c3->next(128, "blob 0");
+  c3->next(256, "blob 1");
+  EXPECT_THROW(c3->next(1, "blob 2"), WeightCacheMismatch);  // more asked than stored
+}
+
+TEST(WeightCache, DamagedFilesAreRefused) {
+  const fs::path dir = test::temp_dir("weight_cache_damaged");
+  write_cache(dir / "good.octw", {1000, 2000});
+  const auto size = fs::file_size(dir / "good.octw");
+  std::string bytes(size, '\0');
+  {
+    std::ifstream in(dir / "good.octw", std::ios::binary);
+    in.read(bytes.data(), static_cast<std::streamsize>(size));
+  }
+  auto write = [&](const std::string& name, const std::string& content) {
+    std::ofstream out(dir / name, std::ios::binary);
+    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+    return dir / name;
+  };
+  EXPECT_EQ(refusal(dir / "absent.octw"), "no cache yet");
+  refusal(write("empty.octw", ""));
+  refusal(write("truncated.octw", bytes.substr(0, size - 5)));
+  refusal(write("cut_front.octw", bytes.substr(64)));
+  std::string bad_magic = bytes;
+  bad_magic[size - 1] = 'X';
+  refusal(write("bad_magic.octw", bad_magic));
+  std::string huge_len = bytes;
+  for (int i = 0; i < 8; ++i) huge_len[size - 16 + i] = '\xff';
+  refusal(write("huge_table_length.octw", huge_len));
+  std::string bad_json = bytes;
+  bad_json[size - 17] = '#';  // the table's closing brace
+  refusal(write("bad_json.octw", bad_json));
+  // A table whose blobs overlap the table itself.
+  std::string overlapping = bytes;
+  const auto pos = overlapping.find("2000,");
+  ASSERT_NE(pos, std::string::npos);
+  overlapping.replace(pos, 4, "9000");
+  refusal(write("overlapping.octw", overlapping));
+}
+
+TEST(WeightCache, FullDiskFallsBackToTheHeap) {
+  const fs::path dir = test::temp_dir("weight_cache_full");
+  // The file may not grow past 64 MiB: the second 40 MiB blob no longer fits.
+  const size_t big = 40u << 20;
+  auto cache = WeightCacheFile::create(dir / "c.octw", 64u << 20);
+  std::shared_ptr<void> a, b;
+  {
+    WeightStorageScope scope(cache.get());
+    a = allocate_weight_bytes(big, "a");
+    b = allocate_weight_bytes(big, "b");
+  }
+  std::memset(a.get(), 1, big);
+  std::memset(b.get(), 2, big);  // heap memory: writable, no SIGBUS
+  cache->commit();
+  std::printf("[weight cache] %s\n", cache->warning().c_str());
+  EXPECT_NE(cache->warning().find("no space left"), std::string::npos) << cache->warning();
+  EXPECT_FALSE(fs::exists(dir / "c.octw"));
+  for (const auto& e : fs::directory_iterator(dir)) ADD_FAILURE() << "left behind: " << e.path();
+  EXPECT_EQ(static_cast<uint8_t*>(a.get())[big - 1], 1);
+  EXPECT_EQ(static_cast<uint8_t*>(b.get())[big - 1], 2);
+}
+
+TEST(WeightCache, UnwritableFolderFallsBackToTheHeap) {
+  const fs::path dir = test::temp_dir("weight_cache_unwritable");
+  { std::ofstream(dir / "not_a_dir") << "x"; }
+  auto cache = WeightCacheFile::create(dir / "not_a_dir" / "c.octw");
+  std::shared_ptr<void> a;
+  {
+    WeightStorageScope scope(cache.get());
+    a = allocate_weight_bytes(1000, "a");
+  }
+  std::memset(a.get(), 3, 1000);
+  cache->commit();
+  std::printf("[weight cache] %s\n", cache->warning().c_str());
+  EXPECT_FALSE(cache->warning().empty());
+}
+
+TEST(WeightCache, PruneRemovesUnusedAndAbandonedFiles) {
+  const fs::path dir = test::temp_dir("weight_cache_prune");
+  for (const char* n : {"old.octw", "fresh.octw", "x.octw.partial-1-0", "keep.txt"}) std::ofstream(dir / n) << "x";
+  const auto now = fs::file_time_type::clock::now();
+  fs::last_write_time(dir / "old.octw", now - std::chrono::hours(24 * 40));
+  fs::last_write_time(dir / "x.octw.partial-1-0", now - std::chrono::hours(48));
+  fs::last_write_time(dir / "keep.txt", now - std::chrono::hours(24 * 400));
+  prune_weight_cache_dir(dir);
+  EXPECT_FALSE(fs::exists(dir / "old.octw"));
+  EXPECT_FALSE(fs::exists(dir / "x.octw.partial-1-0"));
+  EXPECT_TRUE(fs::exists(dir / "fresh.octw"));
+  EXPECT_TRUE(fs::exists(dir / "keep.txt"));  // not ours
+}

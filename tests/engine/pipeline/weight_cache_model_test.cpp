@@ -1,0 +1,135 @@
+// Models through the weight cache: the second load maps what the first packed and gives the same
+// bits; dropping a component's pages between uses changes nothing; a cache that does not fit is
+// rebuilt and a cache that cannot be written only costs memory, never the load.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "io/weight_cache.h"
+#include "pipeline/sharded_pipeline.h"
+#include "test_support.h"
+
+using namespace octodiff;
+namespace fs = std::filesystem;
+
+namespace {
+
+ModelLoadOptions cached(const fs::path& dir, ComputeDType dtype = ComputeDType::F32) {
+  ModelLoadOptions o;
+  o.weight_cache_dir = dir;
+  o.dtype = dtype;
+  return o;
+}
+
+GenerationRequest request(ComputeDType dtype) {
+  GenerationRequest r;
+  r.prompts = {"a red circle", "a blue square"};
+  r.steps = 2;
+  r.seed = 3;
+  r.dtype = dtype;
+  return r;
+}
+
+void expect_same_images(const GenerationResult& a, const GenerationResult& b, const std::string& what) {
+  ASSERT_EQ(a.images.shape(), b.images.shape());
+  const test::Diff d = test::diff(a.images, b.images);
+  std::printf("[weight cache] %s: max abs difference %.3g\n", what.c_str(), d.max_abs);
+  EXPECT_EQ(d.max_abs, 0.0) << what;
+}
+
+}  // namespace
+
+TEST(WeightCacheModel, CachedLoadGivesTheSameBits) {
+  for (ComputeDType dtype : {ComputeDType::F32, ComputeDType::BF16}) {
+    const fs::path dir = test::temp_dir("weight_cache_model_" + dtype_display_name(dtype));
+    ModelLoadOptions heap;
+    heap.weight_cache = false;
+    heap.dtype = dtype;
+    auto reference = ShardedPipeline(StableDiffusionModel::load(test::tiny_sd_dir(), heap)).run(request(dtype));
+
+    auto first = StableDiffusionModel::load(test::tiny_sd_dir(), cached(dir, dtype));
+    EXPECT_FALSE(first->loaded_from_cache(ModelComponent::UNet));
+    EXPECT_TRUE(first->load_notes().empty());
+    int files = 0;
+    for (const auto& e : fs::directory_iterator(dir)) files += e.path().extension() == ".octw";
+    EXPECT_EQ(files, 3);  // text encoder, UNet, VAE
+    expect_same_images(ShardedPipeline(first).run(request(dtype)), reference, "packed into the cache");
+
+    auto second = StableDiffusionModel::load(test::tiny_sd_dir(), cached(dir, dtype));
+    for (auto c : {ModelComponent::TextEncoder, ModelComponent::UNet, ModelComponent::Vae})
+      EXPECT_TRUE(second->loaded_from_cache(c));
+    ShardedPipeline pipe(second);
+    expect_same_images(pipe.run(request(dtype)), reference, "mapped from the cache");
+    second->release(ModelComponent::UNet);  // the pipeline also does this between phases
+    expect_same_images(pipe.run(request(dtype)), reference, "after releasing the UNet's pages");
+  }
+}
+
+TEST(WeightCacheModel, DamagedOrForeignCachesAreRebuilt) {
+  const fs::path dir = test::temp_dir("weight_cache_model_damaged");
+  ModelLoadOptions heap;
+  heap.weight_cache = false;
+  auto reference = ShardedPipeline(StableDiffusionModel::load(test::tiny_sd_dir(), heap)).run(request(ComputeDType::F32));
+  StableDiffusionModel::load(test::tiny_sd_dir(), cached(dir));
+  // Truncate one cache file and swap another for a cache of a different component.
+  fs::path unet, vae, te;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("unet-", 0) == 0) unet = e.path();
+    if (n.rfind("vae-", 0) == 0) vae = e.path();
+    if (n.rfind("text_encoder-", 0) == 0) te = e.path();
+  }
+  ASSERT_FALSE(unet.empty() || vae.empty() || te.empty());
+  fs::resize_file(unet, fs::file_size(unet) / 2);
+  fs::copy_file(te, vae, fs::copy_options::overwrite_existing);
+  auto model = StableDiffusionModel::load(test::tiny_sd_dir(), cached(dir));
+  EXPECT_FALSE(model->loaded_from_cache(ModelComponent::UNet));  // refused: truncated
+  EXPECT_FALSE(model->loaded_from_cache(ModelComponent::Vae));   // mismatch: rebuilt
+  EXPECT_TRUE(model->loaded_from_cache(ModelComponent::TextEncoder));
+  for (const auto& n : model->load_notes()) std::printf("[weight cache] note: %s\n", n.c_str());
+  ASSERT_EQ(model->load_notes().size(), 1u);
+  EXPECT_NE(model->load_notes()[0].find("rebuilt the vae weight cache"), std::string::npos);
+  expect_same_images(ShardedPipeline(model).run(request(ComputeDType::F32)), reference, "rebuilt caches");
+  auto again = StableDiffusionModel::load(test::tiny_sd_dir(), cached(dir));
+  EXPECT_TRUE(again->loaded_from_cache(ModelComponent::UNet));
+  EXPECT_TRUE(again->loaded_from_cache(ModelComponent::Vae));
+}
+
+TEST(WeightCacheModel, FullDiskStillLoads) {
+  const fs::path dir = test::temp_dir("weight_cache_model_full");
+  ModelLoadOptions heap;
+  heap.weight_cache = false;
+  auto reference = ShardedPipeline(StableDiffusionModel::load(test::tiny_sd_dir(), heap)).run(request(ComputeDType::F32));
+  ModelLoadOptions o = cached(dir);
+  o.weight_cache_capacity_limit = 1;  // not even one grow step fits
+  auto model = StableDiffusionModel::load(test::tiny_sd_dir(), o);
+  ASSERT_EQ(model->load_notes().size(), 3u);
+  for (const auto& n : model->load_notes()) {
+    std::printf("[weight cache] note: %s\n", n.c_str());
+    EXPECT_NE(n.find("no space left"), std::string::npos) << n;
+  }
+  for (const auto& e : fs::directory_iterator(dir)) ADD_FAILURE() << "left behind: " << e.path();
+  expect_same_images(ShardedPipeline(model).run(request(ComputeDType::F32)), reference, "heap fallback");
+}
+
+TEST(WeightCacheModel, MlpBlockingIsBitIdentical) {
+  ModelLoadOptions heap;
+  heap.weight_cache = false;
+  auto model = StableDiffusionModel::load(test::tiny_sd_dir(), heap);
+  const auto& cfg = model->unet().config();
+  Tensor x = Tensor::empty({2, 16, 16, cfg.in_channels});
+  for (int64_t i = 0; i < x.numel(); ++i) x[i] = static_cast<float>((i * 7919) % 201 - 100) / 50.0f;
+  Tensor ctx = Tensor::empty({2, 77, cfg.cross_attention_dim});
+  for (int64_t i = 0; i < ctx.numel(); ++i) ctx[i] = static_cast<float>((i * 104729) % 301 - 150) / 100.0f;
+  Numerics whole;
+  whole.mlp_rows_per_block = 0;
+  Tensor ref = model->unet().forward_nhwc(x, {500, 500}, ctx, whole);
+  for (int64_t block : {1, 7, 100, 1024}) {
+    Numerics n;
+    n.mlp_rows_per_block = block;
+    Tensor out = model->unet().forward_nhwc(x, {500, 500}, ctx, n);
+    const test::Diff d = test::diff(out, ref);
+    std::printf("[mlp blocks] %lld rows per block: max abs difference %.3g\n", static_cast<long long>(block), d.max_abs);
+    EXPECT_EQ(d.max_abs, 0.0);
+  }
+}
