@@ -16,17 +16,22 @@ void* CachingArena::allocate(size_t bytes) {
   const size_t size = round_size(bytes);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = free_.find(size);
-    if (it != free_.end()) {
+    auto it = free_.lower_bound(size);
+    if (it != free_.end() && it->first <= 2 * size) {
+      const size_t block = it->first;
       void* p = it->second;
       free_.erase(it);
-      in_use_ += size;
+      free_bytes_ -= block;
+      live_[p] = block;
+      in_use_ += block;
       peak_in_use_ = std::max(peak_in_use_, in_use_);
       return p;
     }
+    if (free_bytes_ >= size) release_free_locked();
   }
   void* p = aligned_alloc_or_throw(size);
   std::lock_guard<std::mutex> lock(mutex_);
+  live_[p] = size;
   reserved_ += size;
   in_use_ += size;
   peak_reserved_ = std::max(peak_reserved_, reserved_);
@@ -34,20 +39,28 @@ void* CachingArena::allocate(size_t bytes) {
   return p;
 }
 
-void CachingArena::deallocate(void* p, size_t bytes) {
-  const size_t size = round_size(bytes);
+void CachingArena::deallocate(void* p, size_t /*bytes*/) {
   std::lock_guard<std::mutex> lock(mutex_);
-  in_use_ -= size;
-  free_.emplace(size, p);
+  auto it = live_.find(p);
+  const size_t block = it->second;
+  live_.erase(it);
+  in_use_ -= block;
+  free_bytes_ += block;
+  free_.emplace(block, p);
 }
 
-void CachingArena::trim() {
-  std::lock_guard<std::mutex> lock(mutex_);
+void CachingArena::release_free_locked() {
   for (auto& [size, p] : free_) {
     aligned_free(p);
     reserved_ -= size;
   }
   free_.clear();
+  free_bytes_ = 0;
+}
+
+void CachingArena::trim() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_free_locked();
 }
 
 size_t CachingArena::bytes_reserved() const {

@@ -1,15 +1,17 @@
 // CachingArena: the activation memory of one device in a compiled plan.
 //
 // A denoising loop allocates the same sequence of tensor sizes at every step. The arena keeps
-// every block a step frees and hands it out again for the next request of that size, so after the
-// first step no memory is requested from the system: no page faults, no allocator contention,
-// and a footprint equal to the peak of simultaneously live activations (plus blocks of sizes no
-// longer used, released by trim()).
+// every block a step frees and hands it out again — the smallest free block that fits, if it is
+// at most twice the request — so after the first step almost no memory is requested from the
+// system: no page faults, no allocator contention. When nothing fits and the free blocks add up
+// to at least the request, they go back to the system first, so the footprint stays near the
+// peak of simultaneously live activations instead of growing with every distinct size seen.
 #pragma once
 
 #include <cstddef>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 
 #include "core/memory.h"
 
@@ -34,7 +36,10 @@ class CachingArena : public Allocator {
  private:
   static size_t round_size(size_t bytes);
   mutable std::mutex mutex_;
+  void release_free_locked();
   std::multimap<size_t, void*> free_;
+  std::unordered_map<void*, size_t> live_;  // block sizes of handed-out blocks
+  size_t free_bytes_ = 0;
   size_t reserved_ = 0, peak_reserved_ = 0, in_use_ = 0, peak_in_use_ = 0;
 };
 
