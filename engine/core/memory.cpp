@@ -51,11 +51,7 @@ AllocatorScope::AllocatorScope(Allocator* a) : previous_(t_allocator) { t_alloca
 AllocatorScope::~AllocatorScope() { t_allocator = previous_; }
 
 std::shared_ptr<void> allocate_weight_bytes(size_t bytes, const std::string& tag) {
-  if (WeightStorage* s = t_weight_storage) {
-    std::shared_ptr<void> p = s->allocate(bytes, tag);
-    std::memset(p.get(), 0, bytes);
-    return p;
-  }
+  if (WeightStorage* s = t_weight_storage) return s->allocate(bytes, tag);
   void* p = aligned_alloc_or_throw(bytes);
   std::memset(p, 0, bytes);
   return std::shared_ptr<void>(p, [](void* q) { aligned_free(q); });

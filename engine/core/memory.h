@@ -40,11 +40,12 @@ class AllocatorScope {
 
 // Where weights go while a model loads: the heap, unless a WeightStorageScope installs a store
 // (a component's weight cache file, io/weight_cache.h). `tag` says what the blob holds, so that a
-// store read back later can check it gives the loader what it asks for.
+// store read back later can check it gives the loader what it asks for. A blob must be filled
+// before the next one is allocated from the same store: the store may then make it read-only.
 class WeightStorage {
  public:
   virtual ~WeightStorage() = default;
-  virtual std::shared_ptr<void> allocate(size_t bytes, const std::string& tag) = 0;  // 64-byte aligned
+  virtual std::shared_ptr<void> allocate(size_t bytes, const std::string& tag) = 0;  // zeroed, 64-byte aligned
 };
 
 // `bytes` of weight storage, zeroed, from this thread's store (the heap unless a scope is active).

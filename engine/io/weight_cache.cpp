@@ -19,8 +19,7 @@ namespace {
 
 constexpr char kMagic[8] = {'O', 'D', 'W', 'C', 'A', 'C', 'H', 'E'};
 constexpr const char* kFormat = "octodiff-weight-cache-1";
-constexpr uint64_t kAlign = 64;
-constexpr uint64_t kGrowStep = 64ull << 20;  // the file grows (and reserves disk) 64 MiB at a time
+constexpr uint64_t kAlign = 4096;  // blobs start on pages: each is remapped on its own
 constexpr uint64_t kReserve = 1ull << 40;    // address space for a file being written (no memory)
 constexpr uint64_t kMaxTable = 64ull << 20;
 
@@ -124,54 +123,63 @@ void WeightCacheFile::give_up(const std::string& why) {
   on_heap_ = true;
 }
 
-bool WeightCacheFile::grow(uint64_t end) {
-  if (end <= mapped_) return true;
-  const uint64_t new_mapped = round_up(end, kGrowStep);
-  if (new_mapped > reserved_) {
-    give_up("component larger than the reserved address space");
-    return false;
-  }
-  if (capacity_limit_ && new_mapped > capacity_limit_) {
+// A blob is filled in anonymous pages placed where it will live; once filled (when the next blob
+// is asked for, or at commit) it is written to the file with pwrite — a full disk is then an
+// error code, never the SIGBUS that writing through a file mapping would raise — and the file's
+// pages are mapped over it, which frees the anonymous ones. Mapping fresh file pages for writing
+// instead would make the kernel zero-fill them through readahead first.
+bool WeightCacheFile::flush_pending() {
+  if (!has_pending_) return !on_heap_;
+  has_pending_ = false;
+  const Blob& b = blobs_.back();
+  const uint64_t end = b.offset + b.bytes;
+  if (capacity_limit_ && end > capacity_limit_) {
     give_up(cat("no space left on the device holding '", path_.parent_path().string(), "'"));
     return false;
   }
-  // Reserve the blocks before any page is touched: writing to a mapped page the file system
-  // cannot back would kill the process with SIGBUS instead of giving an error.
-  const int rc = ::posix_fallocate(fd_, static_cast<off_t>(mapped_), static_cast<off_t>(new_mapped - mapped_));
-  if (rc != 0) {
-    give_up(cat("cannot grow '", partial_.string(), "': ", errno_text(rc)));
-    return false;
+  uint64_t done = 0;
+  while (done < b.bytes) {
+    const ssize_t n = ::pwrite(fd_, base_ + b.offset + done, b.bytes - done, static_cast<off_t>(b.offset + done));
+    if (n <= 0) {
+      give_up(cat("cannot write '", partial_.string(), "': ", errno_text(n < 0 ? errno : ENOSPC)));
+      return false;
+    }
+    done += static_cast<uint64_t>(n);
   }
-  void* p = ::mmap(base_ + mapped_, new_mapped - mapped_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd_,
-                   static_cast<off_t>(mapped_));
+  void* p = ::mmap(base_ + b.offset, round_up(b.bytes, 4096), PROT_READ, MAP_SHARED | MAP_FIXED, fd_,
+                   static_cast<off_t>(b.offset));
   if (p == MAP_FAILED) {
+    // The anonymous pages at that address are untouched by a failed MAP_FIXED: the blob is intact.
     give_up(cat("cannot map '", partial_.string(), "': ", errno_text(errno)));
     return false;
   }
-  mapped_ = new_mapped;
+  file_backed_ = round_up(end, 4096);
   return true;
 }
 
 std::shared_ptr<void> WeightCacheFile::allocate(size_t bytes, const std::string& tag) {
   if (reading_) fail("internal: weight cache '", path_.string(), "' is open for reading");
+  if (bytes == 0) bytes = 1;
   const uint64_t offset = round_up(used_, kAlign);
-  if (!on_heap_ && bytes <= reserved_ && grow(offset + bytes)) {
-    // Blobs are filled as soon as they are handed out, so everything before this one is final:
-    // drop it from memory every 256 MiB, or loading would hold the whole component resident.
-    const uint64_t done = offset / 4096 * 4096;
-    if (done - released_ >= (256ull << 20)) {
-      ::madvise(base_ + released_, done - released_, MADV_DONTNEED);
-      released_ = done;
+  if (flush_pending() && offset + bytes <= reserved_) {
+    void* p = ::mmap(base_ + offset, round_up(bytes, 4096), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (p != MAP_FAILED) {
+      used_ = offset + bytes;
+      blobs_.push_back({offset, bytes, tag});
+      has_pending_ = true;
+      return std::shared_ptr<void>(shared_from_this(), p);  // keeps the mapping alive; zeroed
     }
-    used_ = offset + bytes;
-    blobs_.push_back({offset, bytes, tag});
-    return std::shared_ptr<void>(shared_from_this(), base_ + offset);  // keeps the mapping alive
+    give_up(cat("cannot map memory: ", errno_text(errno)));
   }
+  give_up("component larger than the reserved address space");
   void* p = aligned_alloc_or_throw(bytes);
+  std::memset(p, 0, bytes);
   return std::shared_ptr<void>(p, [](void* q) { aligned_free(q); });
 }
 
 void WeightCacheFile::commit() {
+  if (!reading_) flush_pending();
   if (reading_ || committed_ || on_heap_) {
     if (!reading_ && fd_ >= 0 && !committed_) ::unlink(partial_.c_str());
     return;
@@ -188,7 +196,7 @@ void WeightCacheFile::commit() {
   table.append(reinterpret_cast<const char*>(tail), 16);
   // The table goes after the blobs, inside space already reserved when it fits, else appended.
   const uint64_t end = used_ + table.size();
-  if (capacity_limit_ && end > std::max(capacity_limit_, mapped_)) {
+  if (capacity_limit_ && end > capacity_limit_) {
     give_up(cat("no space left on the device holding '", path_.parent_path().string(), "'"));
     ::unlink(partial_.c_str());
     return;
@@ -224,12 +232,14 @@ std::shared_ptr<void> WeightCacheFile::next(size_t bytes, const std::string& tag
 }
 
 void WeightCacheFile::release() const {
-  const uint64_t bytes = round_up(used_, 4096);
-  if (base_ && bytes) ::madvise(base_, std::min(bytes, reading_ ? reserved_ : mapped_), MADV_DONTNEED);
+  // Only file-backed pages: on anonymous ones (a blob kept in memory after the file could not
+  // take it) MADV_DONTNEED would discard the data.
+  const uint64_t bytes = reading_ ? round_up(used_, 4096) : file_backed_;
+  if (base_ && bytes) ::madvise(base_, std::min(bytes, reserved_), MADV_DONTNEED);
 }
 
 void WeightCacheFile::prefetch() const {
-  const uint64_t bytes = std::min(round_up(used_, 4096), reading_ ? reserved_ : mapped_);
+  const uint64_t bytes = std::min(reading_ ? round_up(used_, 4096) : file_backed_, reserved_);
   if (!base_ || !bytes) return;
   if (::madvise(base_, bytes, MADV_POPULATE_READ) != 0) ::madvise(base_, bytes, MADV_WILLNEED);
 }

@@ -8,7 +8,7 @@
 // component that is not needed right now can be dropped from memory (release()) — the pipeline
 // does so between its phases — and comes back from the page cache on its next use.
 //
-// Format: the blobs, each 64-byte aligned, from offset 0; then a JSON table (format name and,
+// Format: the blobs, each starting on a 4 KiB page, from offset 0; then a JSON table (format name and,
 // per blob, offset, size and tag); then the table's length (u64 LE) and the magic "ODWCACHE".
 // A cache file is never modified in place: writers fill "<name>.partial-<pid>-<n>" and rename it.
 #pragma once
@@ -74,7 +74,7 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
     std::string tag;
   };
   WeightCacheFile() = default;
-  bool grow(uint64_t end);  // writing: maps (and reserves disk for) the file up to `end`
+  bool flush_pending();  // writing: stores the last blob in the file; false once on the heap
   void give_up(const std::string& why);
 
   bool reading_ = false;
@@ -82,9 +82,10 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
   int fd_ = -1;
   uint8_t* base_ = nullptr;
   uint64_t reserved_ = 0;  // address space reserved at base_
-  uint64_t mapped_ = 0;    // file bytes mapped (writing) or the file's size (reading)
+  uint64_t mapped_ = 0;    // reading: the file's size
   uint64_t used_ = 0;      // blob bytes
-  uint64_t released_ = 0;  // writing: bytes already dropped from memory
+  uint64_t file_backed_ = 0;  // writing: blobs below this offset are mapped from the file
+  bool has_pending_ = false;  // writing: the last blob is still in anonymous memory
   uint64_t capacity_limit_ = 0;
   bool on_heap_ = false;   // writing gave up on the file: blobs come from the heap
   bool committed_ = false;
