@@ -325,10 +325,13 @@ void MainWindow::onModelLoaded(const QString& path, double seconds) {
   model_chooser_->setRecent(settings_.recentModels());
   model_chooser_->setPath(path);
   setWindowTitle(tr("Octodiff — %1").arg(label));
-  statusBar()->showMessage(tr("Model %1 ready: %2, %3×%4 by default")
-                               .arg(label, QString::fromStdString(m->description()))
-                               .arg(m->default_width())
-                               .arg(m->default_height()));
+  QString status = tr("Model %1 ready: %2, %3×%4 by default")
+                       .arg(label, QString::fromStdString(m->description()))
+                       .arg(m->default_width())
+                       .arg(m->default_height());
+  // E.g. the weight cache could not be written (disk full): the model works, using more memory.
+  for (const auto& note : m->load_notes()) status += QStringLiteral(" — ") + QString::fromStdString(note);
+  statusBar()->showMessage(status);
   emit modelReady(path);
 }
 
