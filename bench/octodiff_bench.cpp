@@ -10,6 +10,8 @@
 #include <functional>
 #include <vector>
 
+#include <fstream>
+
 #include <nlohmann/json.hpp>
 
 #include "cli/random_model_command.h"
@@ -211,6 +213,16 @@ int main(int argc, char** argv) {
       j[k + "_fraction_of_peak"] = gflop / s / ref_peak;
     }
     j["peak_rss_after_unet_mb"] = peak_rss_bytes() / 1048576.0;
+    {
+      // Resident memory while the UNet's weights are still mapped: file-backed (the weights, from
+      // the weight cache) and anonymous (activations, everything else).
+      std::ifstream st("/proc/self/status");
+      std::string line;
+      while (std::getline(st, line)) {
+        if (line.rfind("RssAnon:", 0) == 0) j["rss_anon_after_unet_mb"] = std::stod(line.substr(8)) / 1024.0;
+        if (line.rfind("RssFile:", 0) == 0) j["rss_file_after_unet_mb"] = std::stod(line.substr(8)) / 1024.0;
+      }
+    }
     j["arena_peak_after_unet_mb"] = arena.peak_bytes_reserved() / 1048576.0;
     j["arena_peak_in_use_after_unet_mb"] = arena.peak_bytes_in_use() / 1048576.0;
     end_phase(ModelComponent::UNet);
