@@ -1,5 +1,7 @@
 #include "core/memory.h"
 
+#include <malloc.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -26,6 +28,11 @@ int64_t status_kib(const char* key) {
 }  // namespace
 
 void* aligned_alloc_or_throw(size_t bytes) {
+  // Blocks of 1 MiB and more (activations, scratch) are mapped from the OS and unmapped when
+  // freed. Left alone, glibc raises its mmap threshold to 32 MiB after the first large free and
+  // keeps later "freed" activations on its heap, so memory an arena trims would stay resident.
+  static const bool fixed_threshold = mallopt(M_MMAP_THRESHOLD, 1 << 20) == 1;
+  static_cast<void>(fixed_threshold);
   size_t rounded = (bytes + 63) / 64 * 64;
   if (rounded == 0) rounded = 64;
   void* p = std::aligned_alloc(64, rounded);

@@ -27,25 +27,6 @@ constexpr int64_t kKeyTile = 256;  // Bc, a multiple of kPanel
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-// The packed K/V of one call (tens of MiB at 64×64 latents), kept per calling thread so that
-// repeated calls do not pay for fresh pages each time. Only ever grows.
-float* packed_kv_buffer(int64_t floats) {
-  struct Buffer {
-    float* p = nullptr;
-    int64_t n = 0;
-    ~Buffer() { aligned_free(p); }
-  };
-  thread_local Buffer b;
-  if (b.n < floats) {
-    aligned_free(b.p);
-    b.p = nullptr;
-    b.n = 0;
-    b.p = static_cast<float*>(aligned_alloc_or_throw(static_cast<size_t>(floats) * sizeof(float)));
-    b.n = floats;
-  }
-  return b.p;
-}
-
 struct AlignedBuffer {
   explicit AlignedBuffer(int64_t n)
       : p(static_cast<float*>(aligned_alloc_or_throw(static_cast<size_t>(std::max<int64_t>(n, 16)) * sizeof(float)))) {}
@@ -84,7 +65,9 @@ void attention(const float* q, const float* k, const float* v, float* out, const
   const int64_t k_size = Lkp * d, v_size = dp * Lk;  // floats per (batch, head)
 
   // Pack K as Kᵀ panels and V as panels, per (batch, head).
-  float* const kv_packed = packed_kv_buffer(B * H * (k_size + v_size));
+  // The packed K/V of this call (tens of MiB at 64×64 latents): arena scratch (internal.h).
+  const detail::CallScratch kv_buffer(static_cast<size_t>(B * H * (k_size + v_size)) * sizeof(float));
+  float* const kv_packed = kv_buffer.get<float>();
   parallel_for(B * H, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t b = t / H, h = t % H;

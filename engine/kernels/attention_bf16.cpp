@@ -45,8 +45,8 @@ void attention_bf16(const float* q, const float* k, const float* v, float* out, 
 
   // Packing reads whole rows (all heads; strided per-head slices would wait on memory), rounds
   // them to bf16 once and writes every element of the packed layouts, padding included.
-  thread_local ThreadBuffer buffer;
-  uint16_t* const packed = buffer.get<uint16_t>(B * H * (k_size + v_size + q_size));
+  const CallScratch buffer(static_cast<size_t>(B * H * (k_size + v_size + q_size)) * sizeof(uint16_t));
+  uint16_t* const packed = buffer.get<uint16_t>();
   auto k_packed = [&](int64_t b, int64_t h) { return packed + (b * H + h) * (k_size + v_size); };
   auto q_packed = [&](int64_t b, int64_t h) {
     return packed + B * H * (k_size + v_size) + (b * H + h) * q_size;

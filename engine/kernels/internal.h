@@ -182,6 +182,22 @@ void block_gemm_bf16(const MicroKernelBf16& mk, const uint16_t* a, int64_t lda, 
 void attention_bf16(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
                     float scale, bool causal);
 
+// Scratch for the length of one kernel call, from the calling thread's allocator: in a compiled
+// plan that is its arena, which keeps the block for the next call (no fresh pages) and gives it
+// back when the plan trims between phases — unlike a per-thread buffer, which would hold the
+// largest size ever used (the VAE's) for the life of the thread.
+class CallScratch {
+ public:
+  explicit CallScratch(size_t bytes) : storage_(allocate_floats(static_cast<int64_t>((bytes + 3) / 4))) {}
+  template <typename T>
+  T* get() const {
+    return static_cast<T*>(const_cast<void*>(storage_.get()));
+  }
+
+ private:
+  std::shared_ptr<const void> storage_;
+};
+
 // A per-thread buffer kept between calls (allocating and zeroing big blocks per call costs as
 // much as a small kernel); only ever grows. Declare one `thread_local` per use.
 class ThreadBuffer {
