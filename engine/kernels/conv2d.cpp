@@ -51,6 +51,7 @@ class ConvSource final : public detail::ASource {
     return scratch;
   }
   bool needs_scratch() const override { return true; }
+  bool cheap_rows() const override { return false; }
 
   // The same gather from the bf16 copy of the input (or rounding on the way without one).
   void rows_bf16(int64_t i0, int64_t mc, int64_t k0, int64_t kc, detail::ToBf16Fn convert, uint16_t* dst0,

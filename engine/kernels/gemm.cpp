@@ -243,6 +243,46 @@ void run_gemm(const ASource& src, int64_t M, const PackedMatrix& b, float* c, in
   const int64_t panels = tiling.panels;
   const bool scratch = src.needs_scratch();
 
+  // A weight larger than the last-level cache with few row blocks (the 16×16 and 8×8 levels'
+  // MLPs: 26–52 MB of weights for 512 rows) would stream every B slice from DRAM once per row
+  // block. Then a tile is a few panels for all rows instead: each slice is read once per K chunk
+  // and reused, from L2, by every row block. Same sums in the same order either way.
+  const bool b_streams =
+      K * N * int64_t{sizeof(float)} > (int64_t{8} << 20) && tiling.m_blocks <= 8 && src.cheap_rows();
+  if (b_streams) {
+    // 8 panels a tile (8 B slices, 320 KiB, stay in L2), or 4 when that leaves few tiles to share.
+    const int64_t kTilePanels = panels >= 64 ? 8 : 4;
+    const int64_t tiles = (panels + kTilePanels - 1) / kTilePanels;
+    parallel_for(tiles, [&](int64_t t0, int64_t t1) {
+      float* buffer = scratch ? thread_scratch(mc * scratch_lda(kc_max)) : nullptr;
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t p0 = t * kTilePanels, p1 = std::min(panels, p0 + kTilePanels);
+        for (int64_t k0 = 0; k0 < K; k0 += kc_max) {
+          const int64_t kc = std::min(kc_max, K - k0);
+          const bool last = k0 + kc == K;
+          const bool load = k0 > 0 || ep.accumulate;
+          for (int64_t i0 = 0; i0 < M; i0 += mc) {
+            const int64_t rows = std::min(mc, M - i0);
+            int64_t lda = 0;
+            const float* a = src.rows(i0, rows, k0, kc, buffer, &lda);
+            for (int64_t p = p0; p < p1; ++p) {
+              const float* bp = b.data() + p * K * kPanel + k0 * kPanel;
+              const int64_t j0 = p * kPanel;
+              const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - j0));
+              for (int64_t r = 0; r < rows; r += mk.mr) {
+                const int mr = static_cast<int>(std::min<int64_t>(mk.mr, rows - r));
+                float* ct = c + (i0 + r) * ldc + j0;
+                mk.fn(kc, a + r * lda, lda, bp, ct, ldc, mr, cols, load);
+                if (last && (ep.bias || ep.residual)) apply_epilogue(c, ldc, i0 + r, mr, j0, cols, ep);
+              }
+            }
+          }
+        }
+      }
+    });
+    return;
+  }
+
   parallel_for(tiling.m_blocks * n_blocks, [&](int64_t t0, int64_t t1) {
     float* buffer = scratch ? thread_scratch(mc * scratch_lda(kc_max)) : nullptr;
     for (int64_t t = t0; t < t1; ++t) {

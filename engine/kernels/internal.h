@@ -114,6 +114,9 @@ class ASource {
   virtual const float* rows(int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* scratch,
                             int64_t* lda) const = 0;
   virtual bool needs_scratch() const = 0;
+  // Whether rows() is cheap enough to call again for every few panels (a copy, not an im2col
+  // gather): lets the driver keep B in cache instead (run_gemm's streaming-B tiles).
+  virtual bool cheap_rows() const { return true; }
   // The same block rounded to bf16 into dst (row stride ld, even), each row zero-padded to an
   // even length.
   virtual void rows_bf16(int64_t i0, int64_t mc, int64_t k0, int64_t kc, ToBf16Fn convert, uint16_t* dst,
