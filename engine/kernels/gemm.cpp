@@ -243,6 +243,25 @@ void run_gemm(const ASource& src, int64_t M, const PackedMatrix& b, float* c, in
   const int64_t panels = tiling.panels;
   const bool scratch = src.needs_scratch();
 
+  // One K chunk of rows [i0, i0 + rows) × panels [p0, p1): the A block once, then every panel.
+  auto compute = [&](float* buffer, int64_t i0, int64_t rows, int64_t p0, int64_t p1, int64_t k0) {
+    const int64_t kc = std::min(kc_max, K - k0);
+    const bool last = k0 + kc == K;
+    const bool load = k0 > 0 || ep.accumulate;
+    int64_t lda = 0;
+    const float* a = src.rows(i0, rows, k0, kc, buffer, &lda);
+    for (int64_t p = p0; p < p1; ++p) {
+      const float* bp = b.data() + p * K * kPanel + k0 * kPanel;
+      const int64_t j0 = p * kPanel;
+      const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - j0));
+      for (int64_t r = 0; r < rows; r += mk.mr) {
+        const int mr = static_cast<int>(std::min<int64_t>(mk.mr, rows - r));
+        mk.fn(kc, a + r * lda, lda, bp, c + (i0 + r) * ldc + j0, ldc, mr, cols, load);
+        if (last && (ep.bias || ep.residual)) apply_epilogue(c, ldc, i0 + r, mr, j0, cols, ep);
+      }
+    }
+  };
+
   // A weight larger than the last-level cache with few row blocks (the 16×16 and 8×8 levels'
   // MLPs: 26–52 MB of weights for 512 rows) would stream every B slice from DRAM once per row
   // block. Then a tile is a few panels for all rows instead: each slice is read once per K chunk
@@ -257,27 +276,8 @@ void run_gemm(const ASource& src, int64_t M, const PackedMatrix& b, float* c, in
       float* buffer = scratch ? thread_scratch(mc * scratch_lda(kc_max)) : nullptr;
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t p0 = t * kTilePanels, p1 = std::min(panels, p0 + kTilePanels);
-        for (int64_t k0 = 0; k0 < K; k0 += kc_max) {
-          const int64_t kc = std::min(kc_max, K - k0);
-          const bool last = k0 + kc == K;
-          const bool load = k0 > 0 || ep.accumulate;
-          for (int64_t i0 = 0; i0 < M; i0 += mc) {
-            const int64_t rows = std::min(mc, M - i0);
-            int64_t lda = 0;
-            const float* a = src.rows(i0, rows, k0, kc, buffer, &lda);
-            for (int64_t p = p0; p < p1; ++p) {
-              const float* bp = b.data() + p * K * kPanel + k0 * kPanel;
-              const int64_t j0 = p * kPanel;
-              const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - j0));
-              for (int64_t r = 0; r < rows; r += mk.mr) {
-                const int mr = static_cast<int>(std::min<int64_t>(mk.mr, rows - r));
-                float* ct = c + (i0 + r) * ldc + j0;
-                mk.fn(kc, a + r * lda, lda, bp, ct, ldc, mr, cols, load);
-                if (last && (ep.bias || ep.residual)) apply_epilogue(c, ldc, i0 + r, mr, j0, cols, ep);
-              }
-            }
-          }
-        }
+        for (int64_t k0 = 0; k0 < K; k0 += kc_max)
+          for (int64_t i0 = 0; i0 < M; i0 += mc) compute(buffer, i0, std::min(mc, M - i0), p0, p1, k0);
       }
     });
     return;
@@ -288,24 +288,7 @@ void run_gemm(const ASource& src, int64_t M, const PackedMatrix& b, float* c, in
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t i0 = (t / n_blocks) * mc, rows = std::min(mc, M - i0);
       const int64_t p0 = (t % n_blocks) * tile_panels, p1 = std::min(panels, p0 + tile_panels);
-      for (int64_t k0 = 0; k0 < K; k0 += kc_max) {
-        const int64_t kc = std::min(kc_max, K - k0);
-        const bool last = k0 + kc == K;
-        const bool load = k0 > 0 || ep.accumulate;
-        int64_t lda = 0;
-        const float* a = src.rows(i0, rows, k0, kc, buffer, &lda);
-        for (int64_t p = p0; p < p1; ++p) {
-          const float* bp = b.data() + p * K * kPanel + k0 * kPanel;
-          const int64_t j0 = p * kPanel;
-          const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - j0));
-          for (int64_t r = 0; r < rows; r += mk.mr) {
-            const int mr = static_cast<int>(std::min<int64_t>(mk.mr, rows - r));
-            float* ct = c + (i0 + r) * ldc + j0;
-            mk.fn(kc, a + r * lda, lda, bp, ct, ldc, mr, cols, load);
-            if (last && (ep.bias || ep.residual)) apply_epilogue(c, ldc, i0 + r, mr, j0, cols, ep);
-          }
-        }
-      }
+      for (int64_t k0 = 0; k0 < K; k0 += kc_max) compute(buffer, i0, rows, p0, p1, k0);
     }
   });
 }
