@@ -101,7 +101,6 @@ std::shared_ptr<WeightCacheFile> WeightCacheFile::open(const fs::path& path, std
     return reject("damaged (table is not valid JSON)");
   }
   c->used_ = data_end;
-  c->mapped_ = size;
   ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // "used now", for prune_weight_cache_dir
   if (data_end > 0) {
     void* p = ::mmap(nullptr, data_end, PROT_READ, MAP_SHARED, fd, 0);
@@ -161,18 +160,21 @@ std::shared_ptr<void> WeightCacheFile::allocate(size_t bytes, const std::string&
   if (reading_) fail("internal: weight cache '", path_.string(), "' is open for reading");
   if (bytes == 0) bytes = 1;
   const uint64_t offset = round_up(used_, kAlign);
-  if (flush_pending() && offset + bytes <= reserved_) {
-    void* p = ::mmap(base_ + offset, round_up(bytes, 4096), PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-    if (p != MAP_FAILED) {
-      used_ = offset + bytes;
-      blobs_.push_back({offset, bytes, tag});
-      has_pending_ = true;
-      return std::shared_ptr<void>(shared_from_this(), p);  // keeps the mapping alive; zeroed
+  if (flush_pending()) {
+    if (offset + bytes > reserved_) {
+      give_up("component larger than the reserved address space");
+    } else {
+      void* p = ::mmap(base_ + offset, round_up(bytes, 4096), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+      if (p != MAP_FAILED) {
+        used_ = offset + bytes;
+        blobs_.push_back({offset, bytes, tag});
+        has_pending_ = true;
+        return std::shared_ptr<void>(shared_from_this(), p);  // keeps the mapping alive; zeroed
+      }
+      give_up(cat("cannot map memory: ", errno_text(errno)));
     }
-    give_up(cat("cannot map memory: ", errno_text(errno)));
   }
-  give_up("component larger than the reserved address space");
   void* p = aligned_alloc_or_throw(bytes);
   std::memset(p, 0, bytes);
   return std::shared_ptr<void>(p, [](void* q) { aligned_free(q); });

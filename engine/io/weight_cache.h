@@ -82,7 +82,6 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
   int fd_ = -1;
   uint8_t* base_ = nullptr;
   uint64_t reserved_ = 0;  // address space reserved at base_
-  uint64_t mapped_ = 0;    // reading: the file's size
   uint64_t used_ = 0;      // blob bytes
   uint64_t file_backed_ = 0;  // writing: blobs below this offset are mapped from the file
   bool has_pending_ = false;  // writing: the last blob is still in anonymous memory

@@ -29,25 +29,14 @@ class ConvSource final : public detail::ASource {
                     int64_t* lda) const override {
     const int64_t ld = detail::scratch_lda(kc);
     *lda = ld;
-    for (int64_t r = 0; r < mc; ++r) {
-      const int64_t m = i0 + r;
-      const int64_t n = m / (Ho_ * Wo_), oy = (m / Wo_) % Ho_, ox = m % Wo_;
-      const int64_t iy0 = oy * g_.stride - g_.pad_top, ix0 = ox * g_.stride - g_.pad_left;
-      float* dst = scratch + r * ld;
-      int64_t k = k0;
-      while (k < k0 + kc) {
-        const int64_t tap = k / Ci_, c = k % Ci_;
-        const int64_t run = std::min(Ci_ - c, k0 + kc - k);
-        const int64_t iy = iy0 + tap / kw_, ix = ix0 + tap % kw_;
-        if (iy >= 0 && iy < H_ && ix >= 0 && ix < W_) {
-          std::memcpy(dst, x_ + ((n * H_ + iy) * W_ + ix) * Ci_ + c, run * sizeof(float));
-        } else {
-          std::memset(dst, 0, run * sizeof(float));
-        }
-        dst += run;
-        k += run;
+    for_each_run(i0, mc, k0, kc, [&](int64_t r, int64_t kk, int64_t at, int64_t run) {
+      float* dst = scratch + r * ld + (kk - k0);
+      if (at >= 0) {
+        std::memcpy(dst, x_ + at, run * sizeof(float));
+      } else {
+        std::memset(dst, 0, run * sizeof(float));
       }
-    }
+    });
     return scratch;
   }
   bool needs_scratch() const override { return true; }
@@ -56,34 +45,41 @@ class ConvSource final : public detail::ASource {
   // The same gather from the bf16 copy of the input (or rounding on the way without one).
   void rows_bf16(int64_t i0, int64_t mc, int64_t k0, int64_t kc, detail::ToBf16Fn convert, uint16_t* dst0,
                  int64_t ld) const override {
+    for_each_run(i0, mc, k0, kc, [&](int64_t r, int64_t kk, int64_t at, int64_t run) {
+      uint16_t* dst = dst0 + r * ld + (kk - k0);
+      if (at < 0) {
+        std::memset(dst, 0, run * sizeof(uint16_t));
+      } else if (x16_) {
+        std::memcpy(dst, x16_ + at, run * sizeof(uint16_t));
+      } else {
+        convert(x_ + at, run, dst);
+      }
+    });
+    if (kc % 2)
+      for (int64_t r = 0; r < mc; ++r) dst0[r * ld + kc] = 0;
+  }
+
+ private:
+  // Walks the im2col rows [i0, i0 + mc) × columns [k0, k0 + kc) as runs of consecutive input
+  // channels of one tap: fn(row, first column, input offset or -1 in the padding, length).
+  template <typename Fn>
+  void for_each_run(int64_t i0, int64_t mc, int64_t k0, int64_t kc, Fn fn) const {
     for (int64_t r = 0; r < mc; ++r) {
       const int64_t m = i0 + r;
       const int64_t n = m / (Ho_ * Wo_), oy = (m / Wo_) % Ho_, ox = m % Wo_;
       const int64_t iy0 = oy * g_.stride - g_.pad_top, ix0 = ox * g_.stride - g_.pad_left;
-      uint16_t* dst = dst0 + r * ld;
       int64_t k = k0;
       while (k < k0 + kc) {
         const int64_t tap = k / Ci_, c = k % Ci_;
         const int64_t run = std::min(Ci_ - c, k0 + kc - k);
         const int64_t iy = iy0 + tap / kw_, ix = ix0 + tap % kw_;
-        if (iy >= 0 && iy < H_ && ix >= 0 && ix < W_) {
-          const int64_t at = ((n * H_ + iy) * W_ + ix) * Ci_ + c;
-          if (x16_) {
-            std::memcpy(dst, x16_ + at, run * sizeof(uint16_t));
-          } else {
-            convert(x_ + at, run, dst);
-          }
-        } else {
-          std::memset(dst, 0, run * sizeof(uint16_t));
-        }
-        dst += run;
+        const bool inside = iy >= 0 && iy < H_ && ix >= 0 && ix < W_;
+        fn(r, k, inside ? ((n * H_ + iy) * W_ + ix) * Ci_ + c : int64_t{-1}, run);
         k += run;
       }
-      if (kc % 2) *dst = 0;
     }
   }
 
- private:
   const float* x_;
   const uint16_t* x16_;
   int64_t H_, W_, Ci_, Ho_, Wo_;

@@ -157,20 +157,8 @@ namespace {
 // Per-thread A-block buffer, kept between calls (allocating and zeroing ~200 KiB per call
 // costs as much as a small GEMM). Only ever grows.
 float* thread_scratch(int64_t floats) {
-  struct Buffer {
-    float* p = nullptr;
-    int64_t n = 0;
-    ~Buffer() { aligned_free(p); }
-  };
-  thread_local Buffer b;
-  if (b.n < floats) {
-    aligned_free(b.p);
-    b.p = nullptr;
-    b.n = 0;
-    b.p = static_cast<float*>(aligned_alloc_or_throw(static_cast<size_t>(floats) * sizeof(float)));
-    b.n = floats;
-  }
-  return b.p;
+  thread_local ThreadBuffer b;
+  return b.get<float>(floats);
 }
 
 // K chunk: the B slice of a panel (kc × 32 floats, 48 KiB) and the A block (MC × kc, ≤ 170 KiB)

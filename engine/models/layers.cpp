@@ -117,19 +117,14 @@ Conv2d Conv2d::load(WeightSource& w, const std::string& prefix, int64_t in, int6
   Conv2d c;
   c.geometry = geometry;
   const Shape shape{out, in, k, k};
-  WeightCacheFile* cache = active_weight_cache();
-  if (cache && cache->reading()) {
-    c.weight.out_channels = out;
-    c.weight.in_channels = in;
-    c.weight.kh = c.weight.kw = k;
-    c.weight.packed = packed_weight(w, {{prefix + ".weight", shape}}, in * k * k, out, precision,
-                                    [] { return kernels::PackedMatrix(); });
-    c.weight.bias = to_vector(w.take(prefix + ".bias", {out}));
-    return c;
-  }
-  Tensor weight = w.take(prefix + ".weight", shape);
-  Tensor bias = w.take(prefix + ".bias", {out});
-  c.weight = kernels::pack_conv2d(weight.data(), bias.data(), out, in, k, k, precision);
+  c.weight.out_channels = out;
+  c.weight.in_channels = in;
+  c.weight.kh = c.weight.kw = k;
+  c.weight.packed = packed_weight(w, {{prefix + ".weight", shape}}, in * k * k, out, precision, [&] {
+    Tensor weight = w.take(prefix + ".weight", shape);
+    return kernels::pack_conv2d(weight.data(), nullptr, out, in, k, k, precision).packed;
+  });
+  c.weight.bias = to_vector(w.take(prefix + ".bias", {out}));
   return c;
 }
 

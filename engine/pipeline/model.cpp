@@ -83,10 +83,8 @@ bool weight_cache_enabled(const ModelLoadOptions& o) {
 template <typename Load>
 auto StableDiffusionModel::load_component(const ModelLoadOptions& o, ModelComponent c,
                                           const std::vector<fs::path>& files, Load load) {
-  std::shared_ptr<WeightCacheFile>* cache_out = &caches_[static_cast<int>(c)];
-  bool* from_cache = &from_cache_[static_cast<int>(c)];
-  std::vector<std::string>* notes = &load_notes_;
   if (!weight_cache_enabled(o)) return load();
+  const int slot = static_cast<int>(c);
   const fs::path path = weight_cache_path(o, c, files);
   std::string why;
   if (auto cache = WeightCacheFile::open(path, &why)) {
@@ -94,12 +92,12 @@ auto StableDiffusionModel::load_component(const ModelLoadOptions& o, ModelCompon
       WeightCacheScope scope(cache);
       auto result = load();
       if (!cache->all_read()) throw WeightCacheMismatch("weight cache has more weights than the model");
-      *cache_out = cache;
-      *from_cache = true;
+      caches_[slot] = cache;
+      from_cache_[slot] = true;
       cache->release();
       return result;
     } catch (const WeightCacheMismatch& e) {
-      notes->push_back(cat("rebuilt the ", component_name(c), " weight cache (", e.what(), ")"));
+      load_notes_.push_back(cat("rebuilt the ", component_name(c), " weight cache (", e.what(), ")"));
       std::error_code ec;
       fs::remove(path, ec);
     }
@@ -112,9 +110,9 @@ auto StableDiffusionModel::load_component(const ModelLoadOptions& o, ModelCompon
     result.emplace(load());
   }
   cache->commit();
-  if (!cache->warning().empty()) notes->push_back(cat(component_name(c), ": ", cache->warning()));
+  if (!cache->warning().empty()) load_notes_.push_back(cat(component_name(c), ": ", cache->warning()));
   cache->release();
-  *cache_out = cache;
+  caches_[slot] = cache;
   return std::move(*result);
 }
 
