@@ -79,12 +79,13 @@ void gemm_shapes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_Gemm)->Apply(gemm_shapes);
 BENCHMARK(BM_GemmBf16)->Apply(gemm_shapes);
 
-// Args: N, H (=W), Ci, Co, kernel size.
-void conv_case(benchmark::State& state, Precision precision) {
+// Args: N, H (=W), Ci, Co, kernel size. GFLOP/s count the direct convolution's products, so
+// Winograd's figures are "effective" (it does 2.25x fewer).
+void conv_case(benchmark::State& state, Precision precision, ConvAlgorithm algorithm = ConvAlgorithm::Direct) {
   const int64_t N = state.range(0), H = state.range(1), Ci = state.range(2), Co = state.range(3);
   const int k = static_cast<int>(state.range(4));
   auto x = random_vec(N * H * H * Ci, 4), w = random_vec(Co * Ci * k * k, 5), bias = random_vec(Co, 6);
-  const Conv2dWeights cw = pack_conv2d(w.data(), bias.data(), Co, Ci, k, k, precision);
+  const Conv2dWeights cw = pack_conv2d(w.data(), bias.data(), Co, Ci, k, k, precision, algorithm);
   std::vector<float> y(N * H * H * Co);
   for (auto _ : state) {
     conv2d_nhwc(x.data(), N, H, H, cw, Conv2dGeometry::same(k), y.data());
@@ -114,6 +115,25 @@ void conv_shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Conv)->Apply(conv_shapes);
 BENCHMARK(BM_ConvBf16)->Apply(conv_shapes);
+
+void BM_ConvWinograd(benchmark::State& state) {
+  conv_case(state, Precision::F32, ConvAlgorithm::Winograd);
+}
+void BM_ConvWinogradBf16(benchmark::State& state) {
+  conv_case(state, Precision::BF16, ConvAlgorithm::Winograd);
+}
+void winograd_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"N", "HW", "Ci", "Co", "k"})
+      ->Args({2, 64, 320, 320, 3})
+      ->Args({2, 32, 640, 640, 3})
+      ->Args({2, 32, 1920, 640, 3})  // up block's first resnet
+      ->Args({1, 512, 128, 128, 3})
+      ->Args({1, 256, 256, 256, 3})
+      ->Args({1, 128, 512, 512, 3});
+  timing(b);
+}
+BENCHMARK(BM_ConvWinograd)->Apply(winograd_shapes);
+BENCHMARK(BM_ConvWinogradBf16)->Apply(winograd_shapes);
 
 // Args: batch, q_len, kv_len, heads, head_dim.
 void attention_case(benchmark::State& state, Precision precision) {

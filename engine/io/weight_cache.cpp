@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kMagic[8] = {'O', 'D', 'W', 'C', 'A', 'C', 'H', 'E'};
-constexpr const char* kFormat = "octodiff-weight-cache-1";
+constexpr const char* kFormat = "octodiff-weight-cache-2";
 constexpr uint64_t kAlign = 4096;  // blobs start on pages: each is remapped on its own
 constexpr uint64_t kReserve = 1ull << 40;    // address space for a file being written (no memory)
 constexpr uint64_t kMaxTable = 64ull << 20;

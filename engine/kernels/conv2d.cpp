@@ -5,6 +5,9 @@
 #include "kernels/conv2d.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string>
 #include <cstring>
 #include <vector>
 
@@ -89,8 +92,38 @@ class ConvSource final : public detail::ASource {
 
 }  // namespace
 
+namespace {
+
+bool winograd_from_environment() {
+  const char* v = std::getenv("OCTODIFF_CONV_WINOGRAD");
+  if (!v) return true;
+  const std::string s(v);
+  return !(s == "0" || s == "off" || s == "false" || s == "no");
+}
+
+std::atomic<bool>& winograd_enabled() {
+  static std::atomic<bool> enabled{winograd_from_environment()};
+  return enabled;
+}
+
+}  // namespace
+
+void set_conv_winograd(bool enabled) { winograd_enabled() = enabled; }
+
+ConvAlgorithm conv2d_algorithm(int64_t out_channels, int64_t in_channels, int kh, int kw, const Conv2dGeometry& g,
+                               Precision precision) {
+  (void)precision;  // the same rule for both: Ci and Co multiples of 16 are even for bf16 pairs
+  const bool fits = kh == 3 && kw == 3 && g == Conv2dGeometry::same(3) && in_channels >= 16 &&
+                    in_channels % 16 == 0 && out_channels >= 16 && out_channels % 16 == 0 && out_channels <= 640;
+  return fits && winograd_enabled() ? ConvAlgorithm::Winograd : ConvAlgorithm::Direct;
+}
+
+int64_t conv2d_packed_rows(int64_t in_channels, int kh, int kw, ConvAlgorithm algorithm) {
+  return algorithm == ConvAlgorithm::Winograd ? 16 * in_channels : in_channels * kh * kw;
+}
+
 Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channels, int64_t in_channels,
-                          int kh, int kw, Precision precision) {
+                          int kh, int kw, Precision precision, ConvAlgorithm algorithm) {
   if (out_channels <= 0 || in_channels <= 0 || kh <= 0 || kw <= 0)
     fail(cat("pack_conv2d: bad weight shape (", out_channels, ", ", in_channels, ", ", kh, ", ", kw, ")"));
   Conv2dWeights cw;
@@ -98,6 +131,16 @@ Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channel
   cw.in_channels = in_channels;
   cw.kh = kh;
   cw.kw = kw;
+  cw.algorithm = algorithm;
+  if (bias) cw.bias.assign(bias, bias + out_channels);
+  if (algorithm == ConvAlgorithm::Winograd) {
+    if (kh != 3 || kw != 3 || in_channels % 16 != 0 || out_channels % 16 != 0)
+      fail(cat("pack_conv2d: Winograd needs a 3x3 weight with channels in multiples of 16, not (", out_channels,
+               ", ", in_channels, ", ", kh, ", ", kw, ")"));
+    const std::vector<float> rows = detail::winograd_weight_rows(w, out_channels, in_channels);
+    cw.packed = pack_b(rows.data(), 16 * in_channels, out_channels, /*transposed=*/true, precision);
+    return cw;
+  }
   // B[(ty·kw + tx)·Ci + ci][co] = w[co][ci][ty][tx]; given to pack_b as its transpose (Co rows).
   const int64_t K = in_channels * kh * kw;
   std::vector<float> bt(static_cast<size_t>(out_channels * K));
@@ -106,7 +149,6 @@ Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channel
       for (int t = 0; t < kh * kw; ++t)
         bt[co * K + t * in_channels + ci] = w[((co * in_channels + ci) * kh + t / kw) * kw + t % kw];
   cw.packed = pack_b(bt.data(), K, out_channels, /*transposed=*/true, precision);
-  if (bias) cw.bias.assign(bias, bias + out_channels);
   return cw;
 }
 
@@ -126,6 +168,10 @@ void conv2d_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWe
   ep.bias = w.bias.empty() ? nullptr : w.bias.data();
   ep.residual = residual;
   ep.ldr = w.out_channels;
+  if (w.algorithm == ConvAlgorithm::Winograd) {
+    if (!(g == Conv2dGeometry::same(3))) fail("internal: a Winograd conv2d weight applied with another geometry");
+    return detail::conv2d_winograd(x, N, H, W, w, y, residual);
+  }
   const int64_t M = N * Ho * Wo;
   const bool pointwise = w.kh == 1 && w.kw == 1 && g.stride == 1 && g.pad_top == 0 && g.pad_left == 0 &&
                          g.pad_bottom == 0 && g.pad_right == 0;

@@ -12,27 +12,51 @@
 
 namespace octodiff::kernels {
 
-struct Conv2dWeights {
-  int64_t out_channels = 0, in_channels = 0;
-  int kh = 0, kw = 0;
-  PackedMatrix packed;      // implementation-defined packing of the OIHW weight
-  std::vector<float> bias;  // out_channels values, or empty
-};
-
 struct Conv2dGeometry {
   int stride = 1;
   int pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
   static Conv2dGeometry same(int k) { return {1, k / 2, k / 2, k / 2, k / 2}; }
+  bool operator==(const Conv2dGeometry&) const = default;
+};
+
+// Direct: an implicit GEMM over (tap, input channel), exact to float32 rounding of each sum.
+// Winograd F(2×2, 3×3): each 4×4 input tile is transformed (Bᵀ d B), multiplied position by
+// position with the transformed weight (G g Gᵀ, 16 GEMMs of K = Ci), and transformed back
+// (Aᵀ m A) into a 2×2 output tile: 2.25× fewer products, and the packed weight is 16/9 the size.
+// Only for 3×3, stride 1, padding 1 on every side.
+enum class ConvAlgorithm { Direct, Winograd };
+
+// What conv2d_nhwc uses for this weight and geometry when the model is packed: Winograd where it
+// pays and its weight memory is affordable (3×3 same convolutions with 16…640 output and ≥ 16
+// input channels, multiples of 16: the VAE, and the UNet's 64×64 and 32×32 levels — the
+// 1280-channel levels would add 0.8 GB in float32 for a quarter of the convolution work),
+// unless OCTODIFF_CONV_WINOGRAD=off (or set_conv_winograd(false)) asks for the direct kernel.
+ConvAlgorithm conv2d_algorithm(int64_t out_channels, int64_t in_channels, int kh, int kw, const Conv2dGeometry& g,
+                               Precision precision);
+void set_conv_winograd(bool enabled);  // process-wide, for benchmarks and tests
+
+// Rows (K) of the packed weight matrix for that algorithm: kh·kw·Ci, or 16·Ci for Winograd.
+int64_t conv2d_packed_rows(int64_t in_channels, int kh, int kw, ConvAlgorithm algorithm);
+
+struct Conv2dWeights {
+  int64_t out_channels = 0, in_channels = 0;
+  int kh = 0, kw = 0;
+  ConvAlgorithm algorithm = ConvAlgorithm::Direct;
+  PackedMatrix packed;      // implementation-defined packing of the OIHW weight
+  std::vector<float> bias;  // out_channels values, or empty
 };
 
 // w: OIHW (out, in, kh, kw) row-major; bias: out values or nullptr. BF16 packs the weight as
-// bfloat16 and computes the products in bf16 (gemm.h); the bias stays float32.
+// bfloat16 and computes the products in bf16 (gemm.h); the bias stays float32. Winograd needs a
+// 3×3 weight with Ci even (fails otherwise).
 Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channels, int64_t in_channels,
-                          int kh, int kw, Precision precision = Precision::F32);
+                          int kh, int kw, Precision precision = Precision::F32,
+                          ConvAlgorithm algorithm = ConvAlgorithm::Direct);
 
 int64_t conv2d_out_size(int64_t in, int k, int stride, int pad_before, int pad_after);
 
 // x: N × H × W × Ci. y: N × Ho × Wo × Co. residual (optional): same shape as y, added at the end.
+// A Winograd weight must be applied with Conv2dGeometry::same(3).
 void conv2d_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w,
                  const Conv2dGeometry& g, float* y, const float* residual = nullptr);
 

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/cpu.h"
 #include "core/memory.h"
 #include "kernels/attention.h"
+#include "kernels/conv2d.h"
 #include "kernels/gemm.h"
 
 namespace octodiff::kernels {
@@ -184,6 +186,13 @@ void block_gemm_bf16(const MicroKernelBf16& mk, const uint16_t* a, int64_t lda, 
 // the online softmax in float32.
 void attention_bf16(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
                     float scale, bool causal);
+
+// Winograd F(2×2, 3×3) (conv2d_winograd.cpp). winograd_weight_rows: the OIHW 3×3 weight
+// transformed (G g Gᵀ) as pack_b's transposed input, Co rows × 16·Ci (position-major);
+// conv2d_winograd: the stride-1, padding-1 convolution with a weight packed from it.
+std::vector<float> winograd_weight_rows(const float* w, int64_t Co, int64_t Ci);
+void conv2d_winograd(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w, float* y,
+                     const float* residual);
 
 // Scratch for the length of one kernel call, from the calling thread's allocator: in a compiled
 // plan that is its arena, which keeps the block for the next call (no fresh pages) and gives it

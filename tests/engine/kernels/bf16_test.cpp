@@ -17,21 +17,6 @@
 namespace octodiff::kernels::test {
 namespace {
 
-struct Path {
-  Isa isa;
-  bool dot;  // VDPBF16PS allowed
-  std::string name() const { return isa_name(isa) + (isa == Isa::Avx512 ? (dot ? "+bf16" : "-widen") : ""); }
-};
-
-std::vector<Path> bf16_paths() {
-  std::vector<Path> out;
-  for (Isa isa : available_isas()) {
-    out.push_back({isa, false});
-    if (isa == Isa::Avx512 && has_avx512_bf16()) out.push_back({isa, true});
-  }
-  return out;
-}
-
 std::vector<float> rounded(const std::vector<float>& v) {
   std::vector<float> r(v.size());
   for (size_t i = 0; i < v.size(); ++i) r[i] = bf16_to_f32(f32_to_bf16(v[i]));

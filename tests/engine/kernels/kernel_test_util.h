@@ -25,6 +25,22 @@ inline std::vector<Isa> available_isas() {
   return out;
 }
 
+// The bf16 product paths: each ISA, and on AVX-512 with and without VDPBF16PS.
+struct Path {
+  Isa isa;
+  bool dot;  // VDPBF16PS allowed
+  std::string name() const { return isa_name(isa) + (isa == Isa::Avx512 ? (dot ? "+bf16" : "-widen") : ""); }
+};
+
+inline std::vector<Path> bf16_paths() {
+  std::vector<Path> out;
+  for (Isa isa : available_isas()) {
+    out.push_back({isa, false});
+    if (isa == Isa::Avx512 && has_avx512_bf16()) out.push_back({isa, true});
+  }
+  return out;
+}
+
 inline std::vector<float> random_vec(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> dist(lo, hi);

@@ -1,0 +1,267 @@
+// 3×3 convolution (stride 1, padding 1) as Winograd F(2×2, 3×3), after Lavin & Gray (2015).
+//
+// The output is cut into 2×2 tiles; tile t reads the 4×4 input patch d around it. With
+//   Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],  G = [1 0 0; ½ ½ ½; ½ -½ ½; 0 0 1],
+//   Aᵀ = [1 1 1 0; 0 1 -1 -1],
+// the tile's output is Aᵀ [Σ_ci (G g Gᵀ) ⊙ (Bᵀ d Bᵀᵀ)] A: for each of the 16 positions p of the
+// 4×4 transformed tile, one GEMM V_p (tiles × Ci) · U_p (Ci × Co). U, the transformed weight,
+// is packed once as a (16·Ci) × Co matrix whose rows p·Ci … p·Ci+Ci−1 are U_p, so U_p is a slice
+// of every panel and the ordinary micro-kernels run the GEMMs.
+//
+// Work is cut into blocks of whole micro-rows of tiles; a thread takes a block through all
+// three stages (transform in, 16 GEMMs, transform out) in its own scratch, so the transformed
+// data stays in its caches. Each output element's arithmetic is fixed by the tile alone (K in
+// fixed chunks, in order), so results do not depend on the block size or the thread count.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "kernels/conv2d.h"
+#include "kernels/internal.h"
+#include "kernels/isa.h"
+
+namespace octodiff::kernels::detail {
+namespace {
+
+// 16 channels at once: GCC vector extensions, so the same code is one AVX-512 register or two
+// AVX2 ones, whatever the build targets. aligned(4): rows are only float-aligned.
+typedef float Lanes __attribute__((vector_size(64), aligned(4)));
+constexpr int64_t kLanes = 16;
+
+inline Lanes load(const float* p) { return *reinterpret_cast<const Lanes*>(p); }
+inline void store(float* p, Lanes v) { *reinterpret_cast<Lanes*>(p) = v; }
+
+// K chunks of the GEMMs (per position: K = Ci), as the GEMM drivers cut theirs: equal chunks of
+// at most 384 floats (f32) or 768 bf16 values, whole pairs for bf16.
+int64_t chunk_size(int64_t K, bool bf16) {
+  const int64_t max_kc = bf16 ? 768 : 384;
+  const int64_t chunks = (K + max_kc - 1) / max_kc;
+  const int64_t kc = (K + chunks - 1) / chunks;
+  return bf16 ? (kc + 1) / 2 * 2 : kc;
+}
+
+struct Geometry {
+  int64_t N, H, W, Ci, Co;
+  int64_t tiles_y, tiles_x;
+};
+
+// Bᵀ d B for 16 channels of one tile: d[i][j] is input row 2ty−1+i, column 2tx−1+j.
+inline void transform_input(const float* const d[16], int64_t c, float* const v[16]) {
+  Lanes t[4][4];
+  for (int j = 0; j < 4; ++j) {
+    const Lanes d0 = load(d[j] + c), d1 = load(d[4 + j] + c), d2 = load(d[8 + j] + c), d3 = load(d[12 + j] + c);
+    t[0][j] = d0 - d2;
+    t[1][j] = d1 + d2;
+    t[2][j] = d2 - d1;
+    t[3][j] = d1 - d3;
+  }
+  for (int i = 0; i < 4; ++i) {
+    store(v[i * 4 + 0] + c, t[i][0] - t[i][2]);
+    store(v[i * 4 + 1] + c, t[i][1] + t[i][2]);
+    store(v[i * 4 + 2] + c, t[i][2] - t[i][1]);
+    store(v[i * 4 + 3] + c, t[i][1] - t[i][3]);
+  }
+}
+
+// Aᵀ m A for 16 channels of one tile, into out[i][j] (output row 2ty+i, column 2tx+j).
+inline void transform_output(const float* const m[16], int64_t c, Lanes out[2][2]) {
+  Lanes s[2][4];
+  for (int j = 0; j < 4; ++j) {
+    const Lanes m0 = load(m[j] + c), m1 = load(m[4 + j] + c), m2 = load(m[8 + j] + c), m3 = load(m[12 + j] + c);
+    s[0][j] = m0 + m1 + m2;
+    s[1][j] = m1 - m2 - m3;
+  }
+  for (int i = 0; i < 2; ++i) {
+    out[i][0] = s[i][0] + s[i][1] + s[i][2];
+    out[i][1] = s[i][1] - s[i][2] - s[i][3];
+  }
+}
+
+// One thread's scratch: the block's transformed input (16 positions × T rows, f32 and for bf16
+// weights a bf16 copy), the GEMM outputs (16 × T rows) and a row of zeros for the padding.
+struct Scratch {
+  float* v = nullptr;     // position p, tile row r at v[(p·T + r)·ldv]
+  uint16_t* v16 = nullptr;
+  float* m = nullptr;     // position p, tile row r at m[(p·T + r)·ldm]
+  const float* zeros = nullptr;
+};
+
+class WinogradConv {
+ public:
+  WinogradConv(const float* x, const Geometry& g, const Conv2dWeights& w, float* y, const float* residual)
+      : x_(x), g_(g), w_(w), y_(y), residual_(residual), bf16_(w.packed.precision() == Precision::BF16) {
+    const Isa isa = kernel_isa();
+    mk_ = micro_kernel(isa);
+    mk16_ = micro_kernel_bf16(isa);
+    convert_ = to_bf16_fn(isa, kernel_bf16_dot());
+    mr_ = bf16_ ? mk16_.mr : mk_.mr;
+    ldv_ = scratch_lda(g.Ci);
+    ldv16_ = scratch_lda_bf16(g.Ci);
+    ldm_ = scratch_lda(g.Co);
+  }
+
+  void run() {
+    const int64_t tiles = g_.N * g_.tiles_y * g_.tiles_x;
+    const int64_t slots = std::max<int64_t>(1, current_device().threads);
+    // Blocks of up to 8 micro-rows (the GEMM drivers' row block), as many as a multiple of the
+    // thread count so that the threads finish together.
+    int64_t blocks = (tiles + 8 * mr_ - 1) / (8 * mr_);
+    blocks = (blocks + slots - 1) / slots * slots;
+    rows_ = ((tiles + blocks - 1) / blocks + mr_ - 1) / mr_ * mr_;
+    blocks = (tiles + rows_ - 1) / rows_;
+
+    const size_t v_floats = static_cast<size_t>(16 * rows_ * ldv_);
+    const size_t v16_halves = bf16_ ? static_cast<size_t>(16 * rows_ * ldv16_) : 0;
+    const size_t m_floats = static_cast<size_t>(16 * rows_ * ldm_);
+    const size_t per_slot = (v_floats + m_floats + static_cast<size_t>(g_.Ci)) * sizeof(float) +
+                            (v16_halves * sizeof(uint16_t) + 63) / 64 * 64;
+    const CallScratch buffer(per_slot * static_cast<size_t>(slots));
+    char* base = buffer.get<char>();
+    parallel_for(slots, [&](int64_t s0, int64_t s1) {
+      for (int64_t s = s0; s < s1; ++s) {
+        char* p = base + per_slot * s;
+        Scratch sc;
+        sc.v = reinterpret_cast<float*>(p);
+        sc.m = sc.v + v_floats;
+        float* zeros = sc.m + m_floats;
+        std::memset(zeros, 0, static_cast<size_t>(g_.Ci) * sizeof(float));
+        sc.zeros = zeros;
+        sc.v16 = bf16_ ? reinterpret_cast<uint16_t*>(zeros + g_.Ci) : nullptr;
+        for (int64_t b = s; b < blocks; b += slots) {
+          const int64_t t0 = b * rows_, count = std::min(rows_, tiles - t0);
+          transform_in(sc, t0, count);
+          multiply(sc, count);
+          transform_out(sc, t0, count);
+        }
+      }
+    });
+  }
+
+ private:
+  void tile_position(int64_t t, int64_t* n, int64_t* ty, int64_t* tx) const {
+    *tx = t % g_.tiles_x;
+    *ty = (t / g_.tiles_x) % g_.tiles_y;
+    *n = t / (g_.tiles_x * g_.tiles_y);
+  }
+
+  void transform_in(const Scratch& sc, int64_t t0, int64_t count) const {
+    for (int64_t r = 0; r < count; ++r) {
+      int64_t n, ty, tx;
+      tile_position(t0 + r, &n, &ty, &tx);
+      const float* d[16];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) {
+          const int64_t iy = 2 * ty - 1 + i, ix = 2 * tx - 1 + j;
+          const bool inside = iy >= 0 && iy < g_.H && ix >= 0 && ix < g_.W;
+          d[i * 4 + j] = inside ? x_ + ((n * g_.H + iy) * g_.W + ix) * g_.Ci : sc.zeros;
+        }
+      float* v[16];
+      for (int p = 0; p < 16; ++p) v[p] = sc.v + (p * rows_ + r) * ldv_;
+      for (int64_t c = 0; c < g_.Ci; c += kLanes) transform_input(d, c, v);
+      if (bf16_)
+        for (int p = 0; p < 16; ++p) convert_(v[p], g_.Ci, sc.v16 + (p * rows_ + r) * ldv16_);
+    }
+  }
+
+  // M_p = V_p · U_p for the 16 positions, K in fixed chunks.
+  void multiply(const Scratch& sc, int64_t count) const {
+    const int64_t Ci = g_.Ci, Co = g_.Co, K = 16 * Ci;
+    const int64_t kc_max = chunk_size(Ci, bf16_);
+    for (int p = 0; p < 16; ++p) {
+      float* m = sc.m + p * rows_ * ldm_;
+      for (int64_t k0 = 0; k0 < Ci; k0 += kc_max) {
+        const int64_t kc = std::min(kc_max, Ci - k0);
+        for (int64_t j0 = 0; j0 < Co; j0 += kPanel) {
+          const int cols = static_cast<int>(std::min<int64_t>(kPanel, Co - j0));
+          const int64_t panel = j0 / kPanel;
+          for (int64_t r = 0; r < count; r += mr_) {
+            const int rows = static_cast<int>(std::min<int64_t>(mr_, count - r));
+            float* c = m + r * ldm_ + j0;
+            if (bf16_) {
+              const uint16_t* a = sc.v16 + (p * rows_ + r) * ldv16_ + k0;
+              const uint16_t* b = w_.packed.bf16_data() + panel * bf16_pairs(K) * kPairRow + (p * Ci + k0) / 2 * kPairRow;
+              mk16_.fn(kc / 2, a, ldv16_, b, c, ldm_, rows, cols, k0 > 0, TileEpilogue{});
+            } else {
+              const float* a = sc.v + (p * rows_ + r) * ldv_ + k0;
+              const float* b = w_.packed.data() + panel * K * kPanel + (p * Ci + k0) * kPanel;
+              mk_.fn(kc, a, ldv_, b, c, ldm_, rows, cols, k0 > 0);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  void transform_out(const Scratch& sc, int64_t t0, int64_t count) const {
+    const int64_t Co = g_.Co;
+    const float* bias = w_.bias.empty() ? nullptr : w_.bias.data();
+    for (int64_t r = 0; r < count; ++r) {
+      int64_t n, ty, tx;
+      tile_position(t0 + r, &n, &ty, &tx);
+      const float* m[16];
+      for (int p = 0; p < 16; ++p) m[p] = sc.m + (p * rows_ + r) * ldm_;
+      const bool full_y = 2 * ty + 1 < g_.H, full_x = 2 * tx + 1 < g_.W;
+      for (int64_t c = 0; c < Co; c += kLanes) {
+        Lanes out[2][2];
+        transform_output(m, c, out);
+        for (int i = 0; i < (full_y ? 2 : 1); ++i)
+          for (int j = 0; j < (full_x ? 2 : 1); ++j) {
+            const int64_t at = ((n * g_.H + 2 * ty + i) * g_.W + 2 * tx + j) * Co + c;
+            Lanes v = out[i][j];
+            if (bias) v += load(bias + c);  // (Σ + bias) + residual, as the GEMM epilogue
+            if (residual_) v += load(residual_ + at);
+            store(y_ + at, v);
+          }
+      }
+    }
+  }
+
+  const float* x_;
+  Geometry g_;
+  const Conv2dWeights& w_;
+  float* y_;
+  const float* residual_;
+  bool bf16_;
+  MicroKernel mk_;
+  MicroKernelBf16 mk16_;
+  ToBf16Fn convert_ = nullptr;
+  int64_t mr_ = 1, ldv_ = 0, ldv16_ = 0, ldm_ = 0, rows_ = 0;
+};
+
+}  // namespace
+
+std::vector<float> winograd_weight_rows(const float* w, int64_t Co, int64_t Ci) {
+  // U = G g Gᵀ per (co, ci), in double, stored as pack_b's transposed input: row co, column
+  // p·Ci + ci.
+  static constexpr double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+  std::vector<float> rows(static_cast<size_t>(Co * 16 * Ci));
+  parallel_for(Co, [&](int64_t c0, int64_t c1) {
+    for (int64_t co = c0; co < c1; ++co)
+      for (int64_t ci = 0; ci < Ci; ++ci) {
+        const float* g = w + (co * Ci + ci) * 9;
+        double gg[4][3];  // G g
+        for (int i = 0; i < 4; ++i)
+          for (int j = 0; j < 3; ++j) gg[i][j] = G[i][0] * g[j] + G[i][1] * g[3 + j] + G[i][2] * g[6 + j];
+        for (int i = 0; i < 4; ++i)
+          for (int j = 0; j < 4; ++j) {
+            const double u = gg[i][0] * G[j][0] + gg[i][1] * G[j][1] + gg[i][2] * G[j][2];
+            rows[co * 16 * Ci + (i * 4 + j) * Ci + ci] = static_cast<float>(u);
+          }
+      }
+  });
+  return rows;
+}
+
+void conv2d_winograd(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w, float* y,
+                     const float* residual) {
+  const int64_t Ci = w.in_channels, Co = w.out_channels;
+  if (Ci % kLanes != 0 || Co % kLanes != 0 || w.packed.K() != 16 * Ci || w.packed.N() != Co)
+    fail(cat("internal: Winograd weight ", Co, "x", Ci, " packed as ", w.packed.K(), "x", w.packed.N()));
+  const Geometry g{N, H, W, Ci, Co, (H + 1) / 2, (W + 1) / 2};
+  WinogradConv(x, g, w, y, residual).run();
+}
+
+}  // namespace octodiff::kernels::detail

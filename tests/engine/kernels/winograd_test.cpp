@@ -1,0 +1,152 @@
+// Winograd F(2×2, 3×3) convolution against a double-precision direct convolution: odd image
+// sizes (partial tiles), batches, bias + residual, several blocks of tiles, K chunks, narrow
+// outputs; f32 on every ISA, bf16 on every bf16 path (bit-identical between them); thread-count
+// invariance; which convolutions the model loader sends to it.
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "kernel_test_util.h"
+#include "kernels/conv2d.h"
+
+namespace octodiff::kernels::test {
+namespace {
+
+struct Case {
+  const char* name;
+  int64_t N, H, W, Ci, Co;
+  bool bias, residual;
+};
+
+const Case kCases[] = {
+    {"7x9, 16->16", 1, 7, 9, 16, 16, true, false},
+    {"batch 2, 6x5, 32->48, bias + residual", 2, 6, 5, 32, 48, true, true},
+    {"1x1 image", 1, 1, 1, 16, 32, true, false},
+    {"2x3 image, no bias", 1, 2, 3, 16, 16, false, false},
+    {"batch 2, 24x23 (several blocks), 48->80", 2, 24, 23, 48, 80, true, true},
+    {"400->64 (two K chunks)", 1, 5, 4, 400, 64, true, false},
+};
+
+std::vector<double> ref_conv3x3(const Case& t, const std::vector<float>& x, const std::vector<float>& w,
+                                const float* bias, const float* res) {
+  std::vector<double> y(static_cast<size_t>(t.N * t.H * t.W * t.Co));
+  for (int64_t n = 0; n < t.N; ++n)
+    for (int64_t oy = 0; oy < t.H; ++oy)
+      for (int64_t ox = 0; ox < t.W; ++ox)
+        for (int64_t co = 0; co < t.Co; ++co) {
+          double s = bias ? bias[co] : 0.0;
+          for (int ky = 0; ky < 3; ++ky)
+            for (int kx = 0; kx < 3; ++kx) {
+              const int64_t iy = oy - 1 + ky, ix = ox - 1 + kx;
+              if (iy < 0 || iy >= t.H || ix < 0 || ix >= t.W) continue;
+              for (int64_t ci = 0; ci < t.Ci; ++ci)
+                s += static_cast<double>(x[((n * t.H + iy) * t.W + ix) * t.Ci + ci]) * w[((co * t.Ci + ci) * 3 + ky) * 3 + kx];
+            }
+          const int64_t o = ((n * t.H + oy) * t.W + ox) * t.Co + co;
+          if (res) s += res[o];
+          y[o] = s;
+        }
+  return y;
+}
+
+struct Data {
+  std::vector<float> x, w, bias, res;
+  explicit Data(const Case& t)
+      : x(random_vec(t.N * t.H * t.W * t.Ci, 31)),
+        w(random_vec(t.Co * t.Ci * 9, 32, -0.3f, 0.3f)),
+        bias(random_vec(t.Co, 33)),
+        res(random_vec(t.N * t.H * t.W * t.Co, 34)) {}
+};
+
+std::vector<float> run(const Case& t, const Data& d, const Conv2dWeights& cw) {
+  std::vector<float> y(static_cast<size_t>(t.N * t.H * t.W * t.Co), NAN);
+  conv2d_nhwc(d.x.data(), t.N, t.H, t.W, cw, Conv2dGeometry::same(3), y.data(), t.residual ? d.res.data() : nullptr);
+  return y;
+}
+
+TEST(Winograd, MatchesDoubleReferenceOnEveryIsa) {
+  for (Isa isa : available_isas()) {
+    ScopedKernelIsa scoped(isa);
+    for (const Case& t : kCases) {
+      const Data d(t);
+      const Conv2dWeights cw = pack_conv2d(d.w.data(), t.bias ? d.bias.data() : nullptr, t.Co, t.Ci, 3, 3,
+                                           Precision::F32, ConvAlgorithm::Winograd);
+      ASSERT_EQ(cw.packed.K(), 16 * t.Ci);
+      const auto y = run(t, d, cw);
+      const auto ref = ref_conv3x3(t, d.x, d.w, t.bias ? d.bias.data() : nullptr, t.residual ? d.res.data() : nullptr);
+      const double err = rel_error(y.data(), ref);
+      EXPECT_LT(err, 1e-5) << isa_name(isa) << " " << t.name;
+      std::printf("[winograd %s] %-42s rel err %.3g\n", isa_name(isa).c_str(), t.name, err);
+    }
+  }
+}
+
+TEST(Winograd, Bf16MatchesReferenceOnEveryPathBitIdentically) {
+  const std::vector<Path> paths = bf16_paths();
+  for (const Case& t : kCases) {
+    const Data d(t);
+    const Conv2dWeights wino = pack_conv2d(d.w.data(), t.bias ? d.bias.data() : nullptr, t.Co, t.Ci, 3, 3,
+                                           Precision::BF16, ConvAlgorithm::Winograd);
+    const Conv2dWeights direct = pack_conv2d(d.w.data(), t.bias ? d.bias.data() : nullptr, t.Co, t.Ci, 3, 3,
+                                             Precision::BF16, ConvAlgorithm::Direct);
+    const auto ref = ref_conv3x3(t, d.x, d.w, t.bias ? d.bias.data() : nullptr, t.residual ? d.res.data() : nullptr);
+    std::vector<float> first;
+    for (const Path& path : paths) {
+      ScopedKernelIsa scoped(path.isa, path.dot);
+      const auto y = run(t, d, wino);
+      const double err = rel_error(y.data(), ref);
+      const double direct_err = rel_error(run(t, d, direct).data(), ref);
+      // bf16 rounds the transformed input and weight instead of the input and weight: the same
+      // order of error as the direct bf16 convolution.
+      EXPECT_LT(err, 2e-2) << path.name() << " " << t.name;
+      EXPECT_LT(err, 4 * direct_err + 1e-6) << path.name() << " " << t.name;
+      std::printf("[winograd bf16 %s] %-42s rel err %.3g (direct bf16 %.3g)\n", path.name().c_str(), t.name, err,
+                  direct_err);
+      if (first.empty()) first = y;
+      EXPECT_EQ(0, std::memcmp(first.data(), y.data(), y.size() * sizeof(float))) << path.name() << " " << t.name;
+    }
+  }
+}
+
+TEST(Winograd, BitIdenticalForAnyThreadCount) {
+  const Case t{"batch 2, 13x11, 48->80", 2, 13, 11, 48, 80, true, true};
+  const Data d(t);
+  for (Precision p : {Precision::F32, Precision::BF16}) {
+    const Conv2dWeights cw = pack_conv2d(d.w.data(), d.bias.data(), t.Co, t.Ci, 3, 3, p, ConvAlgorithm::Winograd);
+    expect_thread_invariant(std::string("winograd ") + precision_name(p), [&] { return run(t, d, cw); });
+  }
+}
+
+TEST(Winograd, ChosenForTheVaeAndTheUNetsUpperLevelsOnly) {
+  const auto same = Conv2dGeometry::same(3);
+  const auto algo = [&](int64_t co, int64_t ci, int k = 3, Conv2dGeometry g = Conv2dGeometry::same(3)) {
+    return conv2d_algorithm(co, ci, k, k, g, Precision::F32);
+  };
+  EXPECT_EQ(algo(320, 320), ConvAlgorithm::Winograd);   // UNet 64x64 level
+  EXPECT_EQ(algo(640, 1920), ConvAlgorithm::Winograd);  // UNet 32x32 level, up block
+  EXPECT_EQ(algo(128, 128), ConvAlgorithm::Winograd);   // VAE 512x512 level
+  EXPECT_EQ(algo(512, 4), ConvAlgorithm::Direct);       // VAE conv_in
+  EXPECT_EQ(algo(1280, 1280), ConvAlgorithm::Direct);   // UNet 16x16 and 8x8 levels: weight memory
+  EXPECT_EQ(algo(320, 4), ConvAlgorithm::Direct);       // UNet conv_in
+  EXPECT_EQ(algo(4, 320), ConvAlgorithm::Direct);       // UNet conv_out
+  EXPECT_EQ(algo(320, 320, 3, Conv2dGeometry{2, 1, 1, 1, 1}), ConvAlgorithm::Direct);  // downsampler
+  EXPECT_EQ(algo(320, 640, 1, Conv2dGeometry{}), ConvAlgorithm::Direct);               // shortcut
+  set_conv_winograd(false);
+  EXPECT_EQ(algo(320, 320), ConvAlgorithm::Direct);
+  set_conv_winograd(true);
+  EXPECT_EQ(conv2d_packed_rows(320, 3, 3, ConvAlgorithm::Winograd), 16 * 320);
+  EXPECT_EQ(conv2d_packed_rows(320, 3, 3, ConvAlgorithm::Direct), 9 * 320);
+  (void)same;
+}
+
+TEST(Winograd, RejectsWhatItCannotCompute) {
+  auto w = random_vec(16 * 3 * 9, 1);
+  EXPECT_THROW(pack_conv2d(w.data(), nullptr, 16, 3, 3, 3, Precision::F32, ConvAlgorithm::Winograd), Error);
+  auto w16 = random_vec(16 * 16 * 9, 2);
+  const Conv2dWeights cw = pack_conv2d(w16.data(), nullptr, 16, 16, 3, 3, Precision::F32, ConvAlgorithm::Winograd);
+  std::vector<float> x(4 * 4 * 16), y(4 * 4 * 16);
+  EXPECT_THROW(conv2d_nhwc(x.data(), 1, 4, 4, cw, Conv2dGeometry{2, 1, 1, 1, 1}, y.data()), Error);
+}
+
+}  // namespace
+}  // namespace octodiff::kernels::test
