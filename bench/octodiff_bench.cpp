@@ -202,8 +202,11 @@ int main(int argc, char** argv) {
       Tensor ctx = context.slice0(0, batch);
       std::fprintf(stderr, "UNet batch %d at %lldx%lld latents...\n", batch, static_cast<long long>(h),
                    static_cast<long long>(w));
+      std::vector<size_t> misses;  // blocks the arena had to get from the system, per call
       const double s = median_seconds(o.repeats, [&] {
+        const size_t before = arena.system_allocations();
         model->unet().forward_nhwc(x, std::vector<double>(batch, 500.0), ctx, numerics);
+        misses.push_back(arena.system_allocations() - before);
       });
       const double gflop = unet_flops(uc, batch, h, w) / 1e9;
       const std::string k = "unet_b" + std::to_string(batch);
@@ -211,6 +214,7 @@ int main(int argc, char** argv) {
       j[k + "_gflop"] = gflop;
       j[k + "_gflops"] = gflop / s;
       j[k + "_fraction_of_peak"] = gflop / s / ref_peak;
+      j[k + "_arena_misses_per_call"] = misses;
     }
     j["peak_rss_after_unet_mb"] = peak_rss_bytes() / 1048576.0;
     {

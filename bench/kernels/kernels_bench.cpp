@@ -73,7 +73,9 @@ void gemm_shapes(benchmark::internal::Benchmark* b) {
       ->Args({512, 1280, 1280})  // level 3
       ->Args({512, 1280, 10240})
       ->Args({512, 5120, 1280})
-      ->Args({154, 768, 320});  // cross-attention K/V of the text context
+      ->Args({154, 768, 320})     // cross-attention K/V of the text context
+      ->Args({512, 11520, 1280})  // the 16x16 level's 3x3 conv as a plain GEMM (no gather)
+      ->Args({128, 11520, 1280});  // the 8x8 level's
   timing(b);
 }
 BENCHMARK(BM_Gemm)->Apply(gemm_shapes);

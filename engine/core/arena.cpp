@@ -1,66 +1,104 @@
 #include "core/arena.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace octodiff {
 
 size_t CachingArena::round_size(size_t bytes) {
-  // 4 KiB granularity above 64 KiB so near-equal sizes share blocks; exact (64 B) below.
-  size_t g = bytes > (64u << 10) ? 4096 : 64;
-  return std::max<size_t>(g, (bytes + g - 1) / g * g);
+  // Whole cache lines, so every block stays 64-byte aligned inside its slab.
+  return std::max<size_t>(64, (bytes + 63) / 64 * 64);
 }
 
-CachingArena::~CachingArena() { trim(); }
+CachingArena::~CachingArena() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [base, size] : slabs_) aligned_free(base);
+}
+
+void CachingArena::add_free_locked(char* p, size_t size) {
+  free_by_address_.emplace(p, size);
+  free_by_size_.emplace(size, p);
+}
+
+void CachingArena::remove_free_locked(char* p, size_t size) {
+  free_by_address_.erase(p);
+  free_by_size_.erase({size, p});
+}
 
 void* CachingArena::allocate(size_t bytes) {
   const size_t size = round_size(bytes);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = free_.lower_bound(size);
-    if (it != free_.end() && it->first <= 2 * size) {
-      const size_t block = it->first;
-      void* p = it->second;
-      free_.erase(it);
-      free_bytes_ -= block;
-      live_[p] = block;
-      in_use_ += block;
-      peak_in_use_ = std::max(peak_in_use_, in_use_);
-      return p;
-    }
-    if (free_bytes_ >= size) release_free_locked();
-  }
-  void* p = aligned_alloc_or_throw(size);
   std::lock_guard<std::mutex> lock(mutex_);
+  auto fit = free_by_size_.lower_bound({size, nullptr});
+  char* p = nullptr;
+  size_t range = 0;
+  if (fit != free_by_size_.end()) {
+    range = fit->first;
+    p = fit->second;
+    remove_free_locked(p, range);
+  } else {
+    // A new slab: large enough that the few sizes of a step share slabs (fragmentation stays
+    // inside them), whole 2 MiB pages.
+    range = std::max(kMinSlab, (size + (size_t{2} << 20) - 1) / (size_t{2} << 20) * (size_t{2} << 20));
+    p = static_cast<char*>(aligned_alloc_or_throw(range));
+    slabs_.emplace(p, range);
+    ++system_allocations_;
+    reserved_ += range;
+    peak_reserved_ = std::max(peak_reserved_, reserved_);
+  }
+  if (range > size) add_free_locked(p + size, range - size);
   live_[p] = size;
-  reserved_ += size;
   in_use_ += size;
-  peak_reserved_ = std::max(peak_reserved_, reserved_);
   peak_in_use_ = std::max(peak_in_use_, in_use_);
   return p;
 }
 
-void CachingArena::deallocate(void* p, size_t /*bytes*/) {
+void CachingArena::deallocate(void* q, size_t /*bytes*/) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = live_.find(p);
-  const size_t block = it->second;
+  auto it = live_.find(q);
+  char* p = static_cast<char*>(q);
+  size_t size = it->second;
   live_.erase(it);
-  in_use_ -= block;
-  free_bytes_ += block;
-  free_.emplace(block, p);
-}
-
-void CachingArena::release_free_locked() {
-  for (auto& [size, p] : free_) {
-    aligned_free(p);
-    reserved_ -= size;
+  in_use_ -= size;
+  // Merge with the free neighbours in the same slab.
+  const auto slab = std::prev(slabs_.upper_bound(p));
+  char* const slab_end = slab->first + slab->second;
+  if (p + size < slab_end) {
+    auto next = free_by_address_.find(p + size);
+    if (next != free_by_address_.end()) {
+      const size_t next_size = next->second;
+      remove_free_locked(p + size, next_size);
+      size += next_size;
+    }
   }
-  free_.clear();
-  free_bytes_ = 0;
+  if (p > slab->first) {
+    auto prev = free_by_address_.lower_bound(p);
+    if (prev != free_by_address_.begin()) {
+      --prev;
+      if (prev->first + prev->second == p) {
+        char* prev_p = prev->first;
+        const size_t prev_size = prev->second;
+        remove_free_locked(prev_p, prev_size);
+        p = prev_p;
+        size += prev_size;
+      }
+    }
+  }
+  add_free_locked(p, size);
 }
 
 void CachingArena::trim() {
   std::lock_guard<std::mutex> lock(mutex_);
-  release_free_locked();
+  for (auto s = slabs_.begin(); s != slabs_.end();) {
+    auto whole = free_by_address_.find(s->first);
+    if (whole != free_by_address_.end() && whole->second == s->second) {
+      remove_free_locked(s->first, s->second);
+      aligned_free(s->first);
+      reserved_ -= s->second;
+      s = slabs_.erase(s);
+    } else {
+      ++s;
+    }
+  }
 }
 
 size_t CachingArena::bytes_reserved() const {
@@ -76,6 +114,11 @@ size_t CachingArena::peak_bytes_reserved() const {
 size_t CachingArena::peak_bytes_in_use() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return peak_in_use_;
+}
+
+size_t CachingArena::system_allocations() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return system_allocations_;
 }
 
 size_t CachingArena::bytes_in_use() const {

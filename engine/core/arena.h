@@ -1,17 +1,21 @@
 // CachingArena: the activation memory of one device in a compiled plan.
 //
-// A denoising loop allocates the same sequence of tensor sizes at every step. The arena keeps
-// every block a step frees and hands it out again — the smallest free block that fits, if it is
-// at most twice the request — so after the first step almost no memory is requested from the
-// system: no page faults, no allocator contention. When nothing fits and the free blocks add up
-// to at least the request, they go back to the system first, so the footprint stays near the
-// peak of simultaneously live activations instead of growing with every distinct size seen.
+// A denoising loop allocates the same sequence of tensor sizes at every step. The arena takes
+// memory from the system in large slabs and places blocks inside them best-fit (the smallest
+// free range that holds the request, lowest address first), splitting ranges as it goes and
+// merging neighbours again when blocks are freed. Between steps every activation is freed, the
+// slabs coalesce back into whole free ranges, and the next step finds the same layout: after the
+// first step no memory is requested from the system, so no page faults, and the footprint stays
+// near the peak of simultaneously live activations (plus fragmentation) rather than the sum of
+// every distinct size seen. trim() gives whole free slabs back (between phases).
 #pragma once
 
 #include <cstddef>
 #include <map>
 #include <mutex>
+#include <set>
 #include <unordered_map>
+#include <utility>
 
 #include "core/memory.h"
 
@@ -27,20 +31,26 @@ class CachingArena : public Allocator {
   void* allocate(size_t bytes) override;
   void deallocate(void* p, size_t bytes) override;
 
-  void trim();                       // returns every free block to the system
+  void trim();                       // returns every slab with nothing live in it to the system
   size_t bytes_reserved() const;     // held from the system (live + free)
   size_t peak_bytes_reserved() const;
   size_t bytes_in_use() const;
-  size_t peak_bytes_in_use() const;  // what a perfect allocator would have needed
+  size_t peak_bytes_in_use() const;   // what a perfect allocator would have needed
+  size_t system_allocations() const;  // slabs requested from the system so far (misses)
+
+  static constexpr size_t kMinSlab = size_t{32} << 20;
 
  private:
   static size_t round_size(size_t bytes);
+  void add_free_locked(char* p, size_t size);
+  void remove_free_locked(char* p, size_t size);
+
   mutable std::mutex mutex_;
-  void release_free_locked();
-  std::multimap<size_t, void*> free_;
-  std::unordered_map<void*, size_t> live_;  // block sizes of handed-out blocks
-  size_t free_bytes_ = 0;
-  size_t reserved_ = 0, peak_reserved_ = 0, in_use_ = 0, peak_in_use_ = 0;
+  std::map<char*, size_t> slabs_;               // base -> size
+  std::map<char*, size_t> free_by_address_;     // free ranges, never crossing a slab's end
+  std::set<std::pair<size_t, char*>> free_by_size_;
+  std::unordered_map<void*, size_t> live_;      // block sizes of handed-out blocks
+  size_t reserved_ = 0, peak_reserved_ = 0, in_use_ = 0, peak_in_use_ = 0, system_allocations_ = 0;
 };
 
 }  // namespace octodiff

@@ -110,11 +110,20 @@ std::atomic<bool>& winograd_enabled() {
 
 void set_conv_winograd(bool enabled) { winograd_enabled() = enabled; }
 
+namespace {
+thread_local int64_t t_winograd_max_out = 640;
+}  // namespace
+
+ScopedWinogradLimit::ScopedWinogradLimit(int64_t max_out_channels) : previous_(t_winograd_max_out) {
+  t_winograd_max_out = std::min(previous_, max_out_channels);
+}
+ScopedWinogradLimit::~ScopedWinogradLimit() { t_winograd_max_out = previous_; }
+
 ConvAlgorithm conv2d_algorithm(int64_t out_channels, int64_t in_channels, int kh, int kw, const Conv2dGeometry& g,
                                Precision precision) {
   (void)precision;  // the same rule for both: Ci and Co multiples of 16 are even for bf16 pairs
   const bool fits = kh == 3 && kw == 3 && g == Conv2dGeometry::same(3) && in_channels >= 16 &&
-                    in_channels % 16 == 0 && out_channels >= 16 && out_channels % 16 == 0 && out_channels <= 640;
+                    in_channels % 16 == 0 && out_channels >= 16 && out_channels % 16 == 0 && out_channels <= t_winograd_max_out;
   return fits && winograd_enabled() ? ConvAlgorithm::Winograd : ConvAlgorithm::Direct;
 }
 

@@ -26,14 +26,26 @@ struct Conv2dGeometry {
 // Only for 3×3, stride 1, padding 1 on every side.
 enum class ConvAlgorithm { Direct, Winograd };
 
-// What conv2d_nhwc uses for this weight and geometry when the model is packed: Winograd where it
-// pays and its weight memory is affordable (3×3 same convolutions with 16…640 output and ≥ 16
-// input channels, multiples of 16: the VAE, and the UNet's 64×64 and 32×32 levels — the
-// 1280-channel levels would add 0.8 GB in float32 for a quarter of the convolution work),
-// unless OCTODIFF_CONV_WINOGRAD=off (or set_conv_winograd(false)) asks for the direct kernel.
+// What conv2d_nhwc uses for this weight and geometry when the model is packed: Winograd for 3×3
+// same convolutions with 16…640 output and ≥ 16 input channels, multiples of 16 (a model may
+// lower the 640, ScopedWinogradLimit below), unless OCTODIFF_CONV_WINOGRAD=off (or
+// set_conv_winograd(false)) asks for the direct kernel everywhere.
 ConvAlgorithm conv2d_algorithm(int64_t out_channels, int64_t in_channels, int kh, int kw, const Conv2dGeometry& g,
                                Precision precision);
 void set_conv_winograd(bool enabled);  // process-wide, for benchmarks and tests
+
+// While one lives, conv2d_algorithm on this thread picks Winograd only up to `max_out_channels`
+// output channels instead of 640 (0: never): a model loader's memory or accuracy budget.
+class ScopedWinogradLimit {
+ public:
+  explicit ScopedWinogradLimit(int64_t max_out_channels);
+  ~ScopedWinogradLimit();
+  ScopedWinogradLimit(const ScopedWinogradLimit&) = delete;
+  ScopedWinogradLimit& operator=(const ScopedWinogradLimit&) = delete;
+
+ private:
+  int64_t previous_;
+};
 
 // Rows (K) of the packed weight matrix for that algorithm: kh·kw·Ci, or 16·Ci for Winograd.
 int64_t conv2d_packed_rows(int64_t in_channels, int kh, int kw, ConvAlgorithm algorithm);

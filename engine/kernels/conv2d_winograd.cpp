@@ -80,10 +80,11 @@ inline void transform_output(const float* const m[16], int64_t c, Lanes out[2][2
   }
 }
 
-// One thread's scratch: the block's transformed input (16 positions × T rows, f32 and for bf16
-// weights a bf16 copy), the GEMM outputs (16 × T rows) and a row of zeros for the padding.
+// One thread's scratch: the block's transformed input (16 positions × T rows: f32, or for bf16
+// weights bf16 with one tile's f32 rows before rounding), the GEMM outputs (16 × T rows) and a
+// row of zeros for the padding.
 struct Scratch {
-  float* v = nullptr;     // position p, tile row r at v[(p·T + r)·ldv]
+  float* v = nullptr;     // position p, tile row r at v[(p·T + r)·ldv] (bf16: v[p·ldv], one tile)
   uint16_t* v16 = nullptr;
   float* m = nullptr;     // position p, tile row r at m[(p·T + r)·ldm]
   const float* zeros = nullptr;
@@ -113,7 +114,7 @@ class WinogradConv {
     rows_ = ((tiles + blocks - 1) / blocks + mr_ - 1) / mr_ * mr_;
     blocks = (tiles + rows_ - 1) / rows_;
 
-    const size_t v_floats = static_cast<size_t>(16 * rows_ * ldv_);
+    const size_t v_floats = static_cast<size_t>(16 * (bf16_ ? 1 : rows_) * ldv_);
     const size_t v16_halves = bf16_ ? static_cast<size_t>(16 * rows_ * ldv16_) : 0;
     const size_t m_floats = static_cast<size_t>(16 * rows_ * ldm_);
     const size_t per_slot = (v_floats + m_floats + static_cast<size_t>(g_.Ci)) * sizeof(float) +
@@ -158,8 +159,9 @@ class WinogradConv {
           const bool inside = iy >= 0 && iy < g_.H && ix >= 0 && ix < g_.W;
           d[i * 4 + j] = inside ? x_ + ((n * g_.H + iy) * g_.W + ix) * g_.Ci : sc.zeros;
         }
+      // f32: straight into the block's rows; bf16: through one tile's f32 rows (sc.v), rounded.
       float* v[16];
-      for (int p = 0; p < 16; ++p) v[p] = sc.v + (p * rows_ + r) * ldv_;
+      for (int p = 0; p < 16; ++p) v[p] = bf16_ ? sc.v + p * ldv_ : sc.v + (p * rows_ + r) * ldv_;
       for (int64_t c = 0; c < g_.Ci; c += kLanes) transform_input(d, c, v);
       if (bf16_)
         for (int p = 0; p < 16; ++p) convert_(v[p], g_.Ci, sc.v16 + (p * rows_ + r) * ldv16_);

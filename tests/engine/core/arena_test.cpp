@@ -1,49 +1,87 @@
-// The activation arena: freed blocks are reused (exact or up to twice the request), memory goes
-// back to the system when nothing fits, and the counters say what happened.
+// The activation arena: blocks are placed best-fit in slabs, split and merged again, a repeated
+// allocation pattern stops asking the system for memory after its first round, trim() gives
+// back whole free slabs only, and the counters say what happened.
 #include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
 
 #include "core/arena.h"
 #include "core/tensor.h"
 
 using namespace octodiff;
 
-TEST(CachingArena, ReusesFreedBlocks) {
+TEST(CachingArena, ReusesFreedMemory) {
   CachingArena arena;
   void* a = arena.allocate(1 << 20);
   arena.deallocate(a, 1 << 20);
-  EXPECT_EQ(arena.allocate(1 << 20), a);                 // same size: same block
+  EXPECT_EQ(arena.allocate(1 << 20), a);  // same size: same place
   arena.deallocate(a, 1 << 20);
-  EXPECT_EQ(arena.allocate((1 << 20) - 4096 * 3), a);    // smaller, within 2×: reused
-  EXPECT_EQ(arena.bytes_reserved(), size_t{1} << 20);
+  EXPECT_EQ(arena.allocate((1 << 20) - 4096 * 3), a);  // smaller: same place
   arena.deallocate(a, 0);
+  EXPECT_EQ(arena.system_allocations(), 1u);
+  EXPECT_EQ(arena.bytes_in_use(), 0u);
+  EXPECT_EQ(arena.bytes_reserved(), CachingArena::kMinSlab);
+}
+
+TEST(CachingArena, SplitsAndMergesNeighbours) {
+  CachingArena arena;
+  char* a = static_cast<char*>(arena.allocate(4 << 20));
+  char* b = static_cast<char*>(arena.allocate(4 << 20));
+  char* c = static_cast<char*>(arena.allocate(4 << 20));
+  EXPECT_EQ(b, a + (4 << 20));  // one slab, packed
+  EXPECT_EQ(c, b + (4 << 20));
+  arena.deallocate(b, 0);
+  arena.deallocate(a, 0);
+  // a and b merged: an 8 MiB block fits where they were, without another slab.
+  EXPECT_EQ(arena.allocate(8 << 20), a);
+  EXPECT_EQ(arena.system_allocations(), 1u);
+  // A request larger than a slab gets a slab of its own.
+  void* big = arena.allocate(CachingArena::kMinSlab + 1);
+  EXPECT_EQ(arena.system_allocations(), 2u);
+  std::memset(big, 1, CachingArena::kMinSlab + 1);
+  arena.deallocate(big, 0);
+  arena.deallocate(a, 0);
+  arena.deallocate(c, 0);
   EXPECT_EQ(arena.bytes_in_use(), 0u);
 }
 
-TEST(CachingArena, TooLargeBlocksAreNotWastedOnSmallRequests) {
+TEST(CachingArena, ARepeatedPatternNeedsNoNewMemoryAfterItsFirstRound) {
   CachingArena arena;
-  void* big = arena.allocate(8 << 20);
-  arena.deallocate(big, 8 << 20);
-  void* small = arena.allocate(1 << 20);  // 8× smaller: a new block, the big one is released
-  EXPECT_NE(small, nullptr);
-  EXPECT_EQ(arena.bytes_reserved(), size_t{1} << 20);
-  EXPECT_EQ(arena.peak_bytes_reserved(), size_t{8} << 20);
-  arena.deallocate(small, 1 << 20);
+  // A "step": many distinct sizes, some alive across others, as a UNet's activations are.
+  auto step = [&] {
+    std::vector<void*> held;
+    for (size_t i = 1; i <= 24; ++i) {
+      void* a = arena.allocate((i * 37 % 11 + 1) << 20);
+      void* b = arena.allocate(i << 18);
+      arena.deallocate(a, 0);
+      held.push_back(b);
+      if (held.size() > 6) {
+        arena.deallocate(held.front(), 0);
+        held.erase(held.begin());
+      }
+    }
+    for (void* p : held) arena.deallocate(p, 0);
+  };
+  step();
+  const size_t after_first = arena.system_allocations();
+  for (int i = 0; i < 5; ++i) step();
+  std::printf("[arena] slabs after the first round %zu, after six %zu; peak live %zu MiB, reserved %zu MiB\n",
+              after_first, arena.system_allocations(), arena.peak_bytes_in_use() >> 20,
+              arena.peak_bytes_reserved() >> 20);
+  EXPECT_EQ(arena.system_allocations(), after_first);
+  EXPECT_LE(arena.peak_bytes_reserved(), 2 * arena.peak_bytes_in_use() + CachingArena::kMinSlab);
 }
 
-TEST(CachingArena, FootprintStaysNearTheLivePeakAcrossDistinctSizes) {
+TEST(CachingArena, TrimReleasesOnlyWholeFreeSlabs) {
   CachingArena arena;
-  // Many distinct sizes, never more than two blocks alive: exact-size caching would keep all.
-  for (int round = 0; round < 3; ++round) {
-    for (size_t mb = 1; mb <= 16; ++mb) {
-      void* a = arena.allocate(mb << 20);
-      void* b = arena.allocate(mb << 20);
-      arena.deallocate(a, 0);
-      arena.deallocate(b, 0);
-    }
-  }
-  std::printf("[arena] peak live %zu MiB, peak reserved %zu MiB\n", arena.peak_bytes_in_use() >> 20,
-              arena.peak_bytes_reserved() >> 20);
-  EXPECT_LE(arena.peak_bytes_reserved(), 2 * arena.peak_bytes_in_use());
+  void* kept = arena.allocate(1 << 20);
+  void* big = arena.allocate(CachingArena::kMinSlab * 2);
+  arena.deallocate(big, 0);
+  arena.trim();
+  EXPECT_EQ(arena.bytes_reserved(), CachingArena::kMinSlab);  // the slab holding `kept` stays
+  std::memset(kept, 2, 1 << 20);                                // and is still usable
+  arena.deallocate(kept, 0);
   arena.trim();
   EXPECT_EQ(arena.bytes_reserved(), 0u);
 }

@@ -131,6 +131,12 @@ TEST(Winograd, ChosenForTheVaeAndTheUNetsUpperLevelsOnly) {
   EXPECT_EQ(algo(4, 320), ConvAlgorithm::Direct);       // UNet conv_out
   EXPECT_EQ(algo(320, 320, 3, Conv2dGeometry{2, 1, 1, 1, 1}), ConvAlgorithm::Direct);  // downsampler
   EXPECT_EQ(algo(320, 640, 1, Conv2dGeometry{}), ConvAlgorithm::Direct);               // shortcut
+  {
+    const ScopedWinogradLimit limit(320);  // the bf16 UNet's budget
+    EXPECT_EQ(algo(320, 640), ConvAlgorithm::Winograd);
+    EXPECT_EQ(algo(640, 640), ConvAlgorithm::Direct);
+  }
+  EXPECT_EQ(algo(640, 640), ConvAlgorithm::Winograd);
   set_conv_winograd(false);
   EXPECT_EQ(algo(320, 320), ConvAlgorithm::Direct);
   set_conv_winograd(true);
