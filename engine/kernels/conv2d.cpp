@@ -146,18 +146,21 @@ Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channel
     if (kh != 3 || kw != 3 || in_channels % 16 != 0 || out_channels % 16 != 0)
       fail(cat("pack_conv2d: Winograd needs a 3x3 weight with channels in multiples of 16, not (", out_channels,
                ", ", in_channels, ", ", kh, ", ", kw, ")"));
-    const std::vector<float> rows = detail::winograd_weight_rows(w, out_channels, in_channels);
-    cw.packed = pack_b(rows.data(), 16 * in_channels, out_channels, /*transposed=*/true, precision);
+    const auto rows = detail::winograd_weight_rows(w, out_channels, in_channels);
+    cw.packed = pack_b(static_cast<const float*>(rows.get()), 16 * in_channels, out_channels, /*transposed=*/true,
+                       precision);
     return cw;
   }
   // B[(ty·kw + tx)·Ci + ci][co] = w[co][ci][ty][tx]; given to pack_b as its transpose (Co rows).
   const int64_t K = in_channels * kh * kw;
-  std::vector<float> bt(static_cast<size_t>(out_channels * K));
+  // From the calling thread's allocator: a model load's packing scratch (models/layers.h).
+  const auto storage = allocate_floats(out_channels * K);
+  float* bt = static_cast<float*>(const_cast<void*>(storage.get()));
   for (int64_t co = 0; co < out_channels; ++co)
     for (int64_t ci = 0; ci < in_channels; ++ci)
       for (int t = 0; t < kh * kw; ++t)
         bt[co * K + t * in_channels + ci] = w[((co * in_channels + ci) * kh + t / kw) * kw + t % kw];
-  cw.packed = pack_b(bt.data(), K, out_channels, /*transposed=*/true, precision);
+  cw.packed = pack_b(bt, K, out_channels, /*transposed=*/true, precision);
   return cw;
 }
 

@@ -235,11 +235,12 @@ class WinogradConv {
 
 }  // namespace
 
-std::vector<float> winograd_weight_rows(const float* w, int64_t Co, int64_t Ci) {
+std::shared_ptr<const void> winograd_weight_rows(const float* w, int64_t Co, int64_t Ci) {
   // U = G g Gᵀ per (co, ci), in double, stored as pack_b's transposed input: row co, column
   // p·Ci + ci.
   static constexpr double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
-  std::vector<float> rows(static_cast<size_t>(Co * 16 * Ci));
+  auto storage = allocate_floats(Co * 16 * Ci);
+  float* rows = static_cast<float*>(const_cast<void*>(storage.get()));
   parallel_for(Co, [&](int64_t c0, int64_t c1) {
     for (int64_t co = c0; co < c1; ++co)
       for (int64_t ci = 0; ci < Ci; ++ci) {
@@ -254,7 +255,7 @@ std::vector<float> winograd_weight_rows(const float* w, int64_t Co, int64_t Ci) 
           }
       }
   });
-  return rows;
+  return storage;
 }
 
 void conv2d_winograd(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w, float* y,

@@ -188,9 +188,10 @@ void attention_bf16(const float* q, const float* k, const float* v, float* out, 
                     float scale, bool causal);
 
 // Winograd F(2×2, 3×3) (conv2d_winograd.cpp). winograd_weight_rows: the OIHW 3×3 weight
-// transformed (G g Gᵀ) as pack_b's transposed input, Co rows × 16·Ci (position-major);
-// conv2d_winograd: the stride-1, padding-1 convolution with a weight packed from it.
-std::vector<float> winograd_weight_rows(const float* w, int64_t Co, int64_t Ci);
+// transformed (G g Gᵀ) as pack_b's transposed input, Co rows × 16·Ci floats (position-major),
+// from the thread's allocator; conv2d_winograd: the stride-1, padding-1 convolution with a
+// weight packed from it.
+std::shared_ptr<const void> winograd_weight_rows(const float* w, int64_t Co, int64_t Ci);
 void conv2d_winograd(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w, float* y,
                      const float* residual);
 

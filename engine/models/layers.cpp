@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/arena.h"
 #include "core/error.h"
 #include "io/weight_cache.h"
 #include "kernels/norm.h"
@@ -10,13 +11,21 @@ namespace octodiff {
 
 namespace {
 
+CachingArena& packing_scratch() {
+  thread_local CachingArena arena;
+  return arena;
+}
+
 // A weight matrix packed for the kernels: from the component's weight cache when one is being
 // read (the listed tensors are then only checked, never read), else read and packed by `pack`.
 template <typename Pack>
 kernels::PackedMatrix packed_weight(WeightSource& w, const std::vector<std::pair<std::string, Shape>>& tensors,
                                     int64_t K, int64_t N, kernels::Precision precision, Pack pack) {
   WeightCacheFile* cache = active_weight_cache();
-  if (!cache || !cache->reading()) return pack();
+  if (!cache || !cache->reading()) {
+    const AllocatorScope scratch(&packing_scratch());  // the packed result is weight storage
+    return pack();
+  }
   for (const auto& [name, shape] : tensors) w.claim(name, shape);
   const std::string tag = kernels::packed_tag(K, N, precision);
   const size_t bytes = kernels::packed_size(K, N, precision);
@@ -44,6 +53,8 @@ Tensor stored_tensor(WeightSource& w, const std::string& name, const Shape& shap
 }
 
 std::vector<float> to_vector(const Tensor& t) { return std::vector<float>(t.begin(), t.end()); }
+
+void release_packing_scratch() { packing_scratch().trim(); }
 
 Linear Linear::load(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, bool has_bias,
                     kernels::Precision precision, bool from_conv1x1) {

@@ -13,6 +13,7 @@
 #include "io/files.h"
 #include "io/weight_cache.h"
 #include "io/weight_source.h"
+#include "models/layers.h"
 #include "pipeline/model_hash.h"
 #include "pipeline/single_file_model.h"
 
@@ -83,6 +84,9 @@ bool weight_cache_enabled(const ModelLoadOptions& o) {
 template <typename Load>
 auto StableDiffusionModel::load_component(const ModelLoadOptions& o, ModelComponent c,
                                           const std::vector<fs::path>& files, Load load) {
+  struct ReleaseScratch {
+    ~ReleaseScratch() { release_packing_scratch(); }
+  } release_scratch;
   if (!weight_cache_enabled(o)) return load();
   const int slot = static_cast<int>(c);
   const fs::path path = weight_cache_path(o, c, files);
