@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <string>
 #include <cstring>
-#include <vector>
 
 #include "core/error.h"
 #include "core/parallel.h"

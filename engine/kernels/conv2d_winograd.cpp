@@ -14,7 +14,7 @@
 // fixed chunks, in order), so results do not depend on the block size or the thread count.
 #include <algorithm>
 #include <cstring>
-#include <vector>
+#include <memory>
 
 #include "core/device.h"
 #include "core/error.h"
