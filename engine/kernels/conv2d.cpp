@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <string>
 #include <cstring>
+#include <string>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -105,24 +105,26 @@ std::atomic<bool>& winograd_enabled() {
   return enabled;
 }
 
+thread_local int64_t t_winograd_max_out = 640;
+
+// What the Winograd kernel can compute: 3×3 weights, channels in whole 16-lane vectors.
+bool winograd_supports(int64_t out_channels, int64_t in_channels, int kh, int kw) {
+  return kh == 3 && kw == 3 && in_channels >= 16 && in_channels % 16 == 0 && out_channels >= 16 &&
+         out_channels % 16 == 0;
+}
+
 }  // namespace
 
 void set_conv_winograd(bool enabled) { winograd_enabled() = enabled; }
-
-namespace {
-thread_local int64_t t_winograd_max_out = 640;
-}  // namespace
 
 ScopedWinogradLimit::ScopedWinogradLimit(int64_t max_out_channels) : previous_(t_winograd_max_out) {
   t_winograd_max_out = std::min(previous_, max_out_channels);
 }
 ScopedWinogradLimit::~ScopedWinogradLimit() { t_winograd_max_out = previous_; }
 
-ConvAlgorithm conv2d_algorithm(int64_t out_channels, int64_t in_channels, int kh, int kw, const Conv2dGeometry& g,
-                               Precision precision) {
-  (void)precision;  // the same rule for both: Ci and Co multiples of 16 are even for bf16 pairs
-  const bool fits = kh == 3 && kw == 3 && g == Conv2dGeometry::same(3) && in_channels >= 16 &&
-                    in_channels % 16 == 0 && out_channels >= 16 && out_channels % 16 == 0 && out_channels <= t_winograd_max_out;
+ConvAlgorithm conv2d_algorithm(int64_t out_channels, int64_t in_channels, int kh, int kw, const Conv2dGeometry& g) {
+  const bool fits = winograd_supports(out_channels, in_channels, kh, kw) && g == Conv2dGeometry::same(3) &&
+                    out_channels <= t_winograd_max_out;
   return fits && winograd_enabled() ? ConvAlgorithm::Winograd : ConvAlgorithm::Direct;
 }
 
@@ -142,7 +144,7 @@ Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channel
   cw.algorithm = algorithm;
   if (bias) cw.bias.assign(bias, bias + out_channels);
   if (algorithm == ConvAlgorithm::Winograd) {
-    if (kh != 3 || kw != 3 || in_channels % 16 != 0 || out_channels % 16 != 0)
+    if (!winograd_supports(out_channels, in_channels, kh, kw))
       fail(cat("pack_conv2d: Winograd needs a 3x3 weight with channels in multiples of 16, not (", out_channels,
                ", ", in_channels, ", ", kh, ", ", kw, ")"));
     const auto rows = detail::winograd_weight_rows(w, out_channels, in_channels);
@@ -175,14 +177,14 @@ void conv2d_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWe
   const int64_t Ho = conv2d_out_size(H, w.kh, g.stride, g.pad_top, g.pad_bottom);
   const int64_t Wo = conv2d_out_size(W, w.kw, g.stride, g.pad_left, g.pad_right);
   if (Ho <= 0 || Wo <= 0) fail(cat("conv2d: ", H, "x", W, " input is smaller than the ", w.kh, "x", w.kw, " kernel"));
-  Epilogue ep;
-  ep.bias = w.bias.empty() ? nullptr : w.bias.data();
-  ep.residual = residual;
-  ep.ldr = w.out_channels;
   if (w.algorithm == ConvAlgorithm::Winograd) {
     if (!(g == Conv2dGeometry::same(3))) fail("internal: a Winograd conv2d weight applied with another geometry");
     return detail::conv2d_winograd(x, N, H, W, w, y, residual);
   }
+  Epilogue ep;
+  ep.bias = w.bias.empty() ? nullptr : w.bias.data();
+  ep.residual = residual;
+  ep.ldr = w.out_channels;
   const int64_t M = N * Ho * Wo;
   const bool pointwise = w.kh == 1 && w.kw == 1 && g.stride == 1 && g.pad_top == 0 && g.pad_left == 0 &&
                          g.pad_bottom == 0 && g.pad_right == 0;

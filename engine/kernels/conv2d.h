@@ -30,8 +30,7 @@ enum class ConvAlgorithm { Direct, Winograd };
 // same convolutions with 16…640 output and ≥ 16 input channels, multiples of 16 (a model may
 // lower the 640, ScopedWinogradLimit below), unless OCTODIFF_CONV_WINOGRAD=off (or
 // set_conv_winograd(false)) asks for the direct kernel everywhere.
-ConvAlgorithm conv2d_algorithm(int64_t out_channels, int64_t in_channels, int kh, int kw, const Conv2dGeometry& g,
-                               Precision precision);
+ConvAlgorithm conv2d_algorithm(int64_t out_channels, int64_t in_channels, int kh, int kw, const Conv2dGeometry& g);
 void set_conv_winograd(bool enabled);  // process-wide, for benchmarks and tests
 
 // While one lives, conv2d_algorithm on this thread picks Winograd only up to `max_out_channels`
@@ -60,7 +59,7 @@ struct Conv2dWeights {
 
 // w: OIHW (out, in, kh, kw) row-major; bias: out values or nullptr. BF16 packs the weight as
 // bfloat16 and computes the products in bf16 (gemm.h); the bias stays float32. Winograd needs a
-// 3×3 weight with Ci even (fails otherwise).
+// 3×3 weight with both channel counts multiples of 16 (fails otherwise).
 Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channels, int64_t in_channels,
                           int kh, int kw, Precision precision = Precision::F32,
                           ConvAlgorithm algorithm = ConvAlgorithm::Direct);

@@ -34,15 +34,6 @@ constexpr int64_t kLanes = 16;
 inline Lanes load(const float* p) { return *reinterpret_cast<const Lanes*>(p); }
 inline void store(float* p, Lanes v) { *reinterpret_cast<Lanes*>(p) = v; }
 
-// K chunks of the GEMMs (per position: K = Ci), as the GEMM drivers cut theirs: equal chunks of
-// at most 384 floats (f32) or 768 bf16 values, whole pairs for bf16.
-int64_t chunk_size(int64_t K, bool bf16) {
-  const int64_t max_kc = bf16 ? 768 : 384;
-  const int64_t chunks = (K + max_kc - 1) / max_kc;
-  const int64_t kc = (K + chunks - 1) / chunks;
-  return bf16 ? (kc + 1) / 2 * 2 : kc;
-}
-
 struct Geometry {
   int64_t N, H, W, Ci, Co;
   int64_t tiles_y, tiles_x;
@@ -168,30 +159,22 @@ class WinogradConv {
     }
   }
 
-  // M_p = V_p · U_p for the 16 positions, K in fixed chunks.
+  // M_p = V_p · U_p for the 16 positions, K in the GEMM drivers' fixed chunks. U_p is rows
+  // p·Ci … p·Ci+Ci−1 of every panel of the packed weight.
   void multiply(const Scratch& sc, int64_t count) const {
     const int64_t Ci = g_.Ci, Co = g_.Co, K = 16 * Ci;
-    const int64_t kc_max = chunk_size(Ci, bf16_);
+    const int64_t kc_max = bf16_ ? chunk_size_bf16(Ci) : chunk_size_f32(Ci);
     for (int p = 0; p < 16; ++p) {
       float* m = sc.m + p * rows_ * ldm_;
       for (int64_t k0 = 0; k0 < Ci; k0 += kc_max) {
         const int64_t kc = std::min(kc_max, Ci - k0);
-        for (int64_t j0 = 0; j0 < Co; j0 += kPanel) {
-          const int cols = static_cast<int>(std::min<int64_t>(kPanel, Co - j0));
-          const int64_t panel = j0 / kPanel;
-          for (int64_t r = 0; r < count; r += mr_) {
-            const int rows = static_cast<int>(std::min<int64_t>(mr_, count - r));
-            float* c = m + r * ldm_ + j0;
-            if (bf16_) {
-              const uint16_t* a = sc.v16 + (p * rows_ + r) * ldv16_ + k0;
-              const uint16_t* b = w_.packed.bf16_data() + panel * bf16_pairs(K) * kPairRow + (p * Ci + k0) / 2 * kPairRow;
-              mk16_.fn(kc / 2, a, ldv16_, b, c, ldm_, rows, cols, k0 > 0, TileEpilogue{});
-            } else {
-              const float* a = sc.v + (p * rows_ + r) * ldv_ + k0;
-              const float* b = w_.packed.data() + panel * K * kPanel + (p * Ci + k0) * kPanel;
-              mk_.fn(kc, a, ldv_, b, c, ldm_, rows, cols, k0 > 0);
-            }
-          }
+        if (bf16_) {
+          block_gemm_bf16(mk16_, sc.v16 + p * rows_ * ldv16_ + k0, ldv16_, count, kc / 2,
+                          w_.packed.bf16_data() + (p * Ci + k0) / 2 * kPairRow, bf16_pairs(K) * kPairRow, Co, m,
+                          ldm_, k0 > 0);
+        } else {
+          block_gemm(mk_, sc.v + p * rows_ * ldv_ + k0, ldv_, count, kc, w_.packed.data() + (p * Ci + k0) * kPanel,
+                     K * kPanel, Co, m, ldm_, k0 > 0);
         }
       }
     }

@@ -165,13 +165,12 @@ float* thread_scratch(int64_t floats) {
 // sit in L1/L2; measured 256…512 within noise on Zen 4.
 constexpr int64_t kMaxKc = 384;
 
-// K chunking depends on K only (never on threads or tiles): equal chunks of at most kMaxKc.
-int64_t chunk_size(int64_t K) {
+}  // namespace
+
+int64_t chunk_size_f32(int64_t K) {
   const int64_t chunks = (K + kMaxKc - 1) / kMaxKc;
   return (K + chunks - 1) / chunks;
 }
-
-}  // namespace
 
 void apply_epilogue(float* c, int64_t ldc, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                     const Epilogue& ep) {
@@ -225,7 +224,7 @@ void run_gemm(const ASource& src, int64_t M, const PackedMatrix& b, float* c, in
   if (b.precision() == Precision::BF16) return run_gemm_bf16(src, M, b, c, ldc, ep);
   const MicroKernel mk = micro_kernel(kernel_isa());
   const int64_t K = b.K(), N = b.N();
-  const int64_t kc_max = chunk_size(K);
+  const int64_t kc_max = chunk_size_f32(K);
   const GemmTiling tiling = gemm_tiling(M, N, mk.mr);
   const int64_t mc = tiling.mc, n_blocks = tiling.n_blocks, tile_panels = tiling.tile_panels;
   const int64_t panels = tiling.panels;

@@ -22,12 +22,6 @@ namespace {
 // noise for the GEMMs, 768 best for the 3×3 convolutions (fewer C-tile reloads).
 constexpr int64_t kMaxKc = 768;
 
-int64_t chunk_size(int64_t K) {
-  const int64_t chunks = (K + kMaxKc - 1) / kMaxKc;
-  const int64_t kc = (K + chunks - 1) / chunks;
-  return (kc + 1) / 2 * 2;
-}
-
 // Portable micro-kernel (4 × 32): widens each pair to float32 (a bf16 is the high half of a
 // float) and adds the odd product, then the even one.
 template <int MR>
@@ -78,6 +72,12 @@ void dispatch_generic(int64_t pairs, const uint16_t* a, int64_t lda, const uint1
 
 MicroKernelBf16 micro_kernel_bf16_generic() {
   return {4, &dispatch_generic};
+}
+
+int64_t chunk_size_bf16(int64_t K) {
+  const int64_t chunks = (K + kMaxKc - 1) / kMaxKc;
+  const int64_t kc = (K + chunks - 1) / chunks;
+  return (kc + 1) / 2 * 2;
 }
 
 MicroKernelBf16 micro_kernel_bf16(Isa isa) {
@@ -141,7 +141,7 @@ void run_gemm_bf16(const ASource& src, int64_t M, const PackedMatrix& b, float* 
   const MicroKernelBf16 mk = micro_kernel_bf16(isa);
   const ToBf16Fn convert = to_bf16_fn(isa, kernel_bf16_dot());
   const int64_t K = b.K(), N = b.N(), pairs = bf16_pairs(K);
-  const int64_t kc_max = chunk_size(K);
+  const int64_t kc_max = chunk_size_bf16(K);
   const GemmTiling tiling = gemm_tiling(M, N, mk.mr);
   const int64_t mc = tiling.mc, n_blocks = tiling.n_blocks, tile_panels = tiling.tile_panels;
   const int64_t lda = scratch_lda_bf16(kc_max);

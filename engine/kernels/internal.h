@@ -172,6 +172,11 @@ void run_gemm_bf16(const ASource& a, int64_t M, const PackedMatrix& b, float* c,
 void apply_epilogue(float* c, int64_t ldc, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                     const Epilogue& ep);
 
+// How the GEMM drivers cut K (never depending on threads or tiles, so neither changes a bit of
+// the result): equal chunks of at most 384 (f32) or 768 whole pairs' worth (bf16, even).
+int64_t chunk_size_f32(int64_t K);
+int64_t chunk_size_bf16(int64_t K);
+
 // Single-threaded C[M × N] (=|+=) A[M × K] · B for a panel slice: panel p starts at
 // b + p·panel_stride, rows of a panel are kPanel floats apart. Used inside attention.
 void block_gemm(const MicroKernel& mk, const float* a, int64_t lda, int64_t M, int64_t K,

@@ -59,7 +59,8 @@ const char* component_name(ModelComponent c) {
 // weight files (path, size, modification time), the component, the precision and load options.
 // The packing layout itself is checked blob by blob through the tags (kernels::packed_tag).
 fs::path weight_cache_path(const ModelLoadOptions& o, ModelComponent c, const std::vector<fs::path>& files) {
-  std::string key = cat("octodiff-weight-cache-2|", component_name(c), "|", dtype_display_name(o.dtype), "|vae_encoder=",
+  // No format version here: a file of another format is refused on opening and rebuilt in place.
+  std::string key = cat("octodiff-weight-cache|", component_name(c), "|", dtype_display_name(o.dtype), "|vae_encoder=",
                         o.load_vae_encoder, "|ema=", o.use_ema);
   for (const auto& f : files) {
     std::error_code ec;
