@@ -21,7 +21,7 @@ std::string errno_text(int e) { return std::strerror(e); }
 
 }  // namespace
 
-MappedFile::MappedFile(const std::filesystem::path& path) {
+MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("cannot open '", path.string(), "': ", errno_text(errno));
   struct stat st {};
@@ -44,7 +44,18 @@ MappedFile::MappedFile(const std::filesystem::path& path) {
     }
     data_ = static_cast<const uint8_t*>(p);
   }
-  ::close(fd);
+  fd_ = fd;
+}
+
+void MappedFile::read(uint64_t offset, void* dst, uint64_t bytes) const {
+  uint64_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pread(fd_, static_cast<uint8_t*>(dst) + done, bytes - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("cannot read '", path_.string(), "': ", errno_text(errno));
+    if (n == 0) fail("cannot read '", path_.string(), "': the file ends early (was it truncated while loading?)");
+    done += static_cast<uint64_t>(n);
+  }
 }
 
 void MappedFile::release(uint64_t offset, uint64_t bytes) const {
@@ -58,6 +69,7 @@ void MappedFile::release(uint64_t offset, uint64_t bytes) const {
 
 MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 std::vector<uint8_t> read_file_bytes(const std::filesystem::path& path) {

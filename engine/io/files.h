@@ -24,7 +24,14 @@ class MappedFile {
   // checkpoint never sits in memory next to the converted weights.
   void release(uint64_t offset, uint64_t bytes) const;
 
+  // Copies [offset, offset + bytes) into `dst` with pread: no page faults on the mapping, which
+  // on a first load of a multi-GB checkpoint cost more than the copy itself. Throws
+  // octodiff::Error if the file has become shorter or cannot be read.
+  void read(uint64_t offset, void* dst, uint64_t bytes) const;
+
  private:
+  std::filesystem::path path_;
+  int fd_ = -1;
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
 };

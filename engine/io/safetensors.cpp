@@ -173,9 +173,12 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
   f->map_ = std::make_shared<MappedFile>(path);
   const uint64_t size = f->map_->size();
   const uint8_t* base = f->map_->data();
-  if (size >= 2 && base[0] == 0x80 && base[1] <= 5)
+  // A safetensors header's JSON starts at byte 8; a pickle there means a file the length bytes
+  // only happen to look like (a 128- or 384-byte header starts with 0x80 0x00 / 0x80 0x01).
+  const bool json_at_8 = size > 8 && base[8] == '{';
+  if (size >= 2 && base[0] == 0x80 && base[1] <= 5 && !json_at_8)
     fail("'", what, "' is a PyTorch pickle, not safetensors; convert it to .safetensors first");
-  if (size >= 4 && base[0] == 'P' && base[1] == 'K' && base[2] == 3 && base[3] == 4)
+  if (size >= 4 && base[0] == 'P' && base[1] == 'K' && base[2] == 3 && base[3] == 4 && !json_at_8)
     fail("'", what, "' is a zip (PyTorch .ckpt/.pt) file, not safetensors; convert it to "
          ".safetensors first");
   if (size < 8) fail("invalid safetensors file '", what, "': only ", size, " bytes, too short");
@@ -215,8 +218,8 @@ Tensor SafetensorsFile::to_f32(const TensorRecord& t) const {
   const int64_t n = out.numel();
   float* dst = out.data();
   switch (t.dtype) {
-    case DType::F32:
-      if (n) std::memcpy(dst, src, n * 4);
+    case DType::F32:  // read, not copied from the mapping: see MappedFile::read
+      if (n) map_->read(static_cast<uint64_t>(src - map_->data()), dst, static_cast<uint64_t>(n) * 4);
       break;
     case DType::F16:
       for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(load<uint16_t>(src + 2 * i));

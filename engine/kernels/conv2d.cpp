@@ -157,10 +157,12 @@ Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channel
   // From the calling thread's allocator: a model load's packing scratch (models/layers.h).
   const auto storage = allocate_floats(out_channels * K);
   float* bt = static_cast<float*>(const_cast<void*>(storage.get()));
-  for (int64_t co = 0; co < out_channels; ++co)
-    for (int64_t ci = 0; ci < in_channels; ++ci)
+  parallel_for(out_channels, [&](int64_t c0, int64_t c1) {
+    for (int64_t co = c0; co < c1; ++co)  // written in order; the reads stay inside w's row co
       for (int t = 0; t < kh * kw; ++t)
-        bt[co * K + t * in_channels + ci] = w[((co * in_channels + ci) * kh + t / kw) * kw + t % kw];
+        for (int64_t ci = 0; ci < in_channels; ++ci)
+          bt[co * K + t * in_channels + ci] = w[((co * in_channels + ci) * kh + t / kw) * kw + t % kw];
+  });
   cw.packed = pack_b(bt, K, out_channels, /*transposed=*/true, precision);
   return cw;
 }

@@ -74,6 +74,8 @@ PackedMatrix PackedMatrix::adopt(int64_t K, int64_t N, Precision precision, std:
 
 namespace {
 
+constexpr int64_t kPackRows = 64;  // 64 × 32 floats: 8 KiB
+
 void pack_f32(const float* b, int64_t K, int64_t N, bool transposed, float* dst) {
   const int64_t panels = (N + kPanel - 1) / kPanel;
   parallel_for(panels, [&](int64_t p0, int64_t p1) {
@@ -81,9 +83,14 @@ void pack_f32(const float* b, int64_t K, int64_t N, bool transposed, float* dst)
       const int64_t n0 = pi * kPanel, w = std::min<int64_t>(kPanel, N - n0);
       float* panel = dst + pi * K * kPanel;
       if (transposed) {
-        for (int64_t j = 0; j < w; ++j) {
-          const float* src = b + (n0 + j) * K;
-          for (int64_t k = 0; k < K; ++k) panel[k * kPanel + j] = src[k];
+        // In blocks of kPackRows rows: the block being written stays in L1 while the panel's
+        // source rows are read along K (a whole 1.5 MB panel per column would not).
+        for (int64_t k0 = 0; k0 < K; k0 += kPackRows) {
+          const int64_t k1 = std::min(K, k0 + kPackRows);
+          for (int64_t j = 0; j < w; ++j) {
+            const float* src = b + (n0 + j) * K;
+            for (int64_t k = k0; k < k1; ++k) panel[k * kPanel + j] = src[k];
+          }
         }
       } else {
         for (int64_t k = 0; k < K; ++k) std::memcpy(panel + k * kPanel, b + k * N + n0, w * sizeof(float));

@@ -184,3 +184,40 @@ TEST(Safetensors, TruncatedCopiesOfARealFileAreRejected) {
     }
   }
 }
+
+TEST(Safetensors, HeaderLengthsThatLookLikeAPickleAreStillSafetensors) {
+  // A header of 128 or 384 bytes starts the file with 0x80 0x00 / 0x80 0x01, a pickle's first two
+  // bytes; the JSON at byte 8 tells them apart.
+  auto dir = test::temp_dir("safetensors_pickle_lookalike");
+  for (size_t header_len : {size_t{128}, size_t{384}}) {
+    std::string header = R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+    header.resize(header_len, ' ');
+    const fs::path p = write_raw(dir, "h" + std::to_string(header_len) + ".safetensors",
+                                 le64(header.size()) + header + std::string("\0\0\x80\x3f", 4));
+    auto f = SafetensorsFile::open(p);
+    EXPECT_EQ(f->to_f32("x")[0], 1.0f) << "header of " << header_len << " bytes";
+  }
+  // A real pickle's opening is still named as one.
+  expect_rejected(write_raw(dir, "p.safetensors", std::string("\x80\x02}q\x00(X\x05\x00\x00\x00", 12) + std::string(64, 'x')),
+                  "pickle");
+}
+
+TEST(Safetensors, AFileCutShortAfterOpeningIsAClearError) {
+  // float32 tensors are read with pread, not through the mapping: a file truncated while a model
+  // loads gives an error naming it (through the mapping it would be a SIGBUS).
+  auto dir = test::temp_dir("safetensors_cut_later");
+  const fs::path p = dir / "w.safetensors";
+  write_safetensors_f32(p, {{"first", Tensor::zeros({64, 64})}, {"second", Tensor::zeros({4096})}});
+  auto f = SafetensorsFile::open(p);
+  EXPECT_EQ(f->to_f32("first").numel(), 64 * 64);
+  fs::resize_file(p, fs::file_size(p) - 4096 * 4 + 8);
+  try {
+    f->to_f32("second");
+    ADD_FAILURE() << "a tensor past the end of the file was read";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    std::printf("[cut after opening] %s\n", msg.c_str());
+    EXPECT_NE(msg.find("ends early"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(p.string()), std::string::npos) << msg;
+  }
+}
