@@ -330,7 +330,9 @@ void MainWindow::onModelLoaded(const QString& path, double seconds) {
                        .arg(m->default_width())
                        .arg(m->default_height());
   // E.g. the weight cache could not be written (disk full): the model works, using more memory.
-  for (const auto& note : m->load_notes()) status += QStringLiteral(" — ") + QString::fromStdString(note);
+  const auto notes = m->load_notes();
+  for (const auto& note : notes) status += QStringLiteral(" — ") + QString::fromStdString(note);
+  shown_load_notes_ = notes.size();
   statusBar()->showMessage(status);
   emit modelReady(path);
 }
@@ -364,6 +366,13 @@ void MainWindow::onRunFinished(const RunPtr& run) {
   else
     comparison_->addRun(run);
   for (const auto& w : run->result.warnings) banner_->showNote(QString::fromStdString(w));
+  // A first load's weight cache is written while the model already runs: a failure to keep it
+  // (e.g. the disk filled up) is known only later.
+  if (const ModelPtr m = controller_->model()) {
+    const auto notes = m->load_notes();
+    for (size_t i = shown_load_notes_; i < notes.size(); ++i) banner_->showNote(QString::fromStdString(notes[i]));
+    shown_load_notes_ = std::max(shown_load_notes_, notes.size());
+  }
   emit runDisplayed(run);
 }
 

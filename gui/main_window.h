@@ -103,6 +103,7 @@ class MainWindow : public QMainWindow {
   void loadModelDialog();
 
   AppSettings settings_;
+  size_t shown_load_notes_ = 0;  // the loaded model's load_notes() already shown
   GenerationController* controller_;
   ErrorBanner* banner_;
   ModelChooser* model_chooser_;

@@ -116,6 +116,7 @@ int run_generate(const std::vector<std::string>& argv) {
   const auto t_load = Clock::now();
   auto model = StableDiffusionModel::load(model_path, load);
   const double load_seconds = std::chrono::duration<double>(Clock::now() - t_load).count();
+  const size_t notes_at_load = model->load_notes().size();
   for (const auto& note : model->load_notes()) std::fprintf(stderr, "octodiff-cli: note: %s\n", note.c_str());
   // The metadata needs the weights' SHA-256 (seconds for a 4 GB file, cached afterwards): hash
   // while the pipeline runs.
@@ -179,6 +180,13 @@ int run_generate(const std::vector<std::string>& argv) {
     std::fprintf(info, "wrote images %s to %s\n", shape_str(result.images.shape()).c_str(), p->c_str());
     outputs["array"] = *p;
   }
+  // A first load's weight cache is written in the background: let it finish (the next run then
+  // maps it), and report what went wrong with it after the load's own notes.
+  const double cache_wait = model->wait_for_weight_caches();
+  if (cache_wait > 0.05) std::fprintf(info, "finished writing the weight cache (%.2f s more)\n", cache_wait);
+  const auto notes = model->load_notes();
+  for (size_t i = notes_at_load; i < notes.size(); ++i)
+    std::fprintf(stderr, "octodiff-cli: note: %s\n", notes[i].c_str());
 
   if (json_out) {
     const Signature& s = result.signature;

@@ -112,33 +112,104 @@ std::shared_ptr<WeightCacheFile> WeightCacheFile::open(const fs::path& path, std
 }
 
 WeightCacheFile::~WeightCacheFile() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancel_ = true;
+  }
+  cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
   if (base_) ::munmap(base_, reserved_);
   if (fd_ >= 0) ::close(fd_);
   if (!reading_ && !committed_ && !partial_.empty()) ::unlink(partial_.c_str());
 }
 
 void WeightCacheFile::give_up(const std::string& why) {
-  if (!on_heap_) warning_ = "weight cache not kept: " + why;
-  on_heap_ = true;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failed_) warning_ = "weight cache not kept: " + why;
+  failed_ = true;
 }
 
-// A blob is filled in anonymous pages placed where it will live; once filled (when the next blob
-// is asked for, or at commit) it is written to the file with pwrite — a full disk is then an
-// error code, never the SIGBUS that writing through a file mapping would raise — and the file's
-// pages are mapped over it, which frees the anonymous ones. Mapping fresh file pages for writing
-// instead would make the kernel zero-fill them through readahead first.
-bool WeightCacheFile::flush_pending() {
-  if (!has_pending_) return !on_heap_;
-  has_pending_ = false;
-  const Blob& b = blobs_.back();
-  const uint64_t end = b.offset + b.bytes;
-  if (capacity_limit_ && end > capacity_limit_) {
+std::string WeightCacheFile::warning() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return warning_;
+}
+
+// A blob is filled in anonymous pages placed where it will live. Once filled, the writer thread
+// writes it to the file with pwrite — a full disk is then an error code, never the SIGBUS that
+// writing through a file mapping would raise — and maps the file's pages over it, which frees the
+// anonymous ones. Mapping fresh file pages for writing instead would make the kernel zero-fill
+// them through readahead first.
+std::shared_ptr<void> WeightCacheFile::allocate(size_t bytes, const std::string& tag) {
+  if (reading_) fail("internal: weight cache '", path_.string(), "' is open for reading");
+  if (bytes == 0) bytes = 1;
+  const uint64_t offset = round_up(used_, kAlign);
+  hand_over(/*finishing=*/false);  // the previous blob is complete
+  if (capacity_limit_ && offset + bytes > capacity_limit_)
     give_up(cat("no space left on the device holding '", path_.parent_path().string(), "'"));
-    return false;
+  if (base_ && offset + bytes <= reserved_) {
+    void* p = ::mmap(base_ + offset, round_up(bytes, 4096), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (p != MAP_FAILED) {
+      std::lock_guard<std::mutex> lock(mu_);
+      used_ = offset + bytes;
+      blobs_.push_back({offset, bytes, tag});
+      return std::shared_ptr<void>(shared_from_this(), p);  // keeps the mapping alive; zeroed
+    }
+    give_up(cat("cannot map memory: ", errno_text(errno)));
+  } else if (base_) {
+    give_up("component larger than the reserved address space");
   }
+  void* p = aligned_alloc_or_throw(bytes);
+  std::memset(p, 0, bytes);
+  return std::shared_ptr<void>(p, [](void* q) { aligned_free(q); });
+}
+
+void WeightCacheFile::hand_over(bool finishing) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    filled_ = blobs_.size();
+    finishing_ = finishing_ || finishing;
+    if (!writer_.joinable() && fd_ >= 0 && base_ && (finishing_ || filled_ > 0))
+      writer_ = std::thread([this] { writer_loop(); });
+  }
+  cv_.notify_all();
+}
+
+void WeightCacheFile::writer_loop() {
+  size_t next = 0;
+  for (;;) {
+    Blob blob;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return cancel_ || next < filled_ || finishing_; });
+      if (cancel_) break;
+      if (next == filled_) {  // finishing, with every blob written
+        lock.unlock();
+        finish_file();
+        break;
+      }
+      blob = blobs_[next++];
+    }
+    if (!failed_) write_blob(blob);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool WeightCacheFile::write_blob(const Blob& b) {
+  constexpr uint64_t kChunk = 64ull << 20;  // between chunks, a destruction can stop the writer
   uint64_t done = 0;
   while (done < b.bytes) {
-    const ssize_t n = ::pwrite(fd_, base_ + b.offset + done, b.bytes - done, static_cast<off_t>(b.offset + done));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cancel_) return false;
+    }
+    const uint64_t n_want = std::min(kChunk, b.bytes - done);
+    const ssize_t n = ::pwrite(fd_, base_ + b.offset + done, n_want, static_cast<off_t>(b.offset + done));
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       give_up(cat("cannot write '", partial_.string(), "': ", errno_text(n < 0 ? errno : ENOSPC)));
       return false;
@@ -152,45 +223,42 @@ bool WeightCacheFile::flush_pending() {
     give_up(cat("cannot map '", partial_.string(), "': ", errno_text(errno)));
     return false;
   }
-  file_backed_ = round_up(end, 4096);
+  file_backed_ = round_up(b.offset + b.bytes, 4096);
   return true;
 }
 
-std::shared_ptr<void> WeightCacheFile::allocate(size_t bytes, const std::string& tag) {
-  if (reading_) fail("internal: weight cache '", path_.string(), "' is open for reading");
-  if (bytes == 0) bytes = 1;
-  const uint64_t offset = round_up(used_, kAlign);
-  if (flush_pending()) {
-    if (offset + bytes > reserved_) {
-      give_up("component larger than the reserved address space");
-    } else {
-      void* p = ::mmap(base_ + offset, round_up(bytes, 4096), PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-      if (p != MAP_FAILED) {
-        used_ = offset + bytes;
-        blobs_.push_back({offset, bytes, tag});
-        has_pending_ = true;
-        return std::shared_ptr<void>(shared_from_this(), p);  // keeps the mapping alive; zeroed
-      }
-      give_up(cat("cannot map memory: ", errno_text(errno)));
-    }
-  }
-  void* p = aligned_alloc_or_throw(bytes);
-  std::memset(p, 0, bytes);
-  return std::shared_ptr<void>(p, [](void* q) { aligned_free(q); });
+void WeightCacheFile::commit() {
+  commit_in_background();
+  wait();
 }
 
-void WeightCacheFile::commit() {
-  if (!reading_) flush_pending();
-  if (reading_ || committed_ || on_heap_) {
-    if (!reading_ && fd_ >= 0 && !committed_) ::unlink(partial_.c_str());
+void WeightCacheFile::commit_in_background() {
+  if (reading_) return;
+  hand_over(/*finishing=*/true);
+  // Nothing to hand to a writer (no file could be created): only the partial name to forget.
+  if (!writer_.joinable() && fd_ >= 0) ::unlink(partial_.c_str());
+}
+
+void WeightCacheFile::wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !writer_.joinable() || done_; });
+}
+
+// On the writer thread, after the last blob: the table, then the rename. No file is left behind
+// when anything failed.
+void WeightCacheFile::finish_file() {
+  if (failed_) {
+    ::unlink(partial_.c_str());
     return;
   }
   nlohmann::json j;
   j["format"] = kFormat;
-  j["data_bytes"] = used_;
-  j["blobs"] = nlohmann::json::array();
-  for (const Blob& b : blobs_) j["blobs"].push_back({b.offset, b.bytes, b.tag});
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    j["data_bytes"] = used_;
+    j["blobs"] = nlohmann::json::array();
+    for (const Blob& b : blobs_) j["blobs"].push_back({b.offset, b.bytes, b.tag});
+  }
   std::string table = j.dump();
   uint8_t tail[16];
   for (int i = 0; i < 8; ++i) tail[i] = static_cast<uint8_t>(static_cast<uint64_t>(table.size()) >> (8 * i));
@@ -206,8 +274,9 @@ void WeightCacheFile::commit() {
   uint64_t written = 0;
   while (written < table.size()) {
     const ssize_t n = ::pwrite(fd_, table.data() + written, table.size() - written, static_cast<off_t>(used_ + written));
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      give_up(cat("cannot write '", partial_.string(), "': ", errno_text(errno)));
+      give_up(cat("cannot write '", partial_.string(), "': ", errno_text(n < 0 ? errno : ENOSPC)));
       ::unlink(partial_.c_str());
       return;
     }
@@ -235,13 +304,13 @@ std::shared_ptr<void> WeightCacheFile::next(size_t bytes, const std::string& tag
 
 void WeightCacheFile::release() const {
   // Only file-backed pages: on anonymous ones (a blob kept in memory after the file could not
-  // take it) MADV_DONTNEED would discard the data.
-  const uint64_t bytes = reading_ ? round_up(used_, 4096) : file_backed_;
+  // take it, or not written yet) MADV_DONTNEED would discard the data.
+  const uint64_t bytes = reading_ ? round_up(used_, 4096) : file_backed_.load();
   if (base_ && bytes) ::madvise(base_, std::min(bytes, reserved_), MADV_DONTNEED);
 }
 
 void WeightCacheFile::prefetch() const {
-  const uint64_t bytes = std::min(reading_ ? round_up(used_, 4096) : file_backed_, reserved_);
+  const uint64_t bytes = std::min(reading_ ? round_up(used_, 4096) : file_backed_.load(), reserved_);
   if (!base_ || !bytes) return;
   if (::madvise(base_, bytes, MADV_POPULATE_READ) != 0) ::madvise(base_, bytes, MADV_WILLNEED);
 }

@@ -8,16 +8,25 @@
 // component that is not needed right now can be dropped from memory (release()) — the pipeline
 // does so between its phases — and comes back from the page cache on its next use.
 //
+// Writing happens on a thread of the cache's own: a blob the loader has filled (it asks for the
+// next one, or commits) is written and remapped from the file while the loader packs the next,
+// and the load does not wait for the disk — a first load of a 4 GB model would otherwise be bound
+// by the disk's write speed. Readers of a blob see the same bytes before and after its remap.
+//
 // Format: the blobs, each starting on a 4 KiB page, from offset 0; then a JSON table (format name and,
 // per blob, offset, size and tag); then the table's length (u64 LE) and the magic "ODWCACHE".
 // A cache file is never modified in place: writers fill "<name>.partial-<pid>-<n>" and rename it.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -35,8 +44,8 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
  public:
   // Writing: blobs go to a partial file next to `final_path`; commit() renames it into place.
   // `capacity_limit` (bytes, 0 = none) makes the file refuse to grow past it, as a full disk
-  // would — for tests. When the file cannot grow, later blobs live on the heap instead and the
-  // cache is not kept (warning() says why); loading still succeeds.
+  // would — for tests. When the file cannot take a blob, it and later blobs stay in anonymous
+  // memory and the cache is not kept (warning() says why); loading still succeeds.
   static std::shared_ptr<WeightCacheFile> create(const std::filesystem::path& final_path,
                                                  uint64_t capacity_limit = 0);
   // Reading: maps a committed cache file; nullptr, with the reason in *why, when it is missing,
@@ -52,9 +61,13 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
 
   // Writing: the next blob's storage (WeightStorage).
   std::shared_ptr<void> allocate(size_t bytes, const std::string& tag) override;
-  // Writing: stores the blob table and renames the file into place; any failure (disk full,
-  // unwritable folder) leaves no file behind and is reported by warning().
+  // Writing: no more blobs. The writer thread stores what is left and the blob table, then
+  // renames the file into place; any failure (disk full, unwritable folder) leaves no file behind
+  // and is reported by warning(). commit() waits for that, commit_in_background() does not.
   void commit();
+  void commit_in_background();
+  // Writing: waits until a commit_in_background() has finished (at once if none was asked for).
+  void wait();
 
   // Reading: the next stored blob, which must have this size and tag (else WeightCacheMismatch).
   std::shared_ptr<void> next(size_t bytes, const std::string& tag);
@@ -65,7 +78,7 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
   // Maps the pages back in ahead of use, in one call rather than one page fault at a time.
   void prefetch() const;
 
-  const std::string& warning() const { return warning_; }
+  std::string warning() const;
   uint64_t file_bytes() const { return used_; }
 
  private:
@@ -74,8 +87,11 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
     std::string tag;
   };
   WeightCacheFile() = default;
-  bool flush_pending();  // writing: stores the last blob in the file; false once on the heap
   void give_up(const std::string& why);
+  void hand_over(bool finishing);  // writing: every blob so far is filled; starts the writer
+  void writer_loop();
+  bool write_blob(const Blob& b);  // on the writer thread; false (and given up) on failure
+  void finish_file();
 
   bool reading_ = false;
   std::filesystem::path path_, partial_;
@@ -83,13 +99,21 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
   uint8_t* base_ = nullptr;
   uint64_t reserved_ = 0;  // address space reserved at base_
   uint64_t used_ = 0;      // blob bytes
-  uint64_t file_backed_ = 0;  // writing: blobs below this offset are mapped from the file
-  bool has_pending_ = false;  // writing: the last blob is still in anonymous memory
+  std::atomic<uint64_t> file_backed_{0};  // writing: blobs below this offset are mapped from the file
   uint64_t capacity_limit_ = 0;
-  bool on_heap_ = false;   // writing gave up on the file: blobs come from the heap
-  bool committed_ = false;
+  std::atomic<bool> failed_{false};  // writing gave up on the file (the blobs stay in memory)
+  std::atomic<bool> committed_{false};
   std::vector<Blob> blobs_;
   size_t cursor_ = 0;
+
+  // The writer thread and what it shares with the loader, under mu_.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread writer_;
+  size_t filled_ = 0;       // blobs the loader has finished
+  bool finishing_ = false;  // commit asked for: after the filled blobs, the table and rename
+  bool cancel_ = false;     // destruction: stop writing, leave no file
+  bool done_ = false;       // the writer has finished (committed or given up)
   std::string warning_;
 };
 

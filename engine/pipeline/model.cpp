@@ -1,6 +1,7 @@
 #include "pipeline/model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <malloc.h>
 
 #include <cstdlib>
@@ -114,11 +115,26 @@ auto StableDiffusionModel::load_component(const ModelLoadOptions& o, ModelCompon
     WeightCacheScope scope(cache);
     result.emplace(load());
   }
-  cache->commit();
-  if (!cache->warning().empty()) load_notes_.push_back(cat(component_name(c), ": ", cache->warning()));
-  cache->release();
+  cache->commit_in_background();  // the model is ready now; the disk catches up (load_notes())
   caches_[slot] = cache;
   return std::move(*result);
+}
+
+std::vector<std::string> StableDiffusionModel::load_notes() const {
+  std::vector<std::string> notes = load_notes_;
+  for (auto c : {ModelComponent::TextEncoder, ModelComponent::UNet, ModelComponent::Vae}) {
+    const auto& cache = caches_[static_cast<int>(c)];
+    if (!cache || cache->reading()) continue;
+    if (std::string w = cache->warning(); !w.empty()) notes.push_back(cat(component_name(c), ": ", w));
+  }
+  return notes;
+}
+
+double StableDiffusionModel::wait_for_weight_caches() const {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const auto& cache : caches_)
+    if (cache && !cache->reading()) cache->wait();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void StableDiffusionModel::release(ModelComponent c) const {

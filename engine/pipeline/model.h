@@ -87,8 +87,12 @@ class StableDiffusionModel {
   void prefetch(ModelComponent c) const;
   // True when the component's packed weights were mapped from an existing cache (nothing packed).
   bool loaded_from_cache(ModelComponent c) const;
-  // What loading had to work around (e.g. the weight cache could not be written: disk full).
-  const std::vector<std::string>& load_notes() const { return load_notes_; }
+  // What loading had to work around (e.g. the weight cache could not be written: disk full),
+  // as known now: a first load's caches are written in the background after load() returns.
+  std::vector<std::string> load_notes() const;
+  // Waits until the weight caches a first load writes are on disk (or given up); then
+  // load_notes() is final. Returns the seconds waited.
+  double wait_for_weight_caches() const;
 
  private:
   template <typename Load>

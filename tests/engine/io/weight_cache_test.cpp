@@ -3,8 +3,10 @@
 // makes the cache fall back to the heap without failing the load.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "io/weight_cache.h"
 #include "test_support.h"
@@ -165,4 +167,64 @@ TEST(WeightCache, PruneRemovesUnusedAndAbandonedFiles) {
   EXPECT_FALSE(fs::exists(dir / "x.octw.partial-1-0"));
   EXPECT_TRUE(fs::exists(dir / "fresh.octw"));
   EXPECT_TRUE(fs::exists(dir / "keep.txt"));  // not ours
+}
+
+TEST(WeightCache, BlobsStayReadableWhileTheWriterRemapsThem) {
+  // The writer thread writes each finished blob and maps the file's pages over it while the
+  // model may already be running: a reader checking every blob throughout sees the same bytes.
+  const fs::path dir = test::temp_dir("weight_cache_background");
+  const size_t bytes = 8u << 20;
+  const int blobs = 8;
+  auto cache = WeightCacheFile::create(dir / "c.octw");
+  std::vector<std::shared_ptr<void>> keep;
+  std::atomic<int> visible{0}, mismatches{0}, sweeps{0};
+  std::atomic<bool> stop{false};
+  keep.reserve(blobs);  // never reallocated while the reader indexes it
+  std::thread reader([&] {
+    while (!stop) {
+      for (int i = 0; i < visible.load(); ++i) {
+        const auto* p = static_cast<const uint8_t*>(keep[i].get());
+        for (size_t k = 0; k < bytes; k += 4096 - 1)
+          if (p[k] != i + 1) ++mismatches;
+      }
+      ++sweeps;
+    }
+  });
+  {
+    WeightStorageScope scope(cache.get());
+    for (int i = 0; i < blobs; ++i) {
+      keep.push_back(allocate_weight_bytes(bytes, "blob " + std::to_string(i)));
+      std::memset(keep.back().get(), i + 1, bytes);
+      visible = i + 1;
+    }
+  }
+  cache->commit_in_background();
+  cache->wait();
+  const int sweeps_before = sweeps.load();
+  while (sweeps.load() < sweeps_before + 2) std::this_thread::yield();  // a sweep after the last remap
+  stop = true;
+  reader.join();
+  std::printf("[weight cache] background writer: %d reader sweeps, %d mismatches\n", sweeps.load(), mismatches.load());
+  EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_TRUE(cache->warning().empty()) << cache->warning();
+  ASSERT_TRUE(fs::exists(dir / "c.octw"));
+  cache->release();  // all blobs are file-backed now: dropping their pages loses nothing
+  for (int i = 0; i < blobs; ++i) EXPECT_EQ(static_cast<const uint8_t*>(keep[i].get())[bytes - 1], i + 1);
+  std::string why;
+  auto read = WeightCacheFile::open(dir / "c.octw", &why);
+  ASSERT_NE(read, nullptr) << why;
+  for (int i = 0; i < blobs; ++i)
+    EXPECT_EQ(static_cast<const uint8_t*>(read->next(bytes, "blob " + std::to_string(i)).get())[bytes / 2], i + 1);
+}
+
+TEST(WeightCache, DestroyedBeforeCommitLeavesNoFile) {
+  // A load that fails (or a model dropped) while its cache is still being written: the writer
+  // stops and the partial file goes.
+  const fs::path dir = test::temp_dir("weight_cache_abandoned");
+  {
+    auto cache = WeightCacheFile::create(dir / "c.octw");
+    WeightStorageScope scope(cache.get());
+    for (int i = 0; i < 6; ++i) std::memset(allocate_weight_bytes(32u << 20, "b").get(), 7, 32u << 20);
+  }
+  for (const auto& e : fs::directory_iterator(dir)) ADD_FAILURE() << "left behind: " << e.path();
 }
