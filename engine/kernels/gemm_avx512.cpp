@@ -21,11 +21,13 @@ void kernel(int64_t kc, const float* a, int64_t lda, const float* b, float* c, i
   if (!load) {
     // Fetch the output lines now so that their misses overlap the k loop instead of stalling
     // the stores at the end.
+    #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
       _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
       if constexpr (!kHalf) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16), _MM_HINT_T0);
     }
   }
+  #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
     c0[r] = load ? _mm512_maskz_loadu_ps(m0, c + r * ldc) : _mm512_setzero_ps();
     if constexpr (!kHalf) c1[r] = load ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();
@@ -33,9 +35,11 @@ void kernel(int64_t kc, const float* a, int64_t lda, const float* b, float* c, i
   for (int64_t k = 0; k < kc; ++k) {
     const __m512 b0 = _mm512_load_ps(b + k * kPanel);
     if constexpr (kHalf) {
+      #pragma GCC unroll 16
       for (int r = 0; r < MR; ++r) c0[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + k]), b0, c0[r]);
     } else {
       const __m512 b1 = _mm512_load_ps(b + k * kPanel + 16);
+      #pragma GCC unroll 16
       for (int r = 0; r < MR; ++r) {
         const __m512 av = _mm512_set1_ps(a[r * lda + k]);
         c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);
@@ -43,6 +47,7 @@ void kernel(int64_t kc, const float* a, int64_t lda, const float* b, float* c, i
       }
     }
   }
+  #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
     _mm512_mask_storeu_ps(c + r * ldc, m0, c0[r]);
     if constexpr (!kHalf) _mm512_mask_storeu_ps(c + r * ldc + 16, m1, c1[r]);

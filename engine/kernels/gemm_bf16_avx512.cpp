@@ -36,23 +36,27 @@ inline void prefetch_tile(float* c, int64_t ldc, int rows, bool half) {
 
 // c = (acc + bias) + residual, each sum rounded (apply_epilogue's order), then stored.
 template <int MR, bool kHalf>
-inline void store_tile(__m512* c0, __m512* c1, float* c, int64_t ldc, __mmask16 m0, __mmask16 m1,
+[[gnu::always_inline]] inline void store_tile(__m512* c0, __m512* c1, float* c, int64_t ldc, __mmask16 m0, __mmask16 m1,
                        const TileEpilogue& ep) {
   if (ep.bias) {
     const __m512 b0 = _mm512_maskz_loadu_ps(m0, ep.bias);
+    #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) c0[r] = _mm512_add_ps(c0[r], b0);
     if constexpr (!kHalf) {
       const __m512 b1 = _mm512_maskz_loadu_ps(m1, ep.bias + 16);
+      #pragma GCC unroll 16
       for (int r = 0; r < MR; ++r) c1[r] = _mm512_add_ps(c1[r], b1);
     }
   }
   if (ep.residual) {
+    #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
       c0[r] = _mm512_add_ps(c0[r], _mm512_maskz_loadu_ps(m0, ep.residual + r * ep.ldr));
       if constexpr (!kHalf)
         c1[r] = _mm512_add_ps(c1[r], _mm512_maskz_loadu_ps(m1, ep.residual + r * ep.ldr + 16));
     }
   }
+  #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
     _mm512_mask_storeu_ps(c + r * ldc, m0, c0[r]);
     if constexpr (!kHalf) _mm512_mask_storeu_ps(c + r * ldc + 16, m1, c1[r]);
@@ -67,6 +71,7 @@ void dot_kernel(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b
   const __mmask16 m0 = lane_mask(cols), m1 = lane_mask(cols - 16);
   // A short K loop (attention's Q·Kᵀ into an L1-resident tile) has nothing to hide a fetch behind.
   if (!load && pairs >= 64) prefetch_tile(c, ldc, MR, kHalf);
+  #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
     c0[r] = load ? _mm512_maskz_loadu_ps(m0, c + r * ldc) : _mm512_setzero_ps();
     if constexpr (!kHalf) c1[r] = load ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();
@@ -77,10 +82,12 @@ void dot_kernel(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b
     if constexpr (!kHalf) _mm_prefetch(reinterpret_cast<const char*>(b + (q + 16) * kPairRow + 32), _MM_HINT_T0);
     const __m512bh b0 = as_bh(_mm512_load_si512(b + q * kPairRow));
     if constexpr (kHalf) {
+      #pragma GCC unroll 16
       for (int r = 0; r < MR; ++r)
         c0[r] = _mm512_dpbf16_ps(c0[r], as_bh(_mm512_set1_epi32(load_pair(a + r * lda + 2 * q))), b0);
     } else {
       const __m512bh b1 = as_bh(_mm512_load_si512(b + q * kPairRow + 32));
+      #pragma GCC unroll 16
       for (int r = 0; r < MR; ++r) {
         const __m512bh av = as_bh(_mm512_set1_epi32(load_pair(a + r * lda + 2 * q)));
         c0[r] = _mm512_dpbf16_ps(c0[r], av, b0);
@@ -98,12 +105,15 @@ void dot_kernel_narrow(int64_t pairs, const uint16_t* a, int64_t lda, const uint
                        int64_t ldc, int cols, bool load, const TileEpilogue& ep) {
   __m256 acc[MR];
   const __mmask8 m = __mmask8(lane_mask(cols));
+  #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) acc[r] = load ? _mm256_maskz_loadu_ps(m, c + r * ldc) : _mm256_setzero_ps();
   for (int64_t q = 0; q < pairs; ++q) {
     const __m256bh b0 = (__m256bh)_mm256_load_si256(reinterpret_cast<const __m256i*>(b + q * kPairRow));
+    #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r)
       acc[r] = _mm256_dpbf16_ps(acc[r], (__m256bh)_mm256_set1_epi32(load_pair(a + r * lda + 2 * q)), b0);
   }
+  #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
     if (ep.bias) acc[r] = _mm256_add_ps(acc[r], _mm256_maskz_loadu_ps(m, ep.bias));
     if (ep.residual) acc[r] = _mm256_add_ps(acc[r], _mm256_maskz_loadu_ps(m, ep.residual + r * ep.ldr));
@@ -129,6 +139,7 @@ void widen_kernel(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t*
   __m512 c0[MR], c1[kHalf ? 1 : MR];
   const __mmask16 m0 = lane_mask(cols), m1 = lane_mask(cols - 16);
   if (!load && pairs >= 64) prefetch_tile(c, ldc, MR, kHalf);
+  #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
     c0[r] = load ? _mm512_maskz_loadu_ps(m0, c + r * ldc) : _mm512_setzero_ps();
     if constexpr (!kHalf) c1[r] = load ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();
@@ -137,6 +148,7 @@ void widen_kernel(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t*
     const __m512i x0 = _mm512_load_si512(b + q * kPairRow);
     const __m512 b0o = odd_f32(x0), b0e = even_f32(x0);
     if constexpr (kHalf) {
+      #pragma GCC unroll 16
       for (int r = 0; r < MR; ++r) {
         const uint32_t pr = load_pair(a + r * lda + 2 * q);
         c0[r] = _mm512_fmadd_ps(bcast_f32(pr & 0xFFFF0000u), b0o, c0[r]);
@@ -145,6 +157,7 @@ void widen_kernel(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t*
     } else {
       const __m512i x1 = _mm512_load_si512(b + q * kPairRow + 32);
       const __m512 b1o = odd_f32(x1), b1e = even_f32(x1);
+      #pragma GCC unroll 16
       for (int r = 0; r < MR; ++r) {
         const uint32_t pr = load_pair(a + r * lda + 2 * q);
         const __m512 ao = bcast_f32(pr & 0xFFFF0000u), ae = bcast_f32(pr << 16);
