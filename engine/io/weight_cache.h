@@ -11,7 +11,9 @@
 // Writing happens on a thread of the cache's own: a blob the loader has filled (it asks for the
 // next one, or commits) is written and remapped from the file while the loader packs the next,
 // and the load does not wait for the disk — a first load of a 4 GB model would otherwise be bound
-// by the disk's write speed. Readers of a blob see the same bytes before and after its remap.
+// by the disk's write speed. Readers of a blob see the same bytes before and after its remap (the
+// kernel swaps the mapping atomically; ThreadSanitizer, which treats mmap as a write to the range,
+// reports a reader racing the remap — tests/engine/io/weight_cache_test.cpp checks the bytes).
 //
 // Format: the blobs, each starting on a 4 KiB page, from offset 0; then a JSON table (format name and,
 // per blob, offset, size and tag); then the table's length (u64 LE) and the magic "ODWCACHE".

@@ -3,6 +3,7 @@
 // rebuilt and a cache that cannot be written only costs memory, never the load.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "io/weight_cache.h"
@@ -136,4 +137,36 @@ TEST(WeightCacheModel, MlpBlockingIsBitIdentical) {
     std::printf("[mlp blocks] %lld rows per block: max abs difference %.3g\n", static_cast<long long>(block), d.max_abs);
     EXPECT_EQ(d.max_abs, 0.0);
   }
+}
+
+TEST(WeightCacheModel, AFailureFoundWhileWritingInTheBackgroundIsReported) {
+  // Every blob of the largest component fits but its blob table does not: the cache's writer
+  // thread finds that at the very end, after the component has been handed over (possibly after
+  // load() has returned). The model works regardless, and once the writes are done load_notes()
+  // names the problem.
+  const fs::path sizes_dir = test::temp_dir("weight_cache_model_sizes");
+  StableDiffusionModel::load(test::tiny_sd_dir(), cached(sizes_dir))->wait_for_weight_caches();
+  uintmax_t largest = 0;
+  for (const auto& e : fs::directory_iterator(sizes_dir)) largest = std::max(largest, e.file_size());
+  ASSERT_GT(largest, 0u);
+
+  const fs::path dir = test::temp_dir("weight_cache_model_late_failure");
+  ModelLoadOptions o = cached(dir);
+  o.weight_cache_capacity_limit = largest - 1;  // the table's last byte no longer fits
+  auto model = StableDiffusionModel::load(test::tiny_sd_dir(), o);
+  model->wait_for_weight_caches();
+  const auto notes = model->load_notes();
+  for (const auto& n : notes) std::printf("[weight cache] late note: %s\n", n.c_str());
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("no space left"), std::string::npos) << notes[0];
+  int kept = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    EXPECT_EQ(e.path().extension(), ".octw") << "left behind: " << e.path();
+    ++kept;
+  }
+  EXPECT_EQ(kept, 2);  // the two smaller components' caches were kept
+  ModelLoadOptions heap;
+  heap.weight_cache = false;
+  auto reference = ShardedPipeline(StableDiffusionModel::load(test::tiny_sd_dir(), heap)).run(request(ComputeDType::F32));
+  expect_same_images(ShardedPipeline(model).run(request(ComputeDType::F32)), reference, "cache given up while writing");
 }
