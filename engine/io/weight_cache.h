@@ -76,6 +76,7 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
   bool all_read() const { return cursor_ == blobs_.size(); }
 
   // Drops this component's resident pages (the data stays in the file and the page cache).
+  // While writing: only the blobs the writer has already remapped from the file.
   void release() const;
   // Maps the pages back in ahead of use, in one call rather than one page fault at a time.
   void prefetch() const;

@@ -1,6 +1,6 @@
 // The weight cache file: what is written reads back identically, in order, with its tags; any file
 // that is not a complete cache of this format is refused with a reason, never mapped; a full disk
-// makes the cache fall back to the heap without failing the load.
+// keeps the blobs in memory (the cache is not kept) without failing the load.
 #include <gtest/gtest.h>
 
 #include <atomic>
