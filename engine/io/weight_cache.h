@@ -1,10 +1,10 @@
 // WeightCacheFile: one model component's packed weights in a file, memory-mapped.
 //
-// Packing a full-size model's weights for the kernels takes tens of seconds, and packed weights
-// kept in anonymous memory stay resident for the life of the process. Instead, while a component
-// loads, every packed weight is written straight into a shared mapping of a file (the store
-// core/memory.h's allocate_weight_bytes uses), and the finished file is kept as a cache: the next
-// load of the same weight files maps it and packs nothing. Because the pages are file-backed, a
+// Packing a full-size model's weights for the kernels takes seconds, and packed weights kept in
+// anonymous memory stay resident for the life of the process. Instead, while a component loads,
+// every packed weight (the store core/memory.h's allocate_weight_bytes uses) is written to a file
+// and its pages are then mapped from that file, and the finished file is kept as a cache: the
+// next load of the same weight files maps it and packs nothing. Because the pages are file-backed, a
 // component that is not needed right now can be dropped from memory (release()) — the pipeline
 // does so between its phases — and comes back from the page cache on its next use.
 //
