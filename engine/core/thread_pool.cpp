@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace octodiff {
@@ -10,6 +11,8 @@ namespace {
 // Spin this long for new work before sleeping: kernels of one network call follow each other
 // within microseconds, and a futex wake-up costs tens of them.
 constexpr auto kSpin = std::chrono::microseconds(50);
+
+uint32_t generation_of(uint64_t ticket) { return static_cast<uint32_t>(ticket >> 40); }
 
 }  // namespace
 
@@ -30,19 +33,20 @@ ThreadPool::~ThreadPool() {
 bool ThreadPool::take_and_run_chunk(uint32_t generation) {
   uint64_t t = ticket_.load(std::memory_order_acquire);
   for (;;) {
-    if (static_cast<uint32_t>(t >> 32) != generation) return false;
-    const int64_t chunk = static_cast<int64_t>(t & 0xffffffffu);
-    if (chunk >= chunks_) return false;
+    if (generation_of(t) != generation) return false;
+    const int64_t chunk = static_cast<int64_t>(t & kMaxChunks);
+    const int64_t chunks = static_cast<int64_t>((t >> kCountBits) & kMaxChunks);
+    if (chunk >= chunks) return false;
     if (ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel)) {
-      // Holding an unfinished chunk of this generation pins fn_ and chunks_: the caller cannot
-      // publish the next job before done_ reaches chunks_.
+      // Holding an unfinished chunk of this generation pins fn_: the caller cannot publish the
+      // next job before done_ reaches this job's count.
       try {
         (*fn_)(chunk);
       } catch (...) {
         std::lock_guard<std::mutex> lock(error_mutex_);
         if (!error_) error_ = std::current_exception();
       }
-      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks_) {
+      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) {
         {
           std::lock_guard<std::mutex> lock(sleep_mutex_);
         }
@@ -68,7 +72,7 @@ void ThreadPool::helper_loop() {
     }
     seen = wake_.load(std::memory_order_acquire);
     if (stop_.load()) return;
-    const uint32_t generation = static_cast<uint32_t>(ticket_.load(std::memory_order_acquire) >> 32);
+    const uint32_t generation = generation_of(ticket_.load(std::memory_order_acquire));
     while (take_and_run_chunk(generation)) {
     }
   }
@@ -80,12 +84,20 @@ void ThreadPool::run(int64_t chunks, const std::function<void(int64_t)>& fn) {
     for (int64_t c = 0; c < chunks; ++c) fn(c);
     return;
   }
+  if (chunks <= kMaxChunks) return run_job(chunks, fn);
+  for (int64_t first = 0; first < chunks; first += kMaxChunks) {  // more than a ticket can count
+    const std::function<void(int64_t)> part = [&](int64_t c) { fn(first + c); };
+    run_job(std::min(kMaxChunks, chunks - first), part);
+  }
+}
+
+void ThreadPool::run_job(int64_t chunks, const std::function<void(int64_t)>& fn) {
   fn_ = &fn;
-  chunks_ = chunks;
   error_ = nullptr;
   done_.store(0, std::memory_order_relaxed);
-  const uint32_t generation = static_cast<uint32_t>(ticket_.load() >> 32) + 1;
-  ticket_.store(static_cast<uint64_t>(generation) << 32, std::memory_order_release);
+  const uint32_t generation = (generation_of(ticket_.load()) + 1) & 0xffffffu;
+  ticket_.store(static_cast<uint64_t>(generation) << 40 | static_cast<uint64_t>(chunks) << kCountBits,
+                std::memory_order_release);
   wake_.fetch_add(1, std::memory_order_release);
   {
     // Taking the mutex orders this wake-up after any helper's check-then-sleep.

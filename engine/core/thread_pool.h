@@ -39,10 +39,17 @@ class ThreadPool {
 
  private:
   void helper_loop();
+  void run_job(int64_t chunks, const std::function<void(int64_t)>& fn);  // chunks ≤ kMaxChunks
   bool take_and_run_chunk(uint32_t generation);  // false when this generation has no chunks left
 
+  // The ticket: generation (24 bits) | the job's chunk count (20 bits) | next chunk (20 bits).
+  // The count travels with the index in one atomic, so a helper still holding the previous job's
+  // exhausted ticket compares it with that job's count, never with the next job's (which the
+  // caller writes before publishing it): it cannot take a chunk of a job not yet published.
+  static constexpr int kCountBits = 20;
+  static constexpr int64_t kMaxChunks = (int64_t{1} << kCountBits) - 1;
+
   std::vector<std::thread> helpers_;
-  // (generation << 32) | next chunk: helpers can only take chunks of the job they saw published.
   std::atomic<uint64_t> ticket_{0};
   std::atomic<uint32_t> wake_{0};  // bumped to publish a job
   std::atomic<int64_t> done_{0};   // chunks finished in the current job
@@ -52,7 +59,6 @@ class ThreadPool {
   std::mutex sleep_mutex_;
   std::condition_variable job_cv_, done_cv_;
   const std::function<void(int64_t)>* fn_ = nullptr;
-  int64_t chunks_ = 0;
   std::mutex error_mutex_;
   std::exception_ptr error_;
 };

@@ -56,3 +56,26 @@ TEST(ParallelFor, OversubscribedPoolsFinishQuickly) {
     parallel_for(64, [&](int64_t b, int64_t e) { sum += e - b; });
   EXPECT_EQ(sum.load(), 2000 * 64);
 }
+
+TEST(ThreadPool, BackToBackJobsOfGrowingSizeRunEachChunkOnceAndFinishBeforeReturning) {
+  // A helper still looking at the previous job's exhausted ticket must not take a chunk of the
+  // next job, which has more chunks, before that job is published: the chunk would run twice
+  // and run() could return while it is still running (a crash once the caller's frame is gone).
+  for (int threads : {2, 3, 8}) {
+    ThreadPool pool(threads);
+    std::vector<std::atomic<int>> hits(64);
+    std::atomic<int> running{0};
+    for (int rep = 0; rep < 20000; ++rep) {
+      const int64_t chunks = rep % 2 ? 64 : 2;
+      for (int64_t c = 0; c < chunks; ++c) hits[c] = 0;
+      pool.run(chunks, [&](int64_t c) {
+        ++running;
+        ++hits[c];
+        --running;
+      });
+      ASSERT_EQ(running.load(), 0) << threads << " threads, job " << rep << ": returned with a chunk running";
+      for (int64_t c = 0; c < chunks; ++c)
+        ASSERT_EQ(hits[c].load(), 1) << threads << " threads, job " << rep << ", chunk " << c;
+    }
+  }
+}
