@@ -21,6 +21,7 @@ constexpr char kMagic[8] = {'O', 'D', 'W', 'C', 'A', 'C', 'H', 'E'};
 constexpr const char* kFormat = "octodiff-weight-cache-2";
 constexpr uint64_t kAlign = 4096;  // blobs start on pages: each is remapped on its own
 constexpr uint64_t kReserve = 1ull << 40;    // address space for a file being written (no memory)
+constexpr uint64_t kMinReserve = 1ull << 30;  // the last try: 1 GiB
 constexpr uint64_t kMaxTable = 64ull << 20;
 
 #ifndef MADV_POPULATE_READ
@@ -49,13 +50,17 @@ std::shared_ptr<WeightCacheFile> WeightCacheFile::create(const fs::path& final_p
     c->give_up(cat("cannot create '", c->partial_.string(), "': ", errno_text(errno)));
     return c;
   }
-  void* p = ::mmap(nullptr, kReserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) {
-    c->give_up(cat("cannot reserve address space: ", errno_text(errno)));
-    return c;
+  // Less address space where 1 TiB is refused (a `ulimit -v`, sanitizers' shadow memory): a
+  // component larger than what was reserved is then not cached, nothing else changes.
+  for (uint64_t reserve = kReserve; reserve >= kMinReserve; reserve /= 4) {
+    void* p = ::mmap(nullptr, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p != MAP_FAILED) {
+      c->base_ = static_cast<uint8_t*>(p);
+      c->reserved_ = reserve;
+      return c;
+    }
   }
-  c->base_ = static_cast<uint8_t*>(p);
-  c->reserved_ = kReserve;
+  c->give_up(cat("cannot reserve address space: ", errno_text(errno)));
   return c;
 }
 

@@ -2,6 +2,9 @@
 // that is not a complete cache of this format is refused with a reason, never mapped; a full disk
 // keeps the blobs in memory (the cache is not kept) without failing the load.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -227,4 +230,28 @@ TEST(WeightCache, DestroyedBeforeCommitLeavesNoFile) {
     for (int i = 0; i < 6; ++i) std::memset(allocate_weight_bytes(32u << 20, "b").get(), 7, 32u << 20);
   }
   for (const auto& e : fs::directory_iterator(dir)) ADD_FAILURE() << "left behind: " << e.path();
+}
+
+TEST(WeightCache, WorksUnderAnAddressSpaceLimit) {
+  // With `ulimit -v` below the 1 TiB the writer first reserves, it reserves less and still
+  // writes the cache. In a child process, so that the limit binds nothing else.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "sanitizers reserve more address space than the limit allows";
+#else
+  const fs::path dir = test::temp_dir("weight_cache_ulimit");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const rlimit limit{6ull << 30, 6ull << 30};
+    if (::setrlimit(RLIMIT_AS, &limit) != 0) ::_exit(2);
+    auto cache = write_cache(dir / "c.octw", {1u << 20, 4096});
+    ::_exit(cache->warning().empty() && fs::exists(dir / "c.octw") ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the cache was not written under a 6 GiB address-space limit";
+  std::string why;
+  EXPECT_NE(WeightCacheFile::open(dir / "c.octw", &why), nullptr) << why;
+#endif
 }
