@@ -116,8 +116,11 @@ int run_generate(const std::vector<std::string>& argv) {
   const auto t_load = Clock::now();
   auto model = StableDiffusionModel::load(model_path, load);
   const double load_seconds = std::chrono::duration<double>(Clock::now() - t_load).count();
-  const size_t notes_at_load = model->load_notes().size();
-  for (const auto& note : model->load_notes()) std::fprintf(stderr, "octodiff-cli: note: %s\n", note.c_str());
+  const size_t notes_at_load = [&] {
+    const auto notes = model->load_notes();
+    for (const auto& note : notes) std::fprintf(stderr, "octodiff-cli: note: %s\n", note.c_str());
+    return notes.size();
+  }();
   // The metadata needs the weights' SHA-256 (seconds for a 4 GB file, cached afterwards): hash
   // while the pipeline runs.
   auto hashing = std::async(std::launch::async, [model] { return model->model_hash(); });

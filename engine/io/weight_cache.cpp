@@ -207,20 +207,20 @@ void WeightCacheFile::writer_loop() {
   cv_.notify_all();
 }
 
-bool WeightCacheFile::write_blob(const Blob& b) {
+void WeightCacheFile::write_blob(const Blob& b) {
   constexpr uint64_t kChunk = 64ull << 20;  // between chunks, a destruction can stop the writer
   uint64_t done = 0;
   while (done < b.bytes) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (cancel_) return false;
+      if (cancel_) return;
     }
     const uint64_t n_want = std::min(kChunk, b.bytes - done);
     const ssize_t n = ::pwrite(fd_, base_ + b.offset + done, n_want, static_cast<off_t>(b.offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       give_up(cat("cannot write '", partial_.string(), "': ", errno_text(n < 0 ? errno : ENOSPC)));
-      return false;
+      return;
     }
     done += static_cast<uint64_t>(n);
   }
@@ -229,10 +229,9 @@ bool WeightCacheFile::write_blob(const Blob& b) {
   if (p == MAP_FAILED) {
     // The anonymous pages at that address are untouched by a failed MAP_FIXED: the blob is intact.
     give_up(cat("cannot map '", partial_.string(), "': ", errno_text(errno)));
-    return false;
+    return;
   }
   file_backed_ = round_up(b.offset + b.bytes, 4096);
-  return true;
 }
 
 void WeightCacheFile::commit() {

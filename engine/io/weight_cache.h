@@ -93,7 +93,7 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
   void give_up(const std::string& why);
   void hand_over(bool finishing);  // writing: every blob so far is filled; starts the writer
   void writer_loop();
-  bool write_blob(const Blob& b);  // on the writer thread; false (and given up) on failure
+  void write_blob(const Blob& b);  // on the writer thread; a failure gives up the file
   void finish_file();
 
   bool reading_ = false;

@@ -19,6 +19,7 @@
 
 namespace octodiff::kernels {
 
+using detail::kPackRows;
 using detail::kPanel;
 
 const char* precision_name(Precision p) {
@@ -74,8 +75,6 @@ PackedMatrix PackedMatrix::adopt(int64_t K, int64_t N, Precision precision, std:
 
 namespace {
 
-constexpr int64_t kPackRows = 64;  // 64 × 32 floats: 8 KiB
-
 void pack_f32(const float* b, int64_t K, int64_t N, bool transposed, float* dst) {
   const int64_t panels = (N + kPanel - 1) / kPanel;
   parallel_for(panels, [&](int64_t p0, int64_t p1) {
@@ -83,8 +82,7 @@ void pack_f32(const float* b, int64_t K, int64_t N, bool transposed, float* dst)
       const int64_t n0 = pi * kPanel, w = std::min<int64_t>(kPanel, N - n0);
       float* panel = dst + pi * K * kPanel;
       if (transposed) {
-        // In blocks of kPackRows rows: the block being written stays in L1 while the panel's
-        // source rows are read along K (a whole 1.5 MB panel per column would not).
+        // In blocks of kPackRows rows (a whole 1.5 MB panel per column would not stay in L1).
         for (int64_t k0 = 0; k0 < K; k0 += kPackRows) {
           const int64_t k1 = std::min(K, k0 + kPackRows);
           for (int64_t j = 0; j < w; ++j) {

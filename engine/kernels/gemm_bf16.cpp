@@ -114,9 +114,8 @@ void pack_bf16(const float* b, int64_t K, int64_t N, bool transposed, uint16_t* 
     for (int64_t pi = p0; pi < p1; ++pi) {
       const int64_t n0 = pi * kPanel, w = std::min<int64_t>(kPanel, N - n0);
       uint16_t* panel = dst + pi * pairs * kPairRow;
-      // In blocks of 64 rows, so that the block being written stays in L1 (see pack_f32).
-      for (int64_t k0 = 0; k0 < K; k0 += 64) {
-        const int64_t k1 = std::min<int64_t>(K, k0 + 64);
+      for (int64_t k0 = 0; k0 < K; k0 += kPackRows) {  // see kPackRows
+        const int64_t k1 = std::min(K, k0 + kPackRows);
         for (int64_t j = 0; j < w; ++j)
           for (int64_t k = k0; k < k1; ++k) {
             const float v = transposed ? b[(n0 + j) * K + k] : b[k * N + n0 + j];

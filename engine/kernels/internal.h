@@ -28,6 +28,9 @@ constexpr int kPanel = 32;
 // bf16_data[p·⌈K/2⌉·64 + (k/2)·64 + 2j + k%2]; zero beyond N and at k = K for odd K. A pair-row
 // is two aligned cache lines, like an f32 panel row.
 constexpr int kPairRow = 2 * kPanel;
+// Packing transposes in blocks of this many rows of a panel (64 × 32 floats: 8 KiB), so that the
+// block being written stays in L1 while the source rows are read along K.
+constexpr int64_t kPackRows = 64;
 inline int64_t bf16_pairs(int64_t K) {
   return (K + 1) / 2;
 }
