@@ -110,17 +110,39 @@ ToBf16Fn to_bf16_fn(Isa isa, bool dot) {
 
 void pack_bf16(const float* b, int64_t K, int64_t N, bool transposed, uint16_t* dst) {
   const int64_t panels = (N + kPanel - 1) / kPanel, pairs = bf16_pairs(K);
+  if (!transposed) {
+    parallel_for(panels, [&](int64_t p0, int64_t p1) {
+      for (int64_t pi = p0; pi < p1; ++pi) {
+        const int64_t n0 = pi * kPanel, w = std::min<int64_t>(kPanel, N - n0);
+        uint16_t* panel = dst + pi * pairs * kPairRow;
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t j = 0; j < w; ++j) panel[(k / 2) * kPairRow + 2 * j + k % 2] = f32_to_bf16(b[k * N + n0 + j]);
+      }
+    });
+    return;
+  }
+  // B = Wᵀ, W's rows (the panel's columns) contiguous along K: a pair-row of the panel is one
+  // 32-bit word (two neighbouring k) from each of 32 rows. Per block of kBlock k: the rows are
+  // rounded into a small tile by the vector converter (exactly f32_to_bf16), then the tile's
+  // words are transposed into the panel — both stay in L1. Element by element, rounding and
+  // index arithmetic made packing a full-size model take seconds.
+  constexpr int64_t kBlock = 128;  // k per block: even, so blocks start on a pair
+  const ToBf16Fn convert = to_bf16_fn(kernel_isa(), /*dot=*/false);
   parallel_for(panels, [&](int64_t p0, int64_t p1) {
+    alignas(64) uint16_t tile[kPanel * kBlock];
+    const uint32_t* const words = reinterpret_cast<const uint32_t*>(tile);
     for (int64_t pi = p0; pi < p1; ++pi) {
       const int64_t n0 = pi * kPanel, w = std::min<int64_t>(kPanel, N - n0);
-      uint16_t* panel = dst + pi * pairs * kPairRow;
-      for (int64_t k0 = 0; k0 < K; k0 += kPackRows) {  // see kPackRows
-        const int64_t k1 = std::min(K, k0 + kPackRows);
-        for (int64_t j = 0; j < w; ++j)
-          for (int64_t k = k0; k < k1; ++k) {
-            const float v = transposed ? b[(n0 + j) * K + k] : b[k * N + n0 + j];
-            panel[(k / 2) * kPairRow + 2 * j + k % 2] = f32_to_bf16(v);
-          }
+      uint32_t* panel = reinterpret_cast<uint32_t*>(dst + pi * pairs * kPairRow);
+      for (int64_t k0 = 0; k0 < K; k0 += kBlock) {
+        const int64_t kn = std::min(kBlock, K - k0), qn = (kn + 1) / 2;
+        for (int64_t j = 0; j < w; ++j) {
+          convert(b + (n0 + j) * K + k0, kn, tile + j * kBlock);
+          if (kn % 2) tile[j * kBlock + kn] = 0;  // the missing half of a last, odd pair
+        }
+        uint32_t* out = panel + (k0 / 2) * kPanel;
+        for (int64_t q = 0; q < qn; ++q)
+          for (int64_t j = 0; j < w; ++j) out[q * kPanel + j] = words[j * (kBlock / 2) + q];
       }
     }
   });

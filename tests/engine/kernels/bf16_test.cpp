@@ -5,6 +5,7 @@
 // conv, and for any thread count.
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/half.h"
@@ -53,6 +54,35 @@ TEST(Bf16, ConversionMatchesHalfH) {
 struct GemmCase {
   int64_t M, N, K;
 };
+
+// A weight packed from torch's layout (N × K, transposed=true: the path every model weight
+// takes, blocked and vectorised) is byte for byte the weight packed element by element from
+// K × N, in both precisions and on every ISA: odd K, K across several blocks, partial panels,
+// and NaN, infinities, subnormals and rounding ties among the values.
+TEST(PackB, TransposedPackingMatchesElementwisePacking) {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {3, 37}, {129, 33}, {256, 64}, {257, 95}, {1001, 31}};
+  for (Isa isa : available_isas()) {
+    ScopedKernelIsa scoped(isa);
+    for (auto [K, N] : shapes) {
+      auto b = random_vec(K * N, 11, -3.0f, 3.0f);  // K × N
+      const uint32_t specials[] = {0x7fc00000u, 0xff800000u, 0x7f800000u, 0x00000001u, 0x807fffffu,
+                                   0x3f808000u, 0x3f818000u, 0x7f800001u};
+      for (size_t i = 0; i < b.size(); i += 7) b[i] = bits_to_f32(specials[(i / 7) % 8]);
+      std::vector<float> bt(b.size());  // N × K
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t n = 0; n < N; ++n) bt[n * K + k] = b[k * N + n];
+      for (Precision precision : {Precision::F32, Precision::BF16}) {
+        const PackedMatrix want = pack_b(b.data(), K, N, /*transposed=*/false, precision);
+        const PackedMatrix got = pack_b(bt.data(), K, N, /*transposed=*/true, precision);
+        ASSERT_EQ(got.bytes(), want.bytes());
+        const void* g = precision == Precision::BF16 ? static_cast<const void*>(got.bf16_data()) : got.data();
+        const void* w = precision == Precision::BF16 ? static_cast<const void*>(want.bf16_data()) : want.data();
+        EXPECT_EQ(std::memcmp(g, w, got.bytes()), 0)
+            << isa_name(isa) << " " << precision_name(precision) << " K=" << K << " N=" << N;
+      }
+    }
+  }
+}
 
 // C = A·B in double, B given K × N.
 std::vector<double> ref_gemm(const std::vector<float>& a, const std::vector<float>& b, int64_t M, int64_t N,
