@@ -75,23 +75,55 @@ PackedMatrix PackedMatrix::adopt(int64_t K, int64_t N, Precision precision, std:
 
 namespace {
 
+// Eight floats as one vector (GCC vector extensions: one AVX register, or two SSE ones).
+typedef float F8 __attribute__((vector_size(32), aligned(4)));
+typedef int32_t I8 __attribute__((vector_size(32)));
+
+// r[i] = row i of an 8×8 block in, column i out: interleave pairs of rows, then pairs of pairs
+// (within 128-bit halves), then swap halves.
+inline void transpose8x8(F8 r[8]) {
+  F8 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = __builtin_shuffle(r[i], r[i + 1], I8{0, 8, 1, 9, 4, 12, 5, 13});
+    t[i + 1] = __builtin_shuffle(r[i], r[i + 1], I8{2, 10, 3, 11, 6, 14, 7, 15});
+  }
+  for (int i = 0; i < 8; i += 4)
+    for (int h = 0; h < 2; ++h) {  // u[i + 2h + c] holds columns 2h + c and 2h + c + 4 of rows i … i+3
+      u[i + 2 * h] = __builtin_shuffle(t[i + h], t[i + 2 + h], I8{0, 1, 8, 9, 4, 5, 12, 13});
+      u[i + 2 * h + 1] = __builtin_shuffle(t[i + h], t[i + 2 + h], I8{2, 3, 10, 11, 6, 7, 14, 15});
+    }
+  for (int c = 0; c < 4; ++c) {
+    r[c] = __builtin_shuffle(u[c], u[4 + c], I8{0, 1, 2, 3, 8, 9, 10, 11});
+    r[c + 4] = __builtin_shuffle(u[c], u[4 + c], I8{4, 5, 6, 7, 12, 13, 14, 15});
+  }
+}
+
 void pack_f32(const float* b, int64_t K, int64_t N, bool transposed, float* dst) {
   const int64_t panels = (N + kPanel - 1) / kPanel;
   parallel_for(panels, [&](int64_t p0, int64_t p1) {
     for (int64_t pi = p0; pi < p1; ++pi) {
       const int64_t n0 = pi * kPanel, w = std::min<int64_t>(kPanel, N - n0);
       float* panel = dst + pi * K * kPanel;
-      if (transposed) {
-        // In blocks of kPackRows rows (a whole 1.5 MB panel per column would not stay in L1).
-        for (int64_t k0 = 0; k0 < K; k0 += kPackRows) {
-          const int64_t k1 = std::min(K, k0 + kPackRows);
-          for (int64_t j = 0; j < w; ++j) {
-            const float* src = b + (n0 + j) * K;
-            for (int64_t k = k0; k < k1; ++k) panel[k * kPanel + j] = src[k];
-          }
-        }
-      } else {
+      if (!transposed) {
         for (int64_t k = 0; k < K; ++k) std::memcpy(panel + k * kPanel, b + k * N + n0, w * sizeof(float));
+        continue;
+      }
+      // In blocks of kPackRows rows (a whole 1.5 MB panel per column would not stay in L1), by
+      // 8×8 transposes in registers (3x faster than element by element); edges element-wise.
+      const int64_t w8 = w / 8 * 8;
+      for (int64_t k0 = 0; k0 < K; k0 += kPackRows) {
+        const int64_t k1 = std::min(K, k0 + kPackRows), k8 = k0 + (k1 - k0) / 8 * 8;
+        for (int64_t j0 = 0; j0 < w8; j0 += 8)
+          for (int64_t k = k0; k < k8; k += 8) {
+            F8 r[8];
+            for (int i = 0; i < 8; ++i) std::memcpy(&r[i], b + (n0 + j0 + i) * K + k, sizeof(F8));
+            transpose8x8(r);
+            for (int i = 0; i < 8; ++i) std::memcpy(panel + (k + i) * kPanel + j0, &r[i], sizeof(F8));
+          }
+        for (int64_t j = 0; j < w; ++j) {
+          const float* src = b + (n0 + j) * K;
+          for (int64_t k = j < w8 ? k8 : k0; k < k1; ++k) panel[k * kPanel + j] = src[k];
+        }
       }
     }
   });
