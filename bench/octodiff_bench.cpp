@@ -79,13 +79,16 @@ Options parse(int argc, char** argv) {
 }
 
 // Median wall time of `repeats` calls of fn.
-double median_seconds(int repeats, const std::function<void()>& fn) {
+// The median of `repeats` calls; every call's time goes to *calls (in call order) when given:
+// on a shared machine the spread says how far to trust the median.
+double median_seconds(int repeats, const std::function<void()>& fn, std::vector<double>* calls = nullptr) {
   std::vector<double> t;
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = Clock::now();
     fn();
     t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
+  if (calls) *calls = t;
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
@@ -207,14 +210,19 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "UNet batch %d at %lldx%lld latents...\n", batch, static_cast<long long>(h),
                    static_cast<long long>(w));
       std::vector<size_t> misses;  // blocks the arena had to get from the system, per call
-      const double s = median_seconds(o.repeats, [&] {
-        const size_t before = arena.system_allocations();
-        model->unet().forward_nhwc(x, std::vector<double>(batch, 500.0), ctx, numerics);
-        misses.push_back(arena.system_allocations() - before);
-      });
+      std::vector<double> calls;
+      const double s = median_seconds(
+          o.repeats,
+          [&] {
+            const size_t before = arena.system_allocations();
+            model->unet().forward_nhwc(x, std::vector<double>(batch, 500.0), ctx, numerics);
+            misses.push_back(arena.system_allocations() - before);
+          },
+          &calls);
       const double gflop = unet_flops(uc, batch, h, w) / 1e9;
       const std::string k = "unet_b" + std::to_string(batch);
       j[k + "_seconds"] = s;
+      j[k + "_call_seconds"] = calls;
       j[k + "_gflop"] = gflop;
       j[k + "_gflops"] = gflop / s;
       j[k + "_arena_misses_per_call"] = misses;
@@ -238,9 +246,11 @@ int main(int argc, char** argv) {
       Tensor z = pseudo_random({1, h, w, model->vae().config().latent_channels}, 11);
       std::fprintf(stderr, "VAE decode %dx%d...\n", o.width, o.height);
       model->prefetch(ModelComponent::Vae);
-      const double s = median_seconds(o.repeats, [&] { model->vae().decode_nhwc(z); });
+      std::vector<double> calls;
+      const double s = median_seconds(o.repeats, [&] { model->vae().decode_nhwc(z); }, &calls);
       const double gflop = vae_decode_flops(model->vae().config(), 1, h, w) / 1e9;
       j["vae_decode_seconds"] = s;
+      j["vae_decode_call_seconds"] = calls;
       j["vae_decode_gflop"] = gflop;
       j["vae_decode_gflops"] = gflop / s;
       end_phase(ModelComponent::Vae);
@@ -277,10 +287,16 @@ int main(int argc, char** argv) {
       std::printf("text encoding (2×77): %.3f s\n", j["text_encode_seconds"].get<double>());
       for (const char* k : {"unet_b2", "unet_b1", "vae_decode"}) {
         if (!j.contains(std::string(k) + "_seconds")) continue;
-        std::printf("%-11s %8.2f s  %7.1f GFLOP  %6.1f GFLOP/s  %5.1f %% of peak\n", k,
+        std::string calls;  // every call, for the spread around the median
+        for (const auto& c : j[std::string(k) + "_call_seconds"]) {
+          char t[32];
+          std::snprintf(t, sizeof t, "%s%.2f", calls.empty() ? "" : " ", c.get<double>());
+          calls += t;
+        }
+        std::printf("%-11s %8.2f s  %7.1f GFLOP  %6.1f GFLOP/s  %5.1f %% of peak  (calls: %s s)\n", k,
                     j[std::string(k) + "_seconds"].get<double>(), j[std::string(k) + "_gflop"].get<double>(),
                     j[std::string(k) + "_gflops"].get<double>(),
-                    100 * j[std::string(k) + "_fraction_of_peak"].get<double>());
+                    100 * j[std::string(k) + "_fraction_of_peak"].get<double>(), calls.c_str());
       }
       std::printf("peak RSS: %.0f MB\n", j["peak_rss_mb"].get<double>());
     }
