@@ -3,7 +3,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <filesystem>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -29,11 +32,23 @@ class MappedFile {
   // octodiff::Error if the file has become shorter or cannot be read.
   void read(uint64_t offset, void* dst, uint64_t bytes) const;
 
+  // Reads the whole file into the page cache, front to back, on a thread of this file's own, and
+  // returns at once; later calls do nothing. Loading calls it on its first access to tensor data
+  // (a load served from the weight cache reads no checkpoint at all): a checkpoint that is not in
+  // the page cache yet is then read from the disk in order while the loader packs the tensors it
+  // already has, instead of piecewise as each is asked for (cold bf16 first loads of SD 1.5 here:
+  // 4.6-6.4 s against 6.3-9.6 s).
+  void read_ahead() const;
+
  private:
   std::filesystem::path path_;
   int fd_ = -1;
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
+  void read_ahead_loop() const;
+  mutable std::once_flag read_ahead_once_;
+  mutable std::thread read_ahead_thread_;
+  mutable std::atomic<bool> closing_{false};
 };
 
 std::vector<uint8_t> read_file_bytes(const std::filesystem::path& path);

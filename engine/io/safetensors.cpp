@@ -213,6 +213,7 @@ const TensorRecord& SafetensorsFile::get(std::string_view name) const {
 const uint8_t* SafetensorsFile::bytes(const TensorRecord& t) const { return data_ + t.begin; }
 
 Tensor SafetensorsFile::to_f32(const TensorRecord& t) const {
+  map_->read_ahead();  // the first tensor asked for: the rest of the file follows in order
   Tensor out = Tensor::empty(t.shape);
   const uint8_t* src = bytes(t);
   const int64_t n = out.numel();
