@@ -69,11 +69,18 @@ void MappedFile::release(uint64_t offset, uint64_t bytes) const {
   if (end > begin) ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_DONTNEED);
 }
 
+namespace {
+std::atomic<uint64_t> g_read_aheads_started{0};
+}  // namespace
+
+uint64_t MappedFile::read_aheads_started() { return g_read_aheads_started.load(); }
+
 void MappedFile::read_ahead() const {
   std::call_once(read_ahead_once_, [this] {
     if (size_ == 0) return;
     try {
       read_ahead_thread_ = std::thread([this] { read_ahead_loop(); });
+      ++g_read_aheads_started;
     } catch (const std::system_error&) {
       // No thread to spare: the loader reads the file itself, only more slowly from a cold disk.
     }

@@ -39,6 +39,8 @@ class MappedFile {
   // already has, instead of piecewise as each is asked for (cold bf16 first loads of SD 1.5 here:
   // 4.6-6.4 s against 6.3-9.6 s).
   void read_ahead() const;
+  // How many read_ahead() threads this process has started (tests check when loading reads ahead).
+  static uint64_t read_aheads_started();
 
  private:
   std::filesystem::path path_;

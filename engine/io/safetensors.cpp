@@ -213,7 +213,6 @@ const TensorRecord& SafetensorsFile::get(std::string_view name) const {
 const uint8_t* SafetensorsFile::bytes(const TensorRecord& t) const { return data_ + t.begin; }
 
 Tensor SafetensorsFile::to_f32(const TensorRecord& t) const {
-  map_->read_ahead();  // the first tensor asked for: the rest of the file follows in order
   Tensor out = Tensor::empty(t.shape);
   const uint8_t* src = bytes(t);
   const int64_t n = out.numel();
@@ -260,6 +259,8 @@ std::vector<int64_t> SafetensorsFile::to_i64(const TensorRecord& t) const {
   }
   return out;
 }
+
+void SafetensorsFile::read_ahead() const { map_->read_ahead(); }
 
 void SafetensorsFile::release(const TensorRecord& t) const {
   map_->release(static_cast<uint64_t>(data_ - map_->data()) + t.begin, t.nbytes());

@@ -65,6 +65,8 @@ class SafetensorsFile {
   std::vector<double> to_f64(const TensorRecord& t) const;
   // Drops the tensor's bytes from memory once they have been used (see MappedFile::release).
   void release(const TensorRecord& t) const;
+  // Reads the whole file into the page cache in the background (MappedFile::read_ahead).
+  void read_ahead() const;
 
   ~SafetensorsFile();
 

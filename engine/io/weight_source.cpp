@@ -66,6 +66,10 @@ void WeightSource::finish() const {
        list, " (is this a different model architecture than its config.json says?)");
 }
 
+void WeightSource::read_ahead() const {
+  for (const auto& [name, e] : entries_) e.file->read_ahead();  // once per file (call_once)
+}
+
 std::shared_ptr<WeightSource> weights_from_safetensors(const std::vector<std::filesystem::path>& files,
                                                        const std::string& description) {
   auto src = std::make_shared<WeightSource>(description);

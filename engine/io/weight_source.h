@@ -57,6 +57,10 @@ class WeightSource {
   // Throws if any tensor was never taken (lists up to 10 of them).
   void finish() const;
 
+  // Starts reading every file the tensors come from into the page cache, in the background
+  // (MappedFile::read_ahead): for a component about to be packed, not one served from its cache.
+  void read_ahead() const;
+
  private:
   std::string description_;
   std::map<std::string, Entry> entries_;

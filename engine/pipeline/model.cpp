@@ -85,11 +85,16 @@ bool weight_cache_enabled(const ModelLoadOptions& o) {
 // cannot be written only costs the memory savings (noted in load_notes()).
 template <typename Load>
 auto StableDiffusionModel::load_component(const ModelLoadOptions& o, ModelComponent c,
-                                          const std::vector<fs::path>& files, Load load) {
+                                          const std::vector<fs::path>& files, const WeightSource& source, Load load) {
   struct ReleaseScratch {
     ~ReleaseScratch() { release_packing_scratch(); }
   } release_scratch;
-  if (!weight_cache_enabled(o)) return load();
+  // Packing reads every tensor: the checkpoint is read ahead meanwhile. A load served from the
+  // cache reads only a few small tensors and must not pull the whole file in.
+  if (!weight_cache_enabled(o)) {
+    source.read_ahead();
+    return load();
+  }
   const int slot = static_cast<int>(c);
   const fs::path path = weight_cache_path(o, c, files);
   std::string why;
@@ -108,6 +113,7 @@ auto StableDiffusionModel::load_component(const ModelLoadOptions& o, ModelCompon
       fs::remove(path, ec);
     }
   }
+  source.read_ahead();
   prune_weight_cache_dir(path.parent_path());
   auto cache = WeightCacheFile::create(path, o.weight_cache_capacity_limit);
   std::optional<decltype(load())> result;
@@ -229,10 +235,10 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
     model->tokenizer_ = std::make_shared<ClipTokenizer>(ClipTokenizer::from_folder(parts.tokenizer_dir));
     const std::vector<fs::path> files{path};
     model->text_encoder_ = std::make_shared<ClipTextModel>(model->load_component(
-        options, ModelComponent::TextEncoder, files, [&] { return ClipTextModel::load(*parts.text_encoder, parts.text_config); }));
+        options, ModelComponent::TextEncoder, files, *parts.text_encoder, [&] { return ClipTextModel::load(*parts.text_encoder, parts.text_config); }));
     model->unet_ = std::make_shared<UNet2DCondition>(model->load_component(
-        options, ModelComponent::UNet, files, [&] { return UNet2DCondition::load(*parts.unet, parts.unet_config, precision); }));
-    model->vae_ = std::make_shared<AutoencoderKL>(model->load_component(options, ModelComponent::Vae, files, [&] {
+        options, ModelComponent::UNet, files, *parts.unet, [&] { return UNet2DCondition::load(*parts.unet, parts.unet_config, precision); }));
+    model->vae_ = std::make_shared<AutoencoderKL>(model->load_component(options, ModelComponent::Vae, files, *parts.vae, [&] {
       return AutoencoderKL::load(*parts.vae, parts.vae_config, options.load_vae_encoder, precision);
     }));
     model->scheduler_json_ = parts.scheduler_json;
@@ -256,7 +262,7 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
   auto te_w = weights_from_safetensors(te_files, describe_files(te_dir, te_files));
   auto te_cfg = ClipTextConfig::from_json(read_config(te_dir, "config.json"), (te_dir / "config.json").string());
   model->text_encoder_ = std::make_shared<ClipTextModel>(model->load_component(
-      options, ModelComponent::TextEncoder, te_files, [&] { return ClipTextModel::load(*te_w, te_cfg); }));
+      options, ModelComponent::TextEncoder, te_files, *te_w, [&] { return ClipTextModel::load(*te_w, te_cfg); }));
 
   auto unet_files = component_weight_files(unet_dir, "diffusion_pytorch_model", options.variant);
   auto unet_w = weights_from_safetensors(unet_files, describe_files(unet_dir, unet_files));
@@ -265,14 +271,14 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
     fail("the UNet expects text embeddings of width ", unet_cfg.cross_attention_dim, " but the text encoder makes ",
          te_cfg.hidden_size, " (are these components from the same model?)");
   model->unet_ = std::make_shared<UNet2DCondition>(model->load_component(
-      options, ModelComponent::UNet, unet_files, [&] { return UNet2DCondition::load(*unet_w, unet_cfg, precision); }));
+      options, ModelComponent::UNet, unet_files, *unet_w, [&] { return UNet2DCondition::load(*unet_w, unet_cfg, precision); }));
 
   auto vae_files = component_weight_files(vae_dir, "diffusion_pytorch_model", options.variant);
   auto vae_w = weights_from_safetensors(vae_files, describe_files(vae_dir, vae_files));
   auto vae_cfg = VaeConfig::from_json(read_config(vae_dir, "config.json"), (vae_dir / "config.json").string());
   if (vae_cfg.latent_channels != unet_cfg.in_channels && unet_cfg.in_channels != 9)
     fail("the VAE has ", vae_cfg.latent_channels, " latent channels but the UNet takes ", unet_cfg.in_channels);
-  model->vae_ = std::make_shared<AutoencoderKL>(model->load_component(options, ModelComponent::Vae, vae_files, [&] {
+  model->vae_ = std::make_shared<AutoencoderKL>(model->load_component(options, ModelComponent::Vae, vae_files, *vae_w, [&] {
     return AutoencoderKL::load(*vae_w, vae_cfg, options.load_vae_encoder, precision);
   }));
 

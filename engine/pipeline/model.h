@@ -97,7 +97,7 @@ class StableDiffusionModel {
  private:
   template <typename Load>
   auto load_component(const ModelLoadOptions& o, ModelComponent c, const std::vector<std::filesystem::path>& files,
-                      Load load);
+                      const WeightSource& source, Load load);
 
   std::filesystem::path path_;
   bool single_file_ = false;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "io/files.h"
 #include "io/weight_cache.h"
 #include "pipeline/sharded_pipeline.h"
 #include "test_support.h"
@@ -48,8 +49,11 @@ TEST(WeightCacheModel, CachedLoadGivesTheSameBits) {
     heap.dtype = dtype;
     auto reference = ShardedPipeline(StableDiffusionModel::load(test::tiny_sd_dir(), heap)).run(request(dtype));
 
+    const uint64_t read_aheads_before_packing = MappedFile::read_aheads_started();
     auto first = StableDiffusionModel::load(test::tiny_sd_dir(), cached(dir, dtype));
     EXPECT_FALSE(first->loaded_from_cache(ModelComponent::UNet));
+    // Packing reads each component's checkpoint ahead (io/files.h): three files here.
+    EXPECT_EQ(MappedFile::read_aheads_started() - read_aheads_before_packing, 3u);
     first->wait_for_weight_caches();  // written in the background
     EXPECT_TRUE(first->load_notes().empty());
     int files = 0;
@@ -57,9 +61,12 @@ TEST(WeightCacheModel, CachedLoadGivesTheSameBits) {
     EXPECT_EQ(files, 3);  // text encoder, UNet, VAE
     expect_same_images(ShardedPipeline(first).run(request(dtype)), reference, "packed into the cache");
 
+    const uint64_t read_aheads_before_cached_load = MappedFile::read_aheads_started();
     auto second = StableDiffusionModel::load(test::tiny_sd_dir(), cached(dir, dtype));
     for (auto c : {ModelComponent::TextEncoder, ModelComponent::UNet, ModelComponent::Vae})
       EXPECT_TRUE(second->loaded_from_cache(c));
+    // Served from the cache: the few small tensors it still reads pull no checkpoint in.
+    EXPECT_EQ(MappedFile::read_aheads_started(), read_aheads_before_cached_load);
     ShardedPipeline pipe(second);
     expect_same_images(pipe.run(request(dtype)), reference, "mapped from the cache");
     second->release(ModelComponent::UNet);  // the pipeline also does this between phases
