@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -58,6 +59,7 @@ void MappedFile::read(uint64_t offset, void* dst, uint64_t bytes) const {
     if (n == 0) fail("cannot read '", path_.string(), "': the file ends early (was it truncated while loading?)");
     done += static_cast<uint64_t>(n);
   }
+  note_use(offset + bytes);
 }
 
 void MappedFile::release(uint64_t offset, uint64_t bytes) const {
@@ -75,11 +77,17 @@ std::atomic<uint64_t> g_read_aheads_started{0};
 
 uint64_t MappedFile::read_aheads_started() { return g_read_aheads_started.load(); }
 
-void MappedFile::read_ahead() const {
-  std::call_once(read_ahead_once_, [this] {
+void MappedFile::note_use(uint64_t end) const {
+  uint64_t seen = used_up_to_.load();
+  while (end > seen && !used_up_to_.compare_exchange_weak(seen, end)) {
+  }
+}
+
+void MappedFile::read_ahead(uint64_t lead) const {
+  std::call_once(read_ahead_once_, [this, lead] {
     if (size_ == 0) return;
     try {
-      read_ahead_thread_ = std::thread([this] { read_ahead_loop(); });
+      read_ahead_thread_ = std::thread([this, lead] { read_ahead_loop(lead); });
       ++g_read_aheads_started;
     } catch (const std::system_error&) {
       // No thread to spare: the loader reads the file itself, only more slowly from a cold disk.
@@ -87,7 +95,7 @@ void MappedFile::read_ahead() const {
   });
 }
 
-void MappedFile::read_ahead_loop() const {
+void MappedFile::read_ahead_loop(uint64_t lead) const {
   // Plain reads, which wait for the disk, so that the thread stays just ahead of the loader
   // (readahead(2) only queues the I/O, and measured cold loads gained little from it). Steps
   // already in the page cache are skipped (mincore), so a warm file costs no copies.
@@ -95,6 +103,8 @@ void MappedFile::read_ahead_loop() const {
   std::vector<uint8_t> buf(kStep);
   std::vector<unsigned char> resident(kStep / 4096 + 1);
   for (uint64_t off = 0; off < size_ && !closing_; off += kStep) {
+    while (off >= used_up_to_.load() + lead && !closing_) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (closing_) break;
     const uint64_t n = std::min(kStep, size_ - off);
     const auto pages = static_cast<std::ptrdiff_t>((n + 4095) / 4096);
     if (::mincore(const_cast<uint8_t*>(data_) + off, n, resident.data()) == 0 &&

@@ -1,13 +1,13 @@
 // Files: read-only memory maps, and atomic writes (temporary file + rename) with clear errors.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <atomic>
 #include <filesystem>
 #include <mutex>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace octodiff {
@@ -32,25 +32,33 @@ class MappedFile {
   // octodiff::Error if the file has become shorter or cannot be read.
   void read(uint64_t offset, void* dst, uint64_t bytes) const;
 
-  // Reads the whole file into the page cache, front to back, on a thread of this file's own, and
-  // returns at once; later calls do nothing. Loading calls it on its first access to tensor data
-  // (a load served from the weight cache reads no checkpoint at all): a checkpoint that is not in
-  // the page cache yet is then read from the disk in order while the loader packs the tensors it
-  // already has, instead of piecewise as each is asked for (cold bf16 first loads of SD 1.5 here:
-  // 4.6-6.4 s against 6.3-9.6 s).
-  void read_ahead() const;
+  // Reads the file into the page cache, front to back, on a thread of this file's own, and
+  // returns at once; later calls do nothing. Loading calls it for a component it is about to pack
+  // (not for one served from the weight cache): a checkpoint that is not in the page cache yet is
+  // then read from the disk in order while the loader packs the tensors it already has, instead
+  // of piecewise as each is asked for (cold bf16 first loads of SD 1.5 here: 4.6-6.4 s against
+  // 6.1-13.2 s). The thread stays at most `lead` bytes past the furthest byte used (read() and
+  // note_use()), so that on a machine short of memory it does not evict what it read before the
+  // loader gets there.
+  static constexpr uint64_t kReadAheadLead = 512ull << 20;
+  void read_ahead(uint64_t lead = kReadAheadLead) const;
+  // Tells the read-ahead that [0, end) has been used (reads through the mapping, which read()
+  // does not see).
+  void note_use(uint64_t end) const;
   // How many read_ahead() threads this process has started (tests check when loading reads ahead).
   static uint64_t read_aheads_started();
 
  private:
+  void read_ahead_loop(uint64_t lead) const;
+
   std::filesystem::path path_;
   int fd_ = -1;
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
-  void read_ahead_loop() const;
   mutable std::once_flag read_ahead_once_;
   mutable std::thread read_ahead_thread_;
   mutable std::atomic<bool> closing_{false};
+  mutable std::atomic<uint64_t> used_up_to_{0};
 };
 
 std::vector<uint8_t> read_file_bytes(const std::filesystem::path& path);

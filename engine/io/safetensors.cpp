@@ -215,6 +215,7 @@ const uint8_t* SafetensorsFile::bytes(const TensorRecord& t) const { return data
 Tensor SafetensorsFile::to_f32(const TensorRecord& t) const {
   Tensor out = Tensor::empty(t.shape);
   const uint8_t* src = bytes(t);
+  map_->note_use(static_cast<uint64_t>(src - map_->data()) + t.nbytes());  // for the read-ahead
   const int64_t n = out.numel();
   float* dst = out.data();
   switch (t.dtype) {
