@@ -1,5 +1,7 @@
 #include "io/safetensors.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -9,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/parallel.h"
 #include "io/files.h"
 
 namespace octodiff {
@@ -212,6 +215,29 @@ const TensorRecord& SafetensorsFile::get(std::string_view name) const {
 
 const uint8_t* SafetensorsFile::bytes(const TensorRecord& t) const { return data_ + t.begin; }
 
+namespace {
+
+// n float16 values (little-endian, any alignment) as float32, exactly as f16_to_f32 converts
+// them: with F16C eight at a time, except where a group holds a NaN (VCVTPH2PS would set the
+// quiet bit of a signalling one; f16_to_f32 keeps the bits).
+void f16_to_f32_n(const uint8_t* src, int64_t n, float* dst) {
+  int64_t i = 0;
+#ifdef __F16C__
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i));
+    const __m128i nan = _mm_cmpgt_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7fff)), _mm_set1_epi16(0x7c00));
+    if (!_mm_testz_si128(nan, nan)) {
+      for (int64_t j = i; j < i + 8; ++j) dst[j] = f16_to_f32(load<uint16_t>(src + 2 * j));
+      continue;
+    }
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = f16_to_f32(load<uint16_t>(src + 2 * i));
+}
+
+}  // namespace
+
 Tensor SafetensorsFile::to_f32(const TensorRecord& t) const {
   Tensor out = Tensor::empty(t.shape);
   const uint8_t* src = bytes(t);
@@ -222,11 +248,16 @@ Tensor SafetensorsFile::to_f32(const TensorRecord& t) const {
     case DType::F32:  // read, not copied from the mapping: see MappedFile::read
       if (n) map_->read(static_cast<uint64_t>(src - map_->data()), dst, static_cast<uint64_t>(n) * 4);
       break;
-    case DType::F16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(load<uint16_t>(src + 2 * i));
+    case DType::F16:  // most real checkpoints: 1e9 conversions, so on every thread
+      parallel_for(n, [&](int64_t i0, int64_t i1) { f16_to_f32_n(src + 2 * i0, i1 - i0, dst + i0); }, 1 << 16);
       break;
     case DType::BF16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(load<uint16_t>(src + 2 * i));
+      parallel_for(
+          n,
+          [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) dst[i] = bf16_to_f32(load<uint16_t>(src + 2 * i));
+          },
+          1 << 16);
       break;
     case DType::F64:
       for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(load<double>(src + 8 * i));

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "io/safetensors.h"
 #include "test_support.h"
 
@@ -83,6 +84,32 @@ TEST(Safetensors, ConvertsHalfPrecision) {
   EXPECT_EQ(h[0], 1.0f);
   EXPECT_EQ(h[1], -2.0f);
   EXPECT_EQ(f->to_f32("bf")[0], 3.0f);
+}
+
+TEST(Safetensors, ConvertsEveryHalfPrecisionValueExactly) {
+  // All 65536 float16 bit patterns (NaNs, infinities, subnormals included), plus 3 more so that
+  // the vector loop's tail runs: to_f32 gives exactly f16_to_f32's bits (core/half.h).
+  auto dir = test::temp_dir("safetensors_half_all");
+  constexpr int64_t kN = 65536 + 3;
+  std::vector<TensorToWrite> list;
+  list.push_back({"all", DType::F16, {kN}, [](uint8_t* d, size_t) {
+                    for (int64_t i = 0; i < kN; ++i) {
+                      const uint16_t v = static_cast<uint16_t>(i * 40503u);  // every pattern, shuffled
+                      std::memcpy(d + 2 * i, &v, 2);
+                    }
+                  }});
+  write_safetensors(dir / "all.safetensors", list);
+  const Tensor t = SafetensorsFile::open(dir / "all.safetensors")->to_f32("all");
+  int64_t bad = 0;
+  for (int64_t i = 0; i < kN; ++i) {
+    const float want = f16_to_f32(static_cast<uint16_t>(i * 40503u));
+    const float got = t[i];
+    uint32_t a, b;
+    std::memcpy(&a, &got, 4);
+    std::memcpy(&b, &want, 4);
+    bad += a != b;
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 TEST(Safetensors, RejectsHostileFiles) {
