@@ -107,10 +107,11 @@ void MappedFile::read_ahead_loop(uint64_t lead) const {
     if (closing_) break;
     const uint64_t n = std::min(kStep, size_ - off);
     const auto pages = static_cast<std::ptrdiff_t>((n + 4095) / 4096);
-    if (::mincore(const_cast<uint8_t*>(data_) + off, n, resident.data()) == 0 &&
-        std::all_of(resident.begin(), resident.begin() + pages, [](unsigned char r) { return r & 1; }))
-      continue;
-    if (::pread(fd_, buf.data(), n, static_cast<off_t>(off)) <= 0) break;  // errors: the loader reports them
+    const bool cached = ::mincore(const_cast<uint8_t*>(data_) + off, n, resident.data()) == 0 &&
+                        std::all_of(resident.begin(), resident.begin() + pages, [](unsigned char r) { return r & 1; });
+    if (!cached && ::pread(fd_, buf.data(), n, static_cast<off_t>(off)) != static_cast<ssize_t>(n))
+      break;  // errors: the loader reports them
+    read_ahead_done_ = off + n;
   }
 }
 

@@ -47,6 +47,9 @@ class MappedFile {
   void note_use(uint64_t end) const;
   // How many read_ahead() threads this process has started (tests check when loading reads ahead).
   static uint64_t read_aheads_started();
+  // Bytes from the start of the file the read-ahead has brought in (read, or found in the page
+  // cache) so far.
+  uint64_t read_ahead_progress() const { return read_ahead_done_.load(); }
 
  private:
   void read_ahead_loop(uint64_t lead) const;
@@ -59,6 +62,7 @@ class MappedFile {
   mutable std::thread read_ahead_thread_;
   mutable std::atomic<bool> closing_{false};
   mutable std::atomic<uint64_t> used_up_to_{0};
+  mutable std::atomic<uint64_t> read_ahead_done_{0};
 };
 
 std::vector<uint8_t> read_file_bytes(const std::filesystem::path& path);

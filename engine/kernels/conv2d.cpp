@@ -152,18 +152,21 @@ Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channel
                        precision);
     return cw;
   }
-  // B[(ty·kw + tx)·Ci + ci][co] = w[co][ci][ty][tx]; given to pack_b as its transpose (Co rows).
-  const int64_t K = in_channels * kh * kw;
-  // From the calling thread's allocator: a model load's packing scratch (models/layers.h).
-  const auto storage = allocate_floats(out_channels * K);
-  float* bt = static_cast<float*>(const_cast<void*>(storage.get()));
-  parallel_for(out_channels, [&](int64_t c0, int64_t c1) {
-    for (int64_t co = c0; co < c1; ++co)  // written in order; the reads stay inside w's row co
-      for (int t = 0; t < kh * kw; ++t)
-        for (int64_t ci = 0; ci < in_channels; ++ci)
-          bt[co * K + t * in_channels + ci] = w[((co * in_channels + ci) * kh + t / kw) * kw + t % kw];
-  });
-  cw.packed = pack_b(bt, K, out_channels, /*transposed=*/true, precision);
+  // B[(ty·kw + tx)·Ci + ci][co] = w[co][ci][ty][tx]: W's row co reordered tap-major, one panel
+  // of 32 rows at a time into the packer's scratch (which stays in cache), never the whole
+  // matrix (which cost a write and a read of every weight through memory).
+  const int64_t K = in_channels * kh * kw, taps = int64_t{kh} * kw;
+  auto rows = [w, K, taps, in_channels](int64_t n0, int64_t n, float* scratch) -> const float* {
+    if (taps == 1) return w + n0 * K;
+    for (int64_t j = 0; j < n; ++j) {
+      const float* src = w + (n0 + j) * K;  // [ci][tap]
+      float* dst = scratch + j * K;         // [tap][ci]
+      for (int64_t ci = 0; ci < in_channels; ++ci)
+        for (int64_t t = 0; t < taps; ++t) dst[t * in_channels + ci] = src[ci * taps + t];
+    }
+    return scratch;
+  };
+  cw.packed = detail::pack_b_panels(K, out_channels, rows, precision);
   return cw;
 }
 

@@ -98,30 +98,38 @@ inline void transpose8x8(F8 r[8]) {
   }
 }
 
-void pack_f32(const float* b, int64_t K, int64_t N, bool transposed, float* dst) {
+void pack_f32(const float* b, int64_t K, int64_t N, float* dst) {
   const int64_t panels = (N + kPanel - 1) / kPanel;
   parallel_for(panels, [&](int64_t p0, int64_t p1) {
     for (int64_t pi = p0; pi < p1; ++pi) {
       const int64_t n0 = pi * kPanel, w = std::min<int64_t>(kPanel, N - n0);
       float* panel = dst + pi * K * kPanel;
-      if (!transposed) {
-        for (int64_t k = 0; k < K; ++k) std::memcpy(panel + k * kPanel, b + k * N + n0, w * sizeof(float));
-        continue;
-      }
-      // In blocks of kPackRows rows (a whole 1.5 MB panel per column would not stay in L1), by
-      // 8×8 transposes in registers (3x faster than element by element); edges element-wise.
-      const int64_t w8 = w / 8 * 8;
+      for (int64_t k = 0; k < K; ++k) std::memcpy(panel + k * kPanel, b + k * N + n0, w * sizeof(float));
+    }
+  });
+}
+
+// In blocks of kPackRows rows (a whole 1.5 MB panel per column would not stay in L1), by 8×8
+// transposes in registers (3x faster than element by element); edges element by element.
+void pack_f32_panels(int64_t K, int64_t N, const detail::PanelRows& rows, float* dst) {
+  const int64_t panels = (N + kPanel - 1) / kPanel;
+  parallel_for(panels, [&](int64_t p0, int64_t p1) {
+    thread_local detail::ThreadBuffer scratch;
+    for (int64_t pi = p0; pi < p1; ++pi) {
+      const int64_t n0 = pi * kPanel, w = std::min<int64_t>(kPanel, N - n0), w8 = w / 8 * 8;
+      const float* b = rows(n0, w, scratch.get<float>(kPanel * K));
+      float* panel = dst + pi * K * kPanel;
       for (int64_t k0 = 0; k0 < K; k0 += kPackRows) {
         const int64_t k1 = std::min(K, k0 + kPackRows), k8 = k0 + (k1 - k0) / 8 * 8;
         for (int64_t j0 = 0; j0 < w8; j0 += 8)
           for (int64_t k = k0; k < k8; k += 8) {
             F8 r[8];
-            for (int i = 0; i < 8; ++i) std::memcpy(&r[i], b + (n0 + j0 + i) * K + k, sizeof(F8));
+            for (int i = 0; i < 8; ++i) std::memcpy(&r[i], b + (j0 + i) * K + k, sizeof(F8));
             transpose8x8(r);
             for (int i = 0; i < 8; ++i) std::memcpy(panel + (k + i) * kPanel + j0, &r[i], sizeof(F8));
           }
         for (int64_t j = 0; j < w; ++j) {
-          const float* src = b + (n0 + j) * K;
+          const float* src = b + j * K;
           for (int64_t k = j < w8 ? k8 : k0; k < k1; ++k) panel[k * kPanel + j] = src[k];
         }
       }
@@ -131,13 +139,28 @@ void pack_f32(const float* b, int64_t K, int64_t N, bool transposed, float* dst)
 
 }  // namespace
 
-PackedMatrix pack_b(const float* b, int64_t K, int64_t N, bool transposed, Precision precision) {
+namespace detail {
+
+PackedMatrix pack_b_panels(int64_t K, int64_t N, const PanelRows& rows, Precision precision) {
   PackedMatrix p = allocate_packed(K, N, precision, /*weight=*/true);
-  if (precision == Precision::BF16) {
-    detail::pack_bf16(b, K, N, transposed, p.mutable_bf16_data());
-  } else {
-    pack_f32(b, K, N, transposed, p.mutable_data());
-  }
+  if (precision == Precision::BF16)
+    pack_bf16_panels(K, N, rows, p.mutable_bf16_data());
+  else
+    pack_f32_panels(K, N, rows, p.mutable_data());
+  return p;
+}
+
+}  // namespace detail
+
+PackedMatrix pack_b(const float* b, int64_t K, int64_t N, bool transposed, Precision precision) {
+  if (transposed)
+    return detail::pack_b_panels(
+        K, N, [b, K](int64_t n0, int64_t, float*) { return b + n0 * K; }, precision);
+  PackedMatrix p = allocate_packed(K, N, precision, /*weight=*/true);
+  if (precision == Precision::BF16)
+    detail::pack_bf16(b, K, N, p.mutable_bf16_data());
+  else
+    pack_f32(b, K, N, p.mutable_data());
   return p;
 }
 

@@ -108,36 +108,38 @@ ToBf16Fn to_bf16_fn(Isa isa, bool dot) {
   return &to_bf16_generic;
 }
 
-void pack_bf16(const float* b, int64_t K, int64_t N, bool transposed, uint16_t* dst) {
+void pack_bf16(const float* b, int64_t K, int64_t N, uint16_t* dst) {
   const int64_t panels = (N + kPanel - 1) / kPanel, pairs = bf16_pairs(K);
-  if (!transposed) {
-    parallel_for(panels, [&](int64_t p0, int64_t p1) {
-      for (int64_t pi = p0; pi < p1; ++pi) {
-        const int64_t n0 = pi * kPanel, w = std::min<int64_t>(kPanel, N - n0);
-        uint16_t* panel = dst + pi * pairs * kPairRow;
-        for (int64_t k = 0; k < K; ++k)
-          for (int64_t j = 0; j < w; ++j) panel[(k / 2) * kPairRow + 2 * j + k % 2] = f32_to_bf16(b[k * N + n0 + j]);
-      }
-    });
-    return;
-  }
-  // B = Wᵀ, W's rows (the panel's columns) contiguous along K: a pair-row of the panel is one
-  // 32-bit word (two neighbouring k) from each of 32 rows. Per block of kBlock k: the rows are
-  // rounded into a small tile by the vector converter (exactly f32_to_bf16), then the tile's
-  // words are transposed into the panel — both stay in L1. Element by element, rounding and
-  // index arithmetic made packing a full-size model take seconds.
+  parallel_for(panels, [&](int64_t p0, int64_t p1) {
+    for (int64_t pi = p0; pi < p1; ++pi) {
+      const int64_t n0 = pi * kPanel, w = std::min<int64_t>(kPanel, N - n0);
+      uint16_t* panel = dst + pi * pairs * kPairRow;
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = 0; j < w; ++j) panel[(k / 2) * kPairRow + 2 * j + k % 2] = f32_to_bf16(b[k * N + n0 + j]);
+    }
+  });
+}
+
+// A pair-row of a panel is one 32-bit word (two neighbouring k) from each of W's 32 rows. Per
+// block of kBlock k: the rows are rounded into a small tile by the vector converter (exactly
+// f32_to_bf16), then the tile's words are transposed into the panel — both stay in L1. Element
+// by element, rounding and index arithmetic made packing a full-size model take seconds.
+void pack_bf16_panels(int64_t K, int64_t N, const PanelRows& rows, uint16_t* dst) {
   constexpr int64_t kBlock = 128;  // k per block: even, so blocks start on a pair
+  const int64_t panels = (N + kPanel - 1) / kPanel, pairs = bf16_pairs(K);
   const ToBf16Fn convert = to_bf16_fn(kernel_isa(), /*dot=*/false);
   parallel_for(panels, [&](int64_t p0, int64_t p1) {
+    thread_local ThreadBuffer scratch;
     alignas(64) uint16_t tile[kPanel * kBlock];
     const uint32_t* const words = reinterpret_cast<const uint32_t*>(tile);
     for (int64_t pi = p0; pi < p1; ++pi) {
       const int64_t n0 = pi * kPanel, w = std::min<int64_t>(kPanel, N - n0);
+      const float* b = rows(n0, w, scratch.get<float>(kPanel * K));
       uint32_t* panel = reinterpret_cast<uint32_t*>(dst + pi * pairs * kPairRow);
       for (int64_t k0 = 0; k0 < K; k0 += kBlock) {
         const int64_t kn = std::min(kBlock, K - k0), qn = (kn + 1) / 2;
         for (int64_t j = 0; j < w; ++j) {
-          convert(b + (n0 + j) * K + k0, kn, tile + j * kBlock);
+          convert(b + j * K + k0, kn, tile + j * kBlock);
           if (kn % 2) tile[j * kBlock + kn] = 0;  // the missing half of a last, odd pair
         }
         uint32_t* out = panel + (k0 / 2) * kPanel;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "core/cpu.h"
 #include "core/memory.h"
@@ -34,8 +35,16 @@ constexpr int64_t kPackRows = 64;
 inline int64_t bf16_pairs(int64_t K) {
   return (K + 1) / 2;
 }
-// Packs b (as pack_b takes it) into that layout at dst (zeroed, allocate_packed's size).
-void pack_bf16(const float* b, int64_t K, int64_t N, bool transposed, uint16_t* dst);
+// A transposed B (N × K, a torch weight) one panel at a time: rows(n0, w, scratch) returns W's
+// rows n0 … n0 + w − 1 with stride K — the weight itself, or `scratch` (room for kPanel × K
+// floats) when they must be reordered first (a conv weight: see pack_conv2d).
+using PanelRows = std::function<const float*(int64_t n0, int64_t w, float* scratch)>;
+// pack_b for a transposed B given panel by panel.
+PackedMatrix pack_b_panels(int64_t K, int64_t N, const PanelRows& rows, Precision precision);
+// Packs a K × N row-major b, or a transposed B panel by panel, into the bf16 layout at dst
+// (zeroed, allocate_packed's size).
+void pack_bf16(const float* b, int64_t K, int64_t N, uint16_t* dst);
+void pack_bf16_panels(int64_t K, int64_t N, const PanelRows& rows, uint16_t* dst);
 
 // C[rows × cols] = (load ? C : 0) + A[rows × kc] · P[kc × cols], where P is a panel slice
 // (row stride kPanel) and A is row-major with stride lda. rows ≤ mr of the kernel, cols ≤ 32.

@@ -1,5 +1,7 @@
 #include "kernels/conv2d.h"
 
+#include <cstring>
+
 #include "core/error.h"
 #include "kernel_test_util.h"
 
@@ -93,6 +95,34 @@ TEST(Conv2d, BitIdenticalForAnyThreadCount) {
       conv2d_nhwc(x.data(), N, H, W, cw, Conv2dGeometry::same(3), y.data());
       return y;
     });
+  }
+}
+
+// The direct convolution's weight, reordered tap-major one panel at a time as it is packed, is
+// byte for byte the packing of the whole reordered matrix B[(ty·kw + tx)·Ci + ci][co], in both
+// precisions: several panels with a partial last one, 1×1 and non-square kernels.
+TEST(Conv2d, PackedWeightIsTheReorderedMatrixPacked) {
+  struct Shape {
+    int64_t co, ci;
+    int kh, kw;
+  };
+  for (const Shape& t : {Shape{33, 5, 3, 3}, Shape{80, 130, 3, 3}, Shape{17, 70, 1, 1}, Shape{20, 3, 2, 5}}) {
+    const int64_t taps = int64_t{t.kh} * t.kw, K = t.ci * taps;
+    const auto w = random_vec(t.co * K, 21);
+    std::vector<float> bt(w.size());  // Co rows of K, tap-major
+    for (int64_t co = 0; co < t.co; ++co)
+      for (int64_t tap = 0; tap < taps; ++tap)
+        for (int64_t ci = 0; ci < t.ci; ++ci) bt[co * K + tap * t.ci + ci] = w[(co * t.ci + ci) * taps + tap];
+    for (Precision precision : {Precision::F32, Precision::BF16}) {
+      const Conv2dWeights cw =
+          pack_conv2d(w.data(), nullptr, t.co, t.ci, t.kh, t.kw, precision, ConvAlgorithm::Direct);
+      const PackedMatrix want = pack_b(bt.data(), K, t.co, /*transposed=*/true, precision);
+      ASSERT_EQ(cw.packed.bytes(), want.bytes());
+      const void* g = precision == Precision::BF16 ? static_cast<const void*>(cw.packed.bf16_data()) : cw.packed.data();
+      const void* e = precision == Precision::BF16 ? static_cast<const void*>(want.bf16_data()) : want.data();
+      EXPECT_EQ(std::memcmp(g, e, want.bytes()), 0)
+          << precision_name(precision) << " " << t.co << "x" << t.ci << "x" << t.kh << "x" << t.kw;
+    }
   }
 }
 
