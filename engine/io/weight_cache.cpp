@@ -1,6 +1,8 @@
 #include "io/weight_cache.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -134,6 +136,11 @@ void WeightCacheFile::give_up(const std::string& why) {
   failed_ = true;
 }
 
+int WeightCacheFile::writers_started() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return writers_started_;
+}
+
 std::string WeightCacheFile::warning() const {
   std::lock_guard<std::mutex> lock(mu_);
   return warning_;
@@ -177,28 +184,46 @@ void WeightCacheFile::hand_over(bool finishing) {
     std::lock_guard<std::mutex> lock(mu_);
     filled_ = blobs_.size();
     finishing_ = finishing_ || finishing;
-    if (!writer_.joinable() && fd_ >= 0 && base_ && (finishing_ || filled_ > 0))
-      writer_ = std::thread([this] { writer_loop(); });
+    if (!writer_.joinable() && fd_ >= 0 && base_ && (finishing_ || filled_ > 0)) {
+      writer_ = std::thread([this] { writer_loop(/*idle=*/true); });
+      ++writers_started_;
+    }
   }
   cv_.notify_all();
 }
 
-void WeightCacheFile::writer_loop() {
-  size_t next = 0;
+// The first writer runs at idle priority: on a 2-core machine it took a third of the CPU from the
+// two threads packing the weights, and it catches up in the moments they leave (measured: a full
+// SD 1.5 cache was complete within 0.5 s of the load's end). An unprivileged thread may not raise
+// its priority again, so when someone waits for the cache (wait()) the idle writer stops between
+// two chunks and a writer at normal priority takes over; starved by busy cores, it would
+// otherwise keep the waiter waiting.
+void WeightCacheFile::writer_loop(bool idle) {
+  if (idle) {
+    sched_param p{};
+    ::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &p);  // best effort
+  }
   for (;;) {
     Blob blob;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return cancel_ || next < filled_ || finishing_; });
+      cv_.wait(lock, [&] { return cancel_ || (idle && hurry_) || next_blob_ < filled_ || finishing_; });
       if (cancel_) break;
-      if (next == filled_) {  // finishing, with every blob written
+      if (idle && hurry_) return;  // wait() takes over: not done_
+      if (next_blob_ == filled_) {  // finishing, with every blob written
         lock.unlock();
         finish_file();
         break;
       }
-      blob = blobs_[next++];
+      blob = blobs_[next_blob_];
     }
-    if (!failed_) write_blob(blob);
+    if (!failed_ && !write_blob(blob, idle)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cancel_) break;
+      return;  // hurried: the next writer writes this blob again, from its start
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    ++next_blob_;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -207,20 +232,22 @@ void WeightCacheFile::writer_loop() {
   cv_.notify_all();
 }
 
-void WeightCacheFile::write_blob(const Blob& b) {
-  constexpr uint64_t kChunk = 64ull << 20;  // between chunks, a destruction can stop the writer
+bool WeightCacheFile::write_blob(const Blob& b, bool idle) {
+  // Between chunks a destruction or a wait() can stop the writer: small, since at idle priority
+  // next to busy threads a chunk takes up to hundreds of times its run time.
+  constexpr uint64_t kChunk = 2ull << 20;
   uint64_t done = 0;
   while (done < b.bytes) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (cancel_) return;
+      if (cancel_ || (idle && hurry_)) return false;
     }
     const uint64_t n_want = std::min(kChunk, b.bytes - done);
     const ssize_t n = ::pwrite(fd_, base_ + b.offset + done, n_want, static_cast<off_t>(b.offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       give_up(cat("cannot write '", partial_.string(), "': ", errno_text(n < 0 ? errno : ENOSPC)));
-      return;
+      return true;
     }
     done += static_cast<uint64_t>(n);
   }
@@ -229,9 +256,10 @@ void WeightCacheFile::write_blob(const Blob& b) {
   if (p == MAP_FAILED) {
     // The anonymous pages at that address are untouched by a failed MAP_FIXED: the blob is intact.
     give_up(cat("cannot map '", partial_.string(), "': ", errno_text(errno)));
-    return;
+    return true;
   }
   file_backed_ = round_up(b.offset + b.bytes, 4096);
+  return true;
 }
 
 void WeightCacheFile::commit() {
@@ -247,7 +275,20 @@ void WeightCacheFile::commit_in_background() {
 }
 
 void WeightCacheFile::wait() {
+  const std::lock_guard<std::mutex> one_waiter(wait_mu_);
   std::unique_lock<std::mutex> lock(mu_);
+  if (writer_.joinable() && writer_idle_ && !done_) {
+    hurry_ = true;
+    cv_.notify_all();
+    lock.unlock();
+    writer_.join();
+    lock.lock();
+    writer_idle_ = false;
+    if (!done_) {
+      writer_ = std::thread([this] { writer_loop(/*idle=*/false); });
+      ++writers_started_;
+    }
+  }
   cv_.wait(lock, [&] { return !writer_.joinable() || done_; });
 }
 

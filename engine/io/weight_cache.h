@@ -8,10 +8,10 @@
 // component that is not needed right now can be dropped from memory (release()) — the pipeline
 // does so between its phases — and comes back from the page cache on its next use.
 //
-// Writing happens on a thread of the cache's own: a blob the loader has filled (it asks for the
-// next one, or commits) is written and remapped from the file while the loader packs the next,
-// and the load does not wait for the disk — a first load of a 4 GB model would otherwise be bound
-// by the disk's write speed. Readers of a blob see the same bytes before and after its remap (the
+// Writing happens on a thread of the cache's own, at idle priority: a blob the loader has filled
+// (it asks for the next one, or commits) is written and remapped from the file while the loader
+// packs the next, and the load does not wait for the disk — a first load of a 4 GB model would
+// otherwise be bound by the disk's write speed — nor share its cores with the writer. Readers of a blob see the same bytes before and after its remap (the
 // kernel swaps the mapping atomically; ThreadSanitizer, which treats mmap as a write to the range,
 // reports a reader racing the remap — tests/engine/io/weight_cache_test.cpp checks the bytes).
 //
@@ -69,6 +69,7 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
   void commit();
   void commit_in_background();
   // Writing: waits until a commit_in_background() has finished (at once if none was asked for).
+  // The rest is written at normal priority (see writer_loop).
   void wait();
 
   // Reading: the next stored blob, which must have this size and tag (else WeightCacheMismatch).
@@ -82,6 +83,8 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
   void prefetch() const;
 
   std::string warning() const;
+  // Writer threads started so far: 1, or 2 once a wait() has taken over from the idle one (tests).
+  int writers_started() const;
   uint64_t file_bytes() const { return used_; }
 
  private:
@@ -92,8 +95,10 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
   WeightCacheFile() = default;
   void give_up(const std::string& why);
   void hand_over(bool finishing);  // writing: every blob so far is filled; starts the writer
-  void writer_loop();
-  void write_blob(const Blob& b);  // on the writer thread; a failure gives up the file
+  void writer_loop(bool idle);
+  // On the writer thread; a failure gives up the file. False when stopped (cancel_, or hurry_ for
+  // the idle writer) before the blob was written.
+  bool write_blob(const Blob& b, bool idle);
   void finish_file();
 
   bool reading_ = false;
@@ -111,9 +116,14 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
 
   // The writer thread and what it shares with the loader, under mu_.
   mutable std::mutex mu_;
+  std::mutex wait_mu_;  // one wait() at a time: it may replace writer_
   std::condition_variable cv_;
   std::thread writer_;
   size_t filled_ = 0;       // blobs the loader has finished
+  size_t next_blob_ = 0;    // the next blob to write
+  bool writer_idle_ = true; // writer_ runs at idle priority (until a wait() replaces it)
+  bool hurry_ = false;      // wait(): the idle writer is to stop between chunks
+  int writers_started_ = 0;
   bool finishing_ = false;  // commit asked for: after the filled blobs, the table and rename
   bool cancel_ = false;     // destruction: stop writing, leave no file
   bool done_ = false;       // the writer has finished (committed or given up)
