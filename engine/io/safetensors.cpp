@@ -245,9 +245,18 @@ Tensor SafetensorsFile::to_f32(const TensorRecord& t) const {
   const int64_t n = out.numel();
   float* dst = out.data();
   switch (t.dtype) {
-    case DType::F32:  // read, not copied from the mapping: see MappedFile::read
-      if (n) map_->read(static_cast<uint64_t>(src - map_->data()), dst, static_cast<uint64_t>(n) * 4);
+    case DType::F32: {  // read, not copied from the mapping: see MappedFile::read
+      // On every thread: one thread's copy out of the page cache ran at ~6 GB/s, and a 4 GB
+      // checkpoint's reads sat between the (parallel) packing of its weights.
+      const uint64_t at = static_cast<uint64_t>(src - map_->data());
+      parallel_for(
+          n,
+          [&](int64_t i0, int64_t i1) {
+            map_->read(at + 4 * static_cast<uint64_t>(i0), dst + i0, 4 * static_cast<uint64_t>(i1 - i0));
+          },
+          1 << 18);
       break;
+    }
     case DType::F16:  // most real checkpoints: 1e9 conversions, so on every thread
       parallel_for(n, [&](int64_t i0, int64_t i1) { f16_to_f32_n(src + 2 * i0, i1 - i0, dst + i0); }, 1 << 16);
       break;
