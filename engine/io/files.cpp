@@ -62,6 +62,14 @@ void MappedFile::read(uint64_t offset, void* dst, uint64_t bytes) const {
   note_use(offset + bytes);
 }
 
+void MappedFile::check_still_holds(uint64_t offset, uint64_t bytes) const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) fail("cannot read '", path_.string(), "': ", errno_text(errno));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (offset > size || bytes > size - offset)
+    fail("cannot read '", path_.string(), "': the file ends early (was it truncated while loading?)");
+}
+
 void MappedFile::release(uint64_t offset, uint64_t bytes) const {
   if (!data_ || bytes == 0 || offset >= size_) return;
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));

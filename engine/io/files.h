@@ -27,6 +27,12 @@ class MappedFile {
   // checkpoint never sits in memory next to the converted weights.
   void release(uint64_t offset, uint64_t bytes) const;
 
+  // Before [offset, offset + bytes) is read through the mapping: an octodiff::Error if the file
+  // no longer holds it (cut short since it was opened), where reading those pages would raise
+  // SIGBUS, a crash. A file cut after this check still faults: the window is the time the caller
+  // takes to read the range.
+  void check_still_holds(uint64_t offset, uint64_t bytes) const;
+
   // Copies [offset, offset + bytes) into `dst` with pread: no page faults on the mapping, which
   // on a first load of a multi-GB checkpoint cost more than the copy itself. Throws
   // octodiff::Error if the file has become shorter or cannot be read.

@@ -241,14 +241,17 @@ void f16_to_f32_n(const uint8_t* src, int64_t n, float* dst) {
 Tensor SafetensorsFile::to_f32(const TensorRecord& t) const {
   Tensor out = Tensor::empty(t.shape);
   const uint8_t* src = bytes(t);
-  map_->note_use(static_cast<uint64_t>(src - map_->data()) + t.nbytes());  // for the read-ahead
+  const uint64_t at = static_cast<uint64_t>(src - map_->data());
+  // Other dtypes are converted straight from the mapping: a file cut short since it was opened
+  // is then an error here rather than a SIGBUS in the conversion (on kernels that can tell).
+  if (t.dtype != DType::F32) map_->check_still_holds(at, t.nbytes());
+  map_->note_use(at + t.nbytes());  // for the read-ahead
   const int64_t n = out.numel();
   float* dst = out.data();
   switch (t.dtype) {
     case DType::F32: {  // read, not copied from the mapping: see MappedFile::read
       // On every thread: one thread's copy out of the page cache ran at ~6 GB/s, and a 4 GB
       // checkpoint's reads sat between the (parallel) packing of its weights.
-      const uint64_t at = static_cast<uint64_t>(src - map_->data());
       parallel_for(
           n,
           [&](int64_t i0, int64_t i1) {
@@ -302,6 +305,15 @@ std::vector<int64_t> SafetensorsFile::to_i64(const TensorRecord& t) const {
 }
 
 void SafetensorsFile::read_ahead() const { map_->read_ahead(); }
+
+const float* SafetensorsFile::f32_in_place(const TensorRecord& t) const {
+  const uint8_t* src = bytes(t);
+  if (t.dtype != DType::F32 || t.nbytes() == 0 || reinterpret_cast<uintptr_t>(src) % alignof(float)) return nullptr;
+  const uint64_t at = static_cast<uint64_t>(src - map_->data());
+  map_->check_still_holds(at, t.nbytes());
+  map_->note_use(at + t.nbytes());  // for the read-ahead
+  return reinterpret_cast<const float*>(src);
+}
 
 void SafetensorsFile::release(const TensorRecord& t) const {
   map_->release(static_cast<uint64_t>(data_ - map_->data()) + t.begin, t.nbytes());

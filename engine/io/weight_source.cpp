@@ -49,6 +49,15 @@ Tensor WeightSource::take(const std::string& name, const Shape& expected) {
   return t;
 }
 
+Tensor WeightSource::take_to_read(const std::string& name, const Shape& expected) {
+  claim(name, expected);
+  const Entry& e = entries_.find(name)->second;
+  const float* data = e.transform || e.shape != expected ? nullptr : e.file->f32_in_place(*e.record);
+  if (!data) return take(name, expected);
+  std::shared_ptr<const void> pages(data, [file = e.file, record = e.record](const void*) { file->release(*record); });
+  return Tensor::wrap(expected, const_cast<float*>(data), std::move(pages));
+}
+
 Tensor WeightSource::take_if_present(const std::string& name, const Shape& expected) {
   if (!has(name)) return Tensor();
   return take(name, expected);

@@ -48,6 +48,10 @@ class WeightSource {
 
   // The tensor as float32, checked against `expected`; marks it taken.
   Tensor take(const std::string& name, const Shape& expected);
+  // As take(), for a tensor only read, once, right away (packing): float32 data is then wrapped
+  // where it lies in the file's mapping, not copied — writing to the result may fault. The
+  // file's pages are dropped from memory when the tensor goes.
+  Tensor take_to_read(const std::string& name, const Shape& expected);
   // Checks the tensor is present with the `expected` shape and marks it taken without reading it
   // (its packed form comes from the component's weight cache, io/weight_cache.h).
   void claim(const std::string& name, const Shape& expected);

@@ -63,7 +63,7 @@ Linear Linear::load(WeightSource& w, const std::string& prefix, int64_t in, int6
   l.out = out;
   Shape shape = from_conv1x1 ? Shape{out, in, 1, 1} : Shape{out, in};
   l.weight = packed_weight(w, {{prefix + ".weight", shape}}, in, out, precision, [&] {
-    Tensor weight = w.take(prefix + ".weight", shape);
+    Tensor weight = w.take_to_read(prefix + ".weight", shape);
     return kernels::pack_b(weight.data(), in, out, /*transposed=*/true, precision);
   });
   if (has_bias) l.bias = to_vector(w.take(prefix + ".bias", {out}));
@@ -81,7 +81,7 @@ Linear Linear::load_fused(WeightSource& w, const std::vector<std::string>& prefi
   l.weight = packed_weight(w, tensors, in, l.out, precision, [&] {
     Tensor stacked = Tensor::empty({l.out, in});  // torch layout (out, in): rows are outputs
     for (int64_t p = 0; p < parts; ++p) {
-      Tensor part = w.take(tensors[p].first, tensors[p].second);
+      Tensor part = w.take_to_read(tensors[p].first, tensors[p].second);
       std::memcpy(stacked.data() + p * out_each * in, part.data(), sizeof(float) * out_each * in);
     }
     return kernels::pack_b(stacked.data(), in, l.out, /*transposed=*/true, precision);
@@ -134,7 +134,7 @@ Conv2d Conv2d::load(WeightSource& w, const std::string& prefix, int64_t in, int6
   c.weight.algorithm = kernels::conv2d_algorithm(out, in, k, k, geometry);
   const int64_t rows = kernels::conv2d_packed_rows(in, k, k, c.weight.algorithm);
   c.weight.packed = packed_weight(w, {{prefix + ".weight", shape}}, rows, out, precision, [&] {
-    Tensor weight = w.take(prefix + ".weight", shape);
+    Tensor weight = w.take_to_read(prefix + ".weight", shape);
     return kernels::pack_conv2d(weight.data(), nullptr, out, in, k, k, precision, c.weight.algorithm).packed;
   });
   c.weight.bias = to_vector(w.take(prefix + ".bias", {out}));

@@ -4,10 +4,12 @@
 
 #include <cstring>
 #include <fstream>
+#include <functional>
 
 #include "core/error.h"
 #include "core/half.h"
 #include "io/safetensors.h"
+#include "io/weight_source.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -247,4 +249,55 @@ TEST(Safetensors, AFileCutShortAfterOpeningIsAClearError) {
     EXPECT_NE(msg.find("ends early"), std::string::npos) << msg;
     EXPECT_NE(msg.find(p.string()), std::string::npos) << msg;
   }
+}
+
+// The file mapped at `address` in this process (from /proc/self/maps), or "" when none is.
+std::string mapped_path_of(const void* address) {
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  for (std::string line; std::getline(maps, line);) {
+    uintptr_t begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &begin, &end) != 2 || at < begin || at >= end) continue;
+    const size_t slash = line.find('/');
+    return slash == std::string::npos ? "" : line.substr(slash);
+  }
+  return "";
+}
+
+TEST(Safetensors, AFileCutShortAfterOpeningIsAClearErrorThroughTheMappingToo) {
+  // float16 tensors are converted straight from the mapping, and packing reads float32 weights
+  // where they lie (WeightSource::take_to_read): both check the pages first, so a file cut short
+  // while a model loads is an error naming it, not a SIGBUS.
+  auto dir = test::temp_dir("safetensors_cut_mapped");
+  const fs::path p = dir / "w.safetensors";
+  auto fill_f32 = [](float v) {
+    return [v](uint8_t* dst, size_t n) {
+      for (size_t i = 0; i < n; i += 4) std::memcpy(dst + i, &v, 4);
+    };
+  };
+  write_safetensors(p, {{"a", DType::F32, {64, 64}, fill_f32(1.5f)},
+                        {"h", DType::F16, {8192}, [](uint8_t* dst, size_t n) { std::memset(dst, 0x3c, n); }},
+                        {"b", DType::F32, {8192}, fill_f32(2.5f)}});
+  auto f = SafetensorsFile::open(p);
+  auto w = weights_from_safetensors({p}, "the test file");
+  // Before the cut: read where it lies, with the same values take() gives.
+  Tensor in_place = w->take_to_read("a", {64, 64});
+  EXPECT_EQ(mapped_path_of(in_place.data()), p.string()) << "copied, not read in place";
+  EXPECT_EQ(in_place[4095], 1.5f);
+  in_place = Tensor();
+
+  fs::resize_file(p, fs::file_size(p) - 40 * 1024);  // "b" and the second half of "h" are gone
+  auto expect_cut = [&](const char* what, const std::function<void()>& read) {
+    try {
+      read();
+      ADD_FAILURE() << what << ": read past the end of the file";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      std::printf("[cut after opening, %s] %s\n", what, msg.c_str());
+      EXPECT_NE(msg.find("ends early"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(p.string()), std::string::npos) << msg;
+    }
+  };
+  expect_cut("float16", [&] { f->to_f32("h"); });
+  expect_cut("float32 in place", [&] { w->take_to_read("b", {8192}); });
 }
