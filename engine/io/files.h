@@ -33,9 +33,9 @@ class MappedFile {
   // takes to read the range.
   void check_still_holds(uint64_t offset, uint64_t bytes) const;
 
-  // Copies [offset, offset + bytes) into `dst` with pread: no page faults on the mapping, which
-  // on a first load of a multi-GB checkpoint cost more than the copy itself. Throws
-  // octodiff::Error if the file has become shorter or cannot be read.
+  // Copies [offset, offset + bytes) into `dst` with pread, for data kept beyond the load (packing
+  // reads in place: see SafetensorsFile::f32_in_place). Throws octodiff::Error if the file has
+  // become shorter or cannot be read.
   void read(uint64_t offset, void* dst, uint64_t bytes) const;
 
   // Reads the file into the page cache, front to back, on a thread of this file's own, and
