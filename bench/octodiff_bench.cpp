@@ -4,6 +4,10 @@
 // and batch 1, the VAE decode, achieved GFLOP/s from the analytic FLOP count of each network and
 // the fraction of the measured peak (measured at start-up and again at the end; the larger
 // counts), and peak RSS. Timings are medians of --repeats runs.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -102,6 +106,35 @@ Tensor pseudo_random(Shape shape, uint32_t seed) {
   return t;
 }
 
+// The fraction of the model's .safetensors bytes in the page cache (mincore), so that a first load's
+// time can be read as warm or cold: on a VM that pages out what it has not touched for a while, a
+// checkpoint read minutes ago may be back on disk.
+double page_cache_fraction(const fs::path& model) {
+  std::vector<fs::path> files;
+  if (fs::is_regular_file(model)) files.push_back(model);
+  std::error_code ec;
+  if (fs::is_directory(model))
+    for (const auto& e : fs::recursive_directory_iterator(model, ec))
+      if (e.is_regular_file() && e.path().extension() == ".safetensors") files.push_back(e.path());
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  uint64_t pages = 0, resident = 0;
+  for (const auto& f : files) {
+    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    const uint64_t size = fs::file_size(f, ec);
+    void* p = size ? ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    ::close(fd);
+    if (p == MAP_FAILED) continue;
+    std::vector<unsigned char> in_core((size + page - 1) / page);
+    if (::mincore(p, size, in_core.data()) == 0) {
+      pages += in_core.size();
+      resident += static_cast<uint64_t>(std::count_if(in_core.begin(), in_core.end(), [](unsigned char c) { return c & 1; }));
+    }
+    ::munmap(p, size);
+  }
+  return pages ? static_cast<double>(resident) / static_cast<double>(pages) : 0.0;
+}
+
 fs::path default_model() {
   fs::path dir = octodiff_cache_dir() / "models" / "sd15-random-f32";
   if (fs::exists(dir / "model_index.json")) return dir;
@@ -131,6 +164,7 @@ int main(int argc, char** argv) {
     const double bf16_peak_start = bench::measure_bf16_peak_gflops(threads);
 
     const fs::path model_path = o.model.empty() ? default_model() : o.model;
+    j["checkpoint_cached_fraction_before_load"] = page_cache_fraction(model_path);
     auto t0 = Clock::now();
     ModelLoadOptions load_options;
     load_options.dtype = dtype;  // UNet and VAE weights packed as bf16 for --dtype bf16
@@ -144,7 +178,10 @@ int main(int argc, char** argv) {
     for (const auto& note : model->load_notes()) std::fprintf(stderr, "note: %s\n", note.c_str());
     j["rss_after_load_mb"] = current_rss_bytes() / 1048576.0;
     j["peak_rss_after_load_mb"] = peak_rss_bytes() / 1048576.0;
-    std::fprintf(stderr, "loaded %s in %.1f s\n", model_path.c_str(), j["load_seconds"].get<double>());
+    std::fprintf(stderr, "loaded %s in %.1f s (%s; %.0f %% of its weight files were in the page cache)\n",
+                 model_path.c_str(), j["load_seconds"].get<double>(),
+                 j["load_from_cache"].get<bool>() ? "packed weights from the weight cache" : "packed now",
+                 100.0 * j["checkpoint_cached_fraction_before_load"].get<double>());
 
     const int vsf = model->vae_scale_factor();
     const int64_t h = o.height / vsf, w = o.width / vsf;
@@ -282,8 +319,10 @@ int main(int argc, char** argv) {
       if (j["load_from_cache"].get<bool>())
         std::printf("model load: %.2f s (packed weights mapped from the weight cache)\n", j["load_seconds"].get<double>());
       else
-        std::printf("model load: %.2f s (weights read and packed), then %.2f s more writing the weight cache\n",
-                    j["load_seconds"].get<double>(), j["weight_cache_write_seconds"].get<double>());
+        std::printf("model load: %.2f s (weights read and packed; %.0f %% of the checkpoint was in the page cache), "
+                    "then %.2f s more writing the weight cache\n",
+                    j["load_seconds"].get<double>(), 100.0 * j["checkpoint_cached_fraction_before_load"].get<double>(),
+                    j["weight_cache_write_seconds"].get<double>());
       std::printf("text encoding (2×77): %.3f s\n", j["text_encode_seconds"].get<double>());
       for (const char* k : {"unet_b2", "unet_b1", "vae_decode"}) {
         if (!j.contains(std::string(k) + "_seconds")) continue;
