@@ -243,7 +243,7 @@ Tensor SafetensorsFile::to_f32(const TensorRecord& t) const {
   const uint8_t* src = bytes(t);
   const uint64_t at = static_cast<uint64_t>(src - map_->data());
   // Other dtypes are converted straight from the mapping: a file cut short since it was opened
-  // is then an error here rather than a SIGBUS in the conversion (on kernels that can tell).
+  // is then an error here rather than a SIGBUS in the conversion.
   if (t.dtype != DType::F32) map_->check_still_holds(at, t.nbytes());
   map_->note_use(at + t.nbytes());  // for the read-ahead
   const int64_t n = out.numel();
