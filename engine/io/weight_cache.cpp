@@ -274,21 +274,27 @@ void WeightCacheFile::commit_in_background() {
   if (!writer_.joinable() && fd_ >= 0) ::unlink(partial_.c_str());
 }
 
-void WeightCacheFile::wait() {
-  const std::lock_guard<std::mutex> one_waiter(wait_mu_);
+void WeightCacheFile::finish_at_normal_priority() {
+  if (reading_) return;
+  const std::lock_guard<std::mutex> one_at_a_time(wait_mu_);
   std::unique_lock<std::mutex> lock(mu_);
-  if (writer_.joinable() && writer_idle_ && !done_) {
-    hurry_ = true;
-    cv_.notify_all();
-    lock.unlock();
-    writer_.join();
-    lock.lock();
-    writer_idle_ = false;
-    if (!done_) {
-      writer_ = std::thread([this] { writer_loop(/*idle=*/false); });
-      ++writers_started_;
-    }
+  if (!writer_.joinable() || !writer_idle_ || done_) return;
+  hurry_ = true;
+  cv_.notify_all();
+  lock.unlock();
+  writer_.join();
+  lock.lock();
+  writer_idle_ = false;
+  if (!done_) {
+    writer_ = std::thread([this] { writer_loop(/*idle=*/false); });
+    ++writers_started_;
   }
+}
+
+void WeightCacheFile::wait() {
+  finish_at_normal_priority();
+  const std::lock_guard<std::mutex> one_at_a_time(wait_mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return !writer_.joinable() || done_; });
 }
 

@@ -68,8 +68,12 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
   // and is reported by warning(). commit() waits for that, commit_in_background() does not.
   void commit();
   void commit_in_background();
-  // Writing: waits until a commit_in_background() has finished (at once if none was asked for).
-  // The rest is written at normal priority (see writer_loop).
+  // Writing: the writer runs at idle priority, so as not to slow the packing of the weights
+  // that come next; this hands what is left to a writer at normal priority, without waiting for
+  // it (the model's load is over: the cache should not wait for idle cores to be finished).
+  void finish_at_normal_priority();
+  // Writing: waits until a commit_in_background() has finished (at once if none was asked for),
+  // at normal priority.
   void wait();
 
   // Reading: the next stored blob, which must have this size and tag (else WeightCacheMismatch).
@@ -116,7 +120,7 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
 
   // The writer thread and what it shares with the loader, under mu_.
   mutable std::mutex mu_;
-  std::mutex wait_mu_;  // one wait() at a time: it may replace writer_
+  std::mutex wait_mu_;  // one finish_at_normal_priority() at a time: it replaces writer_
   std::condition_variable cv_;
   std::thread writer_;
   size_t filled_ = 0;       // blobs the loader has finished

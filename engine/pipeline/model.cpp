@@ -136,6 +136,15 @@ std::vector<std::string> StableDiffusionModel::load_notes() const {
   return notes;
 }
 
+// The caches were written at idle priority while the next component was being packed; the load
+// is over, so what is left of them goes on at normal priority (without it, a generation started
+// at once would starve them, and the blobs not yet written would stay in anonymous memory,
+// which release() cannot drop between the pipeline's phases).
+void StableDiffusionModel::finish_weight_caches_at_normal_priority() const {
+  for (const auto& cache : caches_)
+    if (cache && !cache->reading()) cache->finish_at_normal_priority();
+}
+
 double StableDiffusionModel::wait_for_weight_caches() const {
   const auto t0 = std::chrono::steady_clock::now();
   for (const auto& cache : caches_)
@@ -243,6 +252,7 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
     }));
     model->scheduler_json_ = parts.scheduler_json;
     release_freed_heap();
+    model->finish_weight_caches_at_normal_priority();
     return model;
   }
 
@@ -288,6 +298,7 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
   for (const auto* list : {&te_files, &unet_files, &vae_files})
     for (const auto& f : *list) model->weights_bytes_ += static_cast<int64_t>(fs::file_size(f));
   release_freed_heap();
+  model->finish_weight_caches_at_normal_priority();
   return model;
 }
 

@@ -95,6 +95,7 @@ class StableDiffusionModel {
   double wait_for_weight_caches() const;
 
  private:
+  void finish_weight_caches_at_normal_priority() const;
   template <typename Load>
   auto load_component(const ModelLoadOptions& o, ModelComponent c, const std::vector<std::filesystem::path>& files,
                       const WeightSource& source, Load load);
