@@ -195,9 +195,9 @@ void WeightCacheFile::hand_over(bool finishing) {
 // The first writer runs at idle priority: on a 2-core machine it took a third of the CPU from the
 // two threads packing the weights, and it catches up in the moments they leave (measured: a full
 // SD 1.5 cache was complete within 0.5 s of the load's end). An unprivileged thread may not raise
-// its priority again, so when someone waits for the cache (wait()) the idle writer stops between
-// two chunks and a writer at normal priority takes over; starved by busy cores, it would
-// otherwise keep the waiter waiting.
+// its priority again, so once the load is over (finish_at_normal_priority, wait()) the idle
+// writer stops between two chunks and a writer at normal priority takes over; starved by busy
+// cores, the idle one would keep a waiter waiting, and its unwritten blobs in anonymous memory.
 void WeightCacheFile::writer_loop(bool idle) {
   if (idle) {
     sched_param p{};

@@ -8,10 +8,11 @@
 // component that is not needed right now can be dropped from memory (release()) — the pipeline
 // does so between its phases — and comes back from the page cache on its next use.
 //
-// Writing happens on a thread of the cache's own, at idle priority: a blob the loader has filled
-// (it asks for the next one, or commits) is written and remapped from the file while the loader
-// packs the next, and the load does not wait for the disk — a first load of a 4 GB model would
-// otherwise be bound by the disk's write speed — nor share its cores with the writer. Readers of a blob see the same bytes before and after its remap (the
+// Writing happens on a thread of the cache's own, at idle priority until the model's load is over
+// (finish_at_normal_priority): a blob the loader has filled (it asks for the next one, or
+// commits) is written and remapped from the file while the loader packs the next, and the load
+// does not wait for the disk — a first load of a 4 GB model would otherwise be bound by the
+// disk's write speed — nor share its cores with the writer. Readers of a blob see the same bytes before and after its remap (the
 // kernel swaps the mapping atomically; ThreadSanitizer, which treats mmap as a write to the range,
 // reports a reader racing the remap — tests/engine/io/weight_cache_test.cpp checks the bytes).
 //
