@@ -4,8 +4,6 @@
 // and batch 1, the VAE decode, achieved GFLOP/s from the analytic FLOP count of each network and
 // the fraction of the measured peak (measured at start-up and again at the end; the larger
 // counts), and peak RSS. Timings are medians of --repeats runs.
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +23,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "io/files.h"
 #include "models/flop_count.h"
 #include "peak_flops.h"
 #include "pipeline/model_hash.h"
@@ -119,18 +118,12 @@ double page_cache_fraction(const fs::path& model) {
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   uint64_t pages = 0, resident = 0;
   for (const auto& f : files) {
-    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    const uint64_t size = fs::file_size(f, ec);
-    void* p = size ? ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
-    ::close(fd);
-    if (p == MAP_FAILED) continue;
-    std::vector<unsigned char> in_core((size + page - 1) / page);
-    if (::mincore(p, size, in_core.data()) == 0) {
-      pages += in_core.size();
-      resident += static_cast<uint64_t>(std::count_if(in_core.begin(), in_core.end(), [](unsigned char c) { return c & 1; }));
+    try {
+      const MappedFile m(f);
+      pages += (m.size() + page - 1) / page;
+      resident += m.resident_pages(0, m.size());
+    } catch (const Error&) {  // unreadable: the load reports it
     }
-    ::munmap(p, size);
   }
   return pages ? static_cast<double>(resident) / static_cast<double>(pages) : 0.0;
 }

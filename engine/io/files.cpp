@@ -103,20 +103,26 @@ void MappedFile::read_ahead(uint64_t lead) const {
   });
 }
 
+uint64_t MappedFile::resident_pages(uint64_t offset, uint64_t bytes) const {
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  if (!data_ || bytes == 0) return 0;
+  std::vector<unsigned char> in_core((bytes + page - 1) / page);
+  if (::mincore(const_cast<uint8_t*>(data_) + offset, bytes, in_core.data()) != 0) return 0;
+  return static_cast<uint64_t>(std::count_if(in_core.begin(), in_core.end(), [](unsigned char c) { return c & 1; }));
+}
+
 void MappedFile::read_ahead_loop(uint64_t lead) const {
   // Plain reads, which wait for the disk, so that the thread stays just ahead of the loader
   // (readahead(2) only queues the I/O, and measured cold loads gained little from it). Steps
   // already in the page cache are skipped (mincore), so a warm file costs no copies.
   constexpr uint64_t kStep = 4ull << 20;  // a multiple of the page size
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   std::vector<uint8_t> buf(kStep);
-  std::vector<unsigned char> resident(kStep / 4096 + 1);
   for (uint64_t off = 0; off < size_ && !closing_; off += kStep) {
     while (off >= used_up_to_.load() + lead && !closing_) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     if (closing_) break;
     const uint64_t n = std::min(kStep, size_ - off);
-    const auto pages = static_cast<std::ptrdiff_t>((n + 4095) / 4096);
-    const bool cached = ::mincore(const_cast<uint8_t*>(data_) + off, n, resident.data()) == 0 &&
-                        std::all_of(resident.begin(), resident.begin() + pages, [](unsigned char r) { return r & 1; });
+    const bool cached = resident_pages(off, n) == (n + page - 1) / page;
     if (!cached && ::pread(fd_, buf.data(), n, static_cast<off_t>(off)) != static_cast<ssize_t>(n))
       break;  // errors: the loader reports them
     read_ahead_done_ = off + n;

@@ -53,6 +53,9 @@ class MappedFile {
   void note_use(uint64_t end) const;
   // How many read_ahead() threads this process has started (tests check when loading reads ahead).
   static uint64_t read_aheads_started();
+  // Pages of [offset, offset + bytes) that are in the page cache (mincore); `offset` on a page
+  // boundary. 0 if the kernel cannot tell.
+  uint64_t resident_pages(uint64_t offset, uint64_t bytes) const;
   // Bytes from the start of the file the read-ahead has brought in (read, or found in the page
   // cache) so far.
   uint64_t read_ahead_progress() const { return read_ahead_done_.load(); }

@@ -64,8 +64,8 @@ class SafetensorsFile {
   std::vector<int64_t> to_i64(std::string_view name) const { return to_i64(get(name)); }
   std::vector<double> to_f64(const TensorRecord& t) const;
   // An F32 tensor's data where it lies in the mapping (read-only), when it is float-aligned; else
-  // nullptr (convert with to_f32). An error if the file no longer holds it. Packing reads weights once, so it reads them from here instead
-  // of copying 4 GB out of the page cache first.
+  // nullptr (convert with to_f32). An error if the file no longer holds it. Packing reads weights
+  // once, so it reads them from here instead of copying 4 GB out of the page cache first.
   const float* f32_in_place(const TensorRecord& t) const;
   // Drops the tensor's bytes from memory once they have been used (see MappedFile::release).
   void release(const TensorRecord& t) const;

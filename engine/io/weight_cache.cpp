@@ -209,7 +209,7 @@ void WeightCacheFile::writer_loop(bool idle) {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return cancel_ || (idle && hurry_) || next_blob_ < filled_ || finishing_; });
       if (cancel_) break;
-      if (idle && hurry_) return;  // wait() takes over: not done_
+      if (idle && hurry_) return;  // finish_at_normal_priority() takes over: not done_
       if (next_blob_ == filled_) {  // finishing, with every blob written
         lock.unlock();
         finish_file();
@@ -278,13 +278,12 @@ void WeightCacheFile::finish_at_normal_priority() {
   if (reading_) return;
   const std::lock_guard<std::mutex> one_at_a_time(wait_mu_);
   std::unique_lock<std::mutex> lock(mu_);
-  if (!writer_.joinable() || !writer_idle_ || done_) return;
+  if (!writer_.joinable() || writers_started_ != 1 || done_) return;  // no idle writer at work
   hurry_ = true;
   cv_.notify_all();
   lock.unlock();
   writer_.join();
   lock.lock();
-  writer_idle_ = false;
   if (!done_) {
     writer_ = std::thread([this] { writer_loop(/*idle=*/false); });
     ++writers_started_;

@@ -12,9 +12,10 @@
 // (finish_at_normal_priority): a blob the loader has filled (it asks for the next one, or
 // commits) is written and remapped from the file while the loader packs the next, and the load
 // does not wait for the disk — a first load of a 4 GB model would otherwise be bound by the
-// disk's write speed — nor share its cores with the writer. Readers of a blob see the same bytes before and after its remap (the
-// kernel swaps the mapping atomically; ThreadSanitizer, which treats mmap as a write to the range,
-// reports a reader racing the remap — tests/engine/io/weight_cache_test.cpp checks the bytes).
+// disk's write speed — nor share its cores with the writer. Readers of a blob see the same bytes
+// before and after its remap (the kernel swaps the mapping atomically; ThreadSanitizer, which
+// treats mmap as a write to the range, reports a reader racing the remap —
+// tests/engine/io/weight_cache_test.cpp checks the bytes).
 //
 // Format: the blobs, each starting on a 4 KiB page, from offset 0; then a JSON table (format name and,
 // per blob, offset, size and tag); then the table's length (u64 LE) and the magic "ODWCACHE".
@@ -88,7 +89,8 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
   void prefetch() const;
 
   std::string warning() const;
-  // Writer threads started so far: 1, or 2 once a wait() has taken over from the idle one (tests).
+  // Writer threads started so far: 1, or 2 once finish_at_normal_priority() (or wait()) has taken
+  // over from the idle one (tests).
   int writers_started() const;
   uint64_t file_bytes() const { return used_; }
 
@@ -126,9 +128,8 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
   std::thread writer_;
   size_t filled_ = 0;       // blobs the loader has finished
   size_t next_blob_ = 0;    // the next blob to write
-  bool writer_idle_ = true; // writer_ runs at idle priority (until a wait() replaces it)
-  bool hurry_ = false;      // wait(): the idle writer is to stop between chunks
-  int writers_started_ = 0;
+  bool hurry_ = false;      // finish_at_normal_priority(): the idle writer is to stop between chunks
+  int writers_started_ = 0; // the first runs at idle priority, a second (if any) at normal
   bool finishing_ = false;  // commit asked for: after the filled blobs, the table and rename
   bool cancel_ = false;     // destruction: stop writing, leave no file
   bool done_ = false;       // the writer has finished (committed or given up)

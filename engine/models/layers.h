@@ -89,9 +89,9 @@ std::vector<float> to_vector(const Tensor& t);
 
 // Packing a weight converts it to a float32 tensor (a float32 one is read where it lies in the
 // file, WeightSource::take_to_read) and may rearrange it before the packed copy is made; those
-// temporaries come from one arena per loading thread, so loading a model reuses
-// the same few hundred MB instead of touching ~6 GB of fresh pages (on the development VM,
-// first-touch page faults were 70 % of SD 1.5's load time). Call when a component is loaded.
+// temporaries come from one arena per loading thread, so loading a model reuses the same few
+// hundred MB instead of touching ~6 GB of fresh pages (on the development VM, first-touch page
+// faults were 70 % of SD 1.5's load time). Call when a component is loaded.
 void release_packing_scratch();
 
 }  // namespace octodiff

@@ -1,7 +1,6 @@
 // MappedFile::read_ahead: a checkpoint that is not in the page cache is read into it by the
 // file's own thread while the caller goes on.
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -21,14 +20,6 @@ namespace fs = std::filesystem;
 namespace {
 
 // Pages of [p, p + bytes) in the page cache (p page-aligned).
-size_t resident_pages(const uint8_t* p, size_t bytes) {
-  std::vector<unsigned char> v((bytes + 4095) / 4096);
-  if (::mincore(const_cast<uint8_t*>(p), bytes, v.data()) != 0) return 0;
-  size_t n = 0;
-  for (unsigned char r : v) n += r & 1;
-  return n;
-}
-
 // A file of `bytes` bytes, out of the page cache (written back first, so that its clean pages
 // can be dropped).
 fs::path cold_file(const fs::path& dir, size_t bytes) {
@@ -67,14 +58,14 @@ TEST(MappedFile, ReadAheadBringsAColdFileIntoThePageCache) {
   constexpr size_t kBytes = 48u << 20, kPages = kBytes / 4096;
   const fs::path dir = test::temp_dir("files_read_ahead");
   MappedFile f(cold_file(dir, kBytes));
-  const size_t before = resident_pages(f.data(), kBytes);
+  const size_t before = f.resident_pages(0, kBytes);
   std::printf("[read ahead] %zu of %zu pages in the page cache before\n", before, kPages);
   if (before > kPages / 2) GTEST_SKIP() << "this file system kept the file in memory; nothing to read ahead";
 
   f.read_ahead();
   f.read_ahead();  // a second call starts nothing new
   EXPECT_EQ(wait_for_progress(f, kBytes), kBytes);
-  const size_t after = resident_pages(f.data(), kBytes);
+  const size_t after = f.resident_pages(0, kBytes);
   std::printf("[read ahead] read to the end; %zu of %zu pages in the page cache\n", after, kPages);
   EXPECT_GT(after, kPages / 2);
 
@@ -88,7 +79,7 @@ TEST(MappedFile, ReadAheadBringsAColdFileIntoThePageCache) {
 TEST(MappedFile, ReadAheadStaysWithinItsLeadOfWhatWasUsed) {
   constexpr size_t kBytes = 128u << 20, kLead = 8u << 20, kStep = 4u << 20;
   MappedFile f(cold_file(test::temp_dir("files_read_ahead_lead"), kBytes));
-  if (resident_pages(f.data(), kBytes) > kBytes / 4096 / 2) GTEST_SKIP() << "this file system kept the file in memory";
+  if (f.resident_pages(0, kBytes) > kBytes / 4096 / 2) GTEST_SKIP() << "this file system kept the file in memory";
 
   f.read_ahead(kLead);
   const uint64_t first = wait_for_progress(f, kLead);
