@@ -1,6 +1,7 @@
 #include "core/memory.h"
 
 #include <malloc.h>
+#include <sys/mman.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -59,6 +60,17 @@ AllocatorScope::~AllocatorScope() { t_allocator = previous_; }
 
 std::shared_ptr<void> allocate_weight_bytes(size_t bytes, const std::string& tag) {
   if (WeightStorage* s = t_weight_storage) return s->allocate(bytes, tag);
+  // Large blobs straight from the kernel, in 2 MiB pages where it can: they are born zero, and
+  // the packer's threads fault them in a huge page at a time. From the heap they were zeroed by
+  // one thread, 4 KiB page by page: a full-size float32 UNet took 6-10 s to load instead of 2-3.
+  constexpr size_t kHuge = size_t{2} << 20;
+  if (bytes >= kHuge) {
+    const size_t mapped = (bytes + 4095) / 4096 * 4096;
+    void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) fail("out of memory: could not allocate ", bytes / (1024.0 * 1024.0), " MiB of weights");
+    ::madvise(p, mapped, MADV_HUGEPAGE);
+    return std::shared_ptr<void>(p, [mapped](void* q) { ::munmap(q, mapped); });
+  }
   void* p = aligned_alloc_or_throw(bytes);
   std::memset(p, 0, bytes);
   return std::shared_ptr<void>(p, [](void* q) { aligned_free(q); });
