@@ -21,6 +21,7 @@ namespace {
 // (MC × kc bf16) take the bytes an f32 chunk of kc/2 does. Measured on Zen 4: 256…768 within
 // noise for the GEMMs, 768 best for the 3×3 convolutions (fewer C-tile reloads).
 constexpr int64_t kMaxKc = 768;
+static_assert(kMaxKc + 32 <= kBlockLdaBf16, "an A block row (kc ≤ kMaxKc, padded to a pair) fits the block stride");
 
 // Portable micro-kernel (4 × 32): widens each pair to float32 (a bf16 is the high half of a
 // float) and adds the odd product, then the even one.
@@ -171,7 +172,7 @@ void run_gemm_bf16(const ASource& src, int64_t M, const PackedMatrix& b, float* 
   const int64_t kc_max = chunk_size_bf16(K);
   const GemmTiling tiling = gemm_tiling(M, N, mk.mr);
   const int64_t mc = tiling.mc, n_blocks = tiling.n_blocks, tile_panels = tiling.tile_panels;
-  const int64_t lda = scratch_lda_bf16(kc_max);
+  const int64_t lda = kBlockLdaBf16;  // whatever kc is: the micro-kernel has a variant for it
 
   // Tiles are handed out one at a time (each worker claims its next tile one ahead, so that it
   // can prefetch that tile's A block): threads end within one tile of each other whatever the

@@ -168,6 +168,9 @@ class DirectA final : public ASource {
 inline int64_t scratch_lda_bf16(int64_t kc) {
   return (kc + 31) / 32 * 32 + 32;
 }
+// Row stride of the bf16 GEMM driver's A blocks, the same for every K: 25 cache lines (an odd
+// number, so that the rows of a micro-tile fall in different L1 sets), room for kc ≤ 768.
+constexpr int64_t kBlockLdaBf16 = 800;
 
 // How run_gemm splits C into tiles for threads: row blocks of mc rows (whole micro-rows, as
 // equal as they allow) × column blocks of tile_panels panels.
