@@ -7,7 +7,7 @@ out=$("$1" --model "$2" --repeats 1 --height 64 --width 64 --json)
 printf '%s\n' "$out"
 for key in fp32_peak_gflops compile_seconds text_encode_seconds unet_b2_seconds unet_b2_gflops \
            unet_b2_fraction_of_peak unet_b1_seconds vae_decode_seconds vae_decode_fraction_of_peak \
-           peak_rss_mb dtype threads checkpoint_cached_fraction_before_load; do
+           peak_rss_mb dtype threads checkpoint_cached_fraction_before_load unet_b2_executed_gflop; do
   if ! printf '%s\n' "$out" | grep -q "^  \"$key\": "; then
     echo "octodiff-bench --json has no top-level \"$key\"" >&2
     exit 1

@@ -71,6 +71,14 @@ double unet_flops(const UNetConfig& c, int64_t batch, int64_t h, int64_t w, int6
   return f * static_cast<double>(batch);
 }
 
+double unet_text_free_flops(const UNetConfig& c, int64_t h, int64_t w) {
+  const auto& boc = c.block_out_channels;
+  if (boc.empty() || c.down_block_types[0] != "CrossAttnDownBlock2D") return 0;
+  const double pixels = static_cast<double>(h) * w, C = boc[0];
+  return conv(pixels, c.in_channels, C) + resnet(pixels, C, C, c.time_embed_dim()) + linear(pixels, C, C) +
+         linear(pixels, C, 3 * C) + attention(pixels, pixels, C) + linear(pixels, C, C);
+}
+
 double vae_decode_flops(const VaeConfig& c, int64_t batch, int64_t h, int64_t w) {
   const auto& boc = c.block_out_channels;
   const int n = static_cast<int>(boc.size());

@@ -12,6 +12,9 @@ namespace octodiff {
 
 // One UNet evaluation of `batch` latents of h × w with a text context of `context_len` tokens.
 double unet_flops(const UNetConfig& c, int64_t batch, int64_t h, int64_t w, int64_t context_len = 77);
+// The part of unet_flops that a sample repeated within a batch shares with its first copy (the
+// layers before the first cross-attention, UNet2DCondition::forward_nhwc): per repeated sample.
+double unet_text_free_flops(const UNetConfig& c, int64_t h, int64_t w);
 // Decoding `batch` latents of h × w (post_quant_conv included).
 double vae_decode_flops(const VaeConfig& c, int64_t batch, int64_t h, int64_t w);
 // Encoding `batch` sequences of `length` tokens.

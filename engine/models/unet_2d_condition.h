@@ -21,6 +21,9 @@ struct UNetDebug {
   Tensor time_proj;       // N × C0 (the sinusoidal embedding)
   Tensor time_embedding;  // N × 4·C0
   Tensor mid_block_out;   // N × C × h × w
+  // Samples the layers before the first cross-attention ran on: fewer than N when the batch
+  // repeats a sample at the same timestep (classifier-free guidance), whose copies share them.
+  int64_t text_free_samples = 0;
 };
 
 class UNet2DCondition {

@@ -61,10 +61,11 @@ BasicTransformerBlock BasicTransformerBlock::load(WeightSource& w, const std::st
   return b;
 }
 
-Tensor BasicTransformerBlock::operator()(const Tensor& x0, const Tensor& context,
-                                         const Numerics& numerics) const {
-  Tensor x = attn1_(norm1_(x0), nullptr, &x0);
-  x = attn2_(norm2_(x), &context, &x);
+Tensor BasicTransformerBlock::self_attention(const Tensor& x) const { return attn1_(norm1_(x), nullptr, &x); }
+
+Tensor BasicTransformerBlock::after_self_attention(const Tensor& x0, const Tensor& context,
+                                                   const Numerics& numerics) const {
+  const Tensor x = attn2_(norm2_(x0), &context, &x0);
   // GEGLU MLP, a block of tokens at a time: its 8C-wide intermediate would otherwise be the largest
   // activation of the whole UNet (84 MB at 64×64 latents, batch 2). Rows are independent and the
   // GEMM's sums do not depend on how rows are grouped, so the result is the same to the bit.
@@ -96,11 +97,19 @@ Transformer2D Transformer2D::load(WeightSource& w, const std::string& p, int64_t
   return t;
 }
 
-Tensor Transformer2D::operator()(const Tensor& x, const Tensor& context, const Numerics& numerics) const {
+Tensor Transformer2D::text_free_part(const Tensor& x, const Numerics& numerics) const {
   const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), C = x.dim(3);
   // NHWC flattened over (H, W) row-major is exactly the token order diffusers uses.
   Tensor h = proj_in_(norm_.with_eps(numerics.transformer_norm_eps())(x, /*silu=*/false)).reshaped({N, H * W, C});
-  for (const auto& block : blocks_) h = block(h, context, numerics);
+  return blocks_.empty() ? h : blocks_.front().self_attention(h);
+}
+
+Tensor Transformer2D::after_text_free_part(const Tensor& x, const Tensor& tokens, const Tensor& context,
+                                           const Numerics& numerics) const {
+  const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), C = x.dim(3);
+  Tensor h = tokens;
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    h = i == 0 ? blocks_[0].after_self_attention(h, context, numerics) : blocks_[i](h, context, numerics);
   return proj_out_(h.reshaped({N, H, W, C}), &x);
 }
 

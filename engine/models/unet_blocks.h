@@ -39,7 +39,13 @@ class BasicTransformerBlock {
  public:
   static BasicTransformerBlock load(WeightSource& w, const std::string& prefix, int64_t channels,
                                     int64_t context_dim, int64_t heads, kernels::Precision precision);
-  Tensor operator()(const Tensor& x, const Tensor& context, const Numerics& numerics) const;
+  Tensor operator()(const Tensor& x, const Tensor& context, const Numerics& numerics) const {
+    return after_self_attention(self_attention(x), context, numerics);
+  }
+  // The same in two parts: the first does not see the text (UNet2DCondition runs it once for
+  // samples a batch repeats).
+  Tensor self_attention(const Tensor& x) const;
+  Tensor after_self_attention(const Tensor& x, const Tensor& context, const Numerics& numerics) const;
 
  private:
   LayerNorm norm1_, norm2_, norm3_;
@@ -55,7 +61,14 @@ class Transformer2D {
   static Transformer2D load(WeightSource& w, const std::string& prefix, int64_t channels, int64_t context_dim,
                             int64_t heads, int depth, int64_t groups, bool linear_projection,
                             kernels::Precision precision);
-  Tensor operator()(const Tensor& x, const Tensor& context, const Numerics& numerics) const;
+  Tensor operator()(const Tensor& x, const Tensor& context, const Numerics& numerics) const {
+    return after_text_free_part(x, text_free_part(x, numerics), context, numerics);
+  }
+  // The same in two parts. The first — norm, proj_in and the first block's self-attention — does
+  // not see the text: N × L × C tokens, which the second takes with the block's input x.
+  Tensor text_free_part(const Tensor& x, const Numerics& numerics) const;
+  Tensor after_text_free_part(const Tensor& x, const Tensor& tokens, const Tensor& context,
+                              const Numerics& numerics) const;
 
  private:
   GroupNorm norm_;

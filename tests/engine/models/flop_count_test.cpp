@@ -21,3 +21,18 @@ TEST(FlopCount, MatchesTheSd15FiguresBenchmarksUse) {
   EXPECT_GT(clip, 5.0);
   EXPECT_LT(clip, 20.0);
 }
+
+TEST(FlopCount, TheTextFreePartASharedSampleSaves) {
+  // SD 1.5 at 64×64 latents, written out by hand: conv_in (4 → 320), the first resnet (two 3×3
+  // convs 320 → 320 and its 1280 → 320 time projection), proj_in, the q/k/v projections, the
+  // 4096-token self-attention at 320 channels and its output projection.
+  const double P = 64.0 * 64.0, C = 320;
+  const double by_hand = 2 * P * 4 * C * 9 + 2 * (2 * P * C * C * 9) + 2 * 1280 * C + 2 * P * C * C +
+                         2 * P * C * 3 * C + 2 * 2 * P * P * C + 2 * P * C * C;
+  const double got = unet_text_free_flops(UNetConfig::sd1(), 64, 64);
+  std::printf("[flops] SD1.5 UNet text-free first layers: %.2f GFLOP per shared sample\n", got / 1e9);
+  EXPECT_DOUBLE_EQ(got, by_hand);
+  UNetConfig no_attention = UNetConfig::sd1();
+  no_attention.down_block_types[0] = "DownBlock2D";
+  EXPECT_EQ(unet_text_free_flops(no_attention, 64, 64), 0.0);
+}
