@@ -21,7 +21,7 @@ namespace {
 // (MC × kc bf16) take the bytes an f32 chunk of kc/2 does. Measured on Zen 4: 256…768 within
 // noise for the GEMMs, 768 best for the 3×3 convolutions (fewer C-tile reloads).
 constexpr int64_t kMaxKc = 768;
-static_assert(kMaxKc + 32 <= kBlockLdaBf16, "an A block row (kc ≤ kMaxKc, padded to a pair) fits the block stride");
+static_assert(kMaxKc + 32 <= kBlockLdaBf16, "an A block's row (kc ≤ kMaxKc) fits its stride");
 
 // Portable micro-kernel (4 × 32): widens each pair to float32 (a bf16 is the high half of a
 // float) and adds the odd product, then the even one.

@@ -222,7 +222,8 @@ constexpr auto kWidenHalf = by_rows<Widen, true>(std::make_integer_sequence<int,
 
 void dispatch_dot(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
                   int rows, int cols, bool load, const TileEpilogue& ep) {
-  (cols <= 8 ? kDotNarrow : cols <= 16 ? kDotHalf : lda == kBlockLdaBf16 ? kDotFixed : kDot)[rows](pairs, a, lda, b, c, ldc, cols, load, ep);
+  const auto& kernels = cols <= 8 ? kDotNarrow : cols <= 16 ? kDotHalf : lda == kBlockLdaBf16 ? kDotFixed : kDot;
+  kernels[rows](pairs, a, lda, b, c, ldc, cols, load, ep);
 }
 
 void dispatch_widen(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
