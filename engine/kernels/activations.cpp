@@ -50,7 +50,7 @@ float softmax_update_generic(float* s, int n, float scale, float* m, float* l) {
     mx = std::max(mx, s[i]);
   }
   const float m_new = std::max(*m, mx);
-  const float alpha = *m == -std::numeric_limits<float>::infinity() ? 0.0f : *m == m_new ? 1.0f : std::exp(*m - m_new);
+  const float alpha = softmax_rescale(*m, m_new);
   float sum = 0;
   for (int i = 0; i < n; ++i) {
     s[i] = std::exp(s[i] - m_new);

@@ -2,8 +2,10 @@
 // vector-math tables per ISA, and the blocked GEMM driver that GEMM, conv and attention share.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 
 #include "core/cpu.h"
 #include "core/memory.h"
@@ -113,6 +115,15 @@ struct VecMath {
   // and s is left as scratch. l sums the float32 probabilities.
   float (*softmax_update_bf16)(float* s, int n, float scale, float* m, float* l, uint16_t* p) = nullptr;
 };
+// The factor softmax_update returns: exp(m − m_new), or exp2 for a maximum kept in base 2 (the
+// VDPBF16PS path); 0 when m is −∞ (the row's first block), and exactly 1 without a libm call
+// when the maximum did not grow — the usual case after a row's first key tiles.
+inline float softmax_rescale(float m, float m_new, bool base2 = false) {
+  if (m == -std::numeric_limits<float>::infinity()) return 0.0f;
+  if (m == m_new) return 1.0f;
+  return base2 ? std::exp2(m - m_new) : std::exp(m - m_new);
+}
+
 const VecMath& vec_math(Isa isa);
 const VecMath& vec_math_generic();
 const VecMath& vec_math_avx2();

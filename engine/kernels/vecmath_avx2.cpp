@@ -185,7 +185,7 @@ float softmax_update(float* s, int n, float scale, float* m, float* l) {
     mx = std::max(mx, s[j]);
   }
   const float m_new = std::max(*m, mx);
-  const float alpha = *m == ninf_f ? 0.0f : *m == m_new ? 1.0f : std::exp(*m - m_new);
+  const float alpha = softmax_rescale(*m, m_new);
   const __m256 vm = _mm256_set1_ps(m_new);
   __m256 sum = _mm256_setzero_ps();
   for (i = 0; i + 8 <= n; i += 8) {

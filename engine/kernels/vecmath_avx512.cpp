@@ -153,7 +153,7 @@ float softmax_update(float* s, int n, float scale, float* m, float* l) {
   const __mmask16 tail = __mmask16((1u << (n - i)) - 1);
   if (i < n) vmax = _mm512_max_ps(vmax, _mm512_mul_ps(_mm512_mask_loadu_ps(ninf, tail, s + i), vscale));
   const float m_new = std::max(*m, _mm512_reduce_max_ps(vmax));
-  const float alpha = *m == ninf_f ? 0.0f : *m == m_new ? 1.0f : std::exp(*m - m_new);
+  const float alpha = softmax_rescale(*m, m_new);
   // Pass 2: s ← exp(scale·s − m'), summed.
   const __m512 vm = _mm512_set1_ps(m_new);
   __m512 sum = _mm512_setzero_ps();
@@ -201,7 +201,7 @@ float softmax_update_bf16_with(float* s, int n, float scale, float* m, float* l,
   const __mmask16 tail = __mmask16((1u << (n - i)) - 1);
   if (i < n) vmax = _mm512_max_ps(vmax, _mm512_mul_ps(_mm512_mask_loadu_ps(ninf, tail, s + i), vscale));
   const float m_new = std::max(*m, _mm512_reduce_max_ps(vmax));
-  const float alpha = *m == ninf_f ? 0.0f : *m == m_new ? 1.0f : std::exp(*m - m_new);
+  const float alpha = softmax_rescale(*m, m_new);
   const __m512 vm = _mm512_set1_ps(m_new);
   __m512 sum = _mm512_setzero_ps();
   for (i = 0; i + 16 <= n; i += 16) {
@@ -267,8 +267,7 @@ float softmax_update_bf16_avx512_dot(float* s, int n, float scale, float* m, flo
   const __mmask16 tail = __mmask16((1u << (n - i)) - 1);
   if (i < n) vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(ninf, tail, s + i));
   const float m_new = std::max(*m, _mm512_reduce_max_ps(vmax) * c);
-  // The maximum rarely grows after the first key tiles: then no libm call (exp2(0) is exactly 1).
-  const float alpha = *m == ninf_f ? 0.0f : *m == m_new ? 1.0f : std::exp2(*m - m_new);
+  const float alpha = softmax_rescale(*m, m_new, /*base2=*/true);
   const __m512 vm = _mm512_set1_ps(m_new), vc = _mm512_set1_ps(c);
   __m512 sum = _mm512_setzero_ps();
   for (i = 0; i + 16 <= n; i += 16) {
