@@ -88,6 +88,19 @@ Tensor Tensor::slice0(int64_t begin, int64_t end) const {
   return t;
 }
 
+Tensor Tensor::gather0(const std::vector<int64_t>& rows) const {
+  if (rank() == 0) fail("gather0 of a scalar");
+  Shape shape = shape_;
+  shape[0] = static_cast<int64_t>(rows.size());
+  Tensor t = empty(shape);
+  const int64_t row = shape_[0] ? numel_ / shape_[0] : 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= shape_[0]) fail("gather0: row ", rows[i], " of shape ", shape_str(shape_));
+    if (row) std::memcpy(t.data_ + static_cast<int64_t>(i) * row, data_ + rows[i] * row, sizeof(float) * row);
+  }
+  return t;
+}
+
 Tensor Tensor::clone() const {
   Tensor t = empty(shape_);
   if (numel_) std::memcpy(t.data_, data_, sizeof(float) * numel_);

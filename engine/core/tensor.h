@@ -49,6 +49,8 @@ class Tensor {
   Tensor reshaped(Shape shape) const;
   // View of rows [begin, end) along the first axis; shares storage.
   Tensor slice0(int64_t begin, int64_t end) const;
+  // A new tensor of rows `rows` along the first axis, in that order (repeats allowed).
+  Tensor gather0(const std::vector<int64_t>& rows) const;
   Tensor clone() const;
 
  private:

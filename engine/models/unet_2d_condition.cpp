@@ -26,33 +26,30 @@ Tensor to_nchw(const Tensor& x) {
   return y;
 }
 
-// For each sample, the first sample of the batch with the same latents and timestep (itself
-// when there is none before it). Classifier-free guidance evaluates every latent twice, with the
-// negative and with the positive prompt.
-std::vector<int64_t> first_equal_samples(const Tensor& sample, const std::vector<double>& timesteps) {
+// Which samples of a batch repeat an earlier one at the same timestep (classifier-free guidance
+// evaluates every latent twice, with the negative and with the positive prompt): the distinct
+// samples in order, and for each sample its row among them.
+struct DistinctSamples {
+  std::vector<int64_t> rows, slot;
+};
+
+DistinctSamples distinct_samples(const Tensor& sample, const std::vector<double>& timesteps) {
   const int64_t N = sample.dim(0), per = sample.numel() / std::max<int64_t>(N, 1);
-  std::vector<int64_t> first(static_cast<size_t>(N));
+  DistinctSamples d;
   for (int64_t n = 0; n < N; ++n) {
-    first[n] = n;
-    for (int64_t m = 0; m < n; ++m)
-      if (first[m] == m && timesteps[m] == timesteps[n] &&
+    int64_t slot = static_cast<int64_t>(d.rows.size());
+    for (size_t k = 0; k < d.rows.size(); ++k) {
+      const int64_t m = d.rows[k];
+      if (timesteps[m] == timesteps[n] &&
           std::memcmp(sample.data() + m * per, sample.data() + n * per, per * sizeof(float)) == 0) {
-        first[n] = m;
+        slot = static_cast<int64_t>(k);
         break;
       }
+    }
+    if (slot == static_cast<int64_t>(d.rows.size())) d.rows.push_back(n);
+    d.slot.push_back(slot);
   }
-  return first;
-}
-
-// Rows `rows` of t along its first axis, in that order.
-Tensor take_samples(const Tensor& t, const std::vector<int64_t>& rows) {
-  Shape shape = t.shape();
-  shape[0] = static_cast<int64_t>(rows.size());
-  Tensor y = Tensor::empty(shape);
-  const int64_t per = t.numel() / t.dim(0);
-  for (size_t i = 0; i < rows.size(); ++i)
-    std::memcpy(y.data() + static_cast<int64_t>(i) * per, t.data() + rows[i] * per, per * sizeof(float));
-  return y;
+  return d;
 }
 
 }  // namespace
@@ -191,26 +188,22 @@ Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<dou
   // first resnet and the first transformer's self-attention run on the distinct samples only,
   // then are copied out. Every kernel computes each sample on its own, in the same order
   // whatever the batch, so this changes no bit.
-  const std::vector<int64_t> first = first_equal_samples(sample, timesteps);
-  std::vector<int64_t> distinct, slot(first.size());  // slot[n]: n's row among the distinct ones
-  for (size_t n = 0; n < first.size(); ++n) {
-    if (first[n] == static_cast<int64_t>(n)) distinct.push_back(static_cast<int64_t>(n));
-    slot[n] = static_cast<int64_t>(std::find(distinct.begin(), distinct.end(), first[n]) - distinct.begin());
-  }
-  const bool shared = distinct.size() < first.size() && !down_.empty() && !down_[0].attentions.empty();
-  if (debug) debug->text_free_samples = shared ? static_cast<int64_t>(distinct.size()) : N;
+  const DistinctSamples distinct = distinct_samples(sample, timesteps);
+  const bool shared = static_cast<int64_t>(distinct.rows.size()) < N && !down_.empty() &&
+                      !down_[0].attentions.empty();
+  if (debug) debug->text_free_samples = shared ? static_cast<int64_t>(distinct.rows.size()) : N;
 
-  Tensor x = shared ? conv_in_(take_samples(sample, distinct)) : conv_in_(sample);
-  std::vector<Tensor> skips{shared ? take_samples(x, slot) : x};
+  Tensor x = shared ? conv_in_(sample.gather0(distinct.rows)) : conv_in_(sample);
+  std::vector<Tensor> skips{shared ? x.gather0(distinct.slot) : x};
   for (size_t i = 0; i < down_.size(); ++i) {
     const Level& level = down_[i];
     for (size_t j = 0; j < level.resnets.size(); ++j) {
       check_cancelled();
       if (shared && i == 0 && j == 0) {
-        const Tensor temb_distinct = take_samples(temb, distinct);
+        const Tensor temb_distinct = temb.gather0(distinct.rows);
         x = level.resnets[0](x, &temb_distinct);
-        const Tensor tokens = take_samples(level.attentions[0].text_free_part(x, numerics), slot);
-        x = take_samples(x, slot);
+        const Tensor tokens = level.attentions[0].text_free_part(x, numerics).gather0(distinct.slot);
+        x = x.gather0(distinct.slot);
         x = level.attentions[0].after_text_free_part(x, tokens, context, numerics);
         skips.push_back(x);
         continue;

@@ -25,6 +25,17 @@ TEST(Tensor, ShapesAndViews) {
   EXPECT_EQ(t[0], 0.0f);
   EXPECT_THROW(t.reshaped({5, 5}), Error);
   EXPECT_THROW(t.slice0(1, 3), Error);
+  Tensor g = t.gather0({1, 0, 1});
+  ASSERT_EQ(g.shape(), (Shape{3, 3, 4}));
+  EXPECT_NE(g.data(), t.data());
+  for (int i = 0; i < 12; ++i) {
+    EXPECT_EQ(g[i], t[12 + i]);
+    EXPECT_EQ(g[12 + i], t[i]);
+    EXPECT_EQ(g[24 + i], t[12 + i]);
+  }
+  EXPECT_EQ(t.gather0({}).numel(), 0);
+  EXPECT_THROW(t.gather0({2}), Error);
+  EXPECT_THROW(t.gather0({-1}), Error);
   EXPECT_THROW(Tensor::empty({-1, 2}), Error);
   EXPECT_THROW(Tensor::empty({int64_t{1} << 40, int64_t{1} << 40}), Error);
 }

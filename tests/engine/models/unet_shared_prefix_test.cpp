@@ -22,17 +22,6 @@ UNet2DCondition tiny_unet(kernels::Precision precision) {
                                precision);
 }
 
-// Rows `rows` of t along the first axis, stacked.
-Tensor stack_rows(const Tensor& t, const std::vector<int64_t>& rows) {
-  Shape shape = t.shape();
-  shape[0] = static_cast<int64_t>(rows.size());
-  Tensor y = Tensor::empty(shape);
-  const int64_t per = t.numel() / t.dim(0);
-  for (size_t i = 0; i < rows.size(); ++i)
-    std::memcpy(y.data() + static_cast<int64_t>(i) * per, t.data() + rows[i] * per, per * sizeof(float));
-  return y;
-}
-
 class UNetSharedPrefix : public ::testing::TestWithParam<kernels::Precision> {};
 
 }  // namespace
@@ -42,11 +31,11 @@ TEST_P(UNetSharedPrefix, RepeatedSamplesGiveTheBitsOfTheirOwnEvaluation) {
   auto g = SafetensorsFile::open(test::tiny_sd_dir() / "goldens" / "unet.safetensors");
   const Tensor golden_sample = g->to_f32("sample"), golden_context = g->to_f32("encoder_hidden_states");
   // Two different latents (the golden's first, and it mirrored in sign), three different contexts.
-  Tensor two = stack_rows(golden_sample, {0, 0});
+  Tensor two = golden_sample.gather0({0, 0});
   const int64_t per = two.numel() / 2;
   for (int64_t i = 0; i < per; ++i) two[per + i] = -two[i];
-  const Tensor sample = stack_rows(two, {0, 1, 0});  // latent 0 twice, as guidance evaluates it
-  Tensor context = stack_rows(golden_context, {0, 1, 0});
+  const Tensor sample = two.gather0({0, 1, 0});  // latent 0 twice, as guidance evaluates it
+  Tensor context = golden_context.gather0({0, 1, 0});
   for (int64_t i = 0; i < context.numel() / 3; ++i) context.data()[2 * (context.numel() / 3) + i] *= 0.5f;
   const Numerics numerics{Flavour::Flax};
 
@@ -64,7 +53,7 @@ TEST_P(UNetSharedPrefix, RepeatedSamplesGiveTheBitsOfTheirOwnEvaluation) {
 
   // The same latent at two timesteps is two computations.
   UNetDebug t_dbg;
-  unet.forward(stack_rows(two, {0, 0}), {500, 400}, context.slice0(0, 2), numerics, &t_dbg);
+  unet.forward(two.gather0({0, 0}), {500, 400}, context.slice0(0, 2), numerics, &t_dbg);
   EXPECT_EQ(t_dbg.text_free_samples, 2);
 }
 
