@@ -184,20 +184,15 @@ constexpr auto by_rows(std::integer_sequence<int, R...>) {
   return std::array<Fn, sizeof...(R) + 1>{nullptr, &K<R + 1, kHalf>::run...};
 }
 
-template <int MR, bool kHalf>
+template <int MR, bool kHalf, int64_t kLda = 0>
 struct Dot {
   static void run(int64_t p, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
                   int cols, bool load, const TileEpilogue& ep) {
-    dot_kernel<MR, kHalf>(p, a, lda, b, c, ldc, cols, load, ep);
+    dot_kernel<MR, kHalf, kLda>(p, a, lda, b, c, ldc, cols, load, ep);
   }
 };
 template <int MR, bool kHalf>
-struct DotFixed {
-  static void run(int64_t p, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
-                  int cols, bool load, const TileEpilogue& ep) {
-    dot_kernel<MR, kHalf, kBlockLdaBf16>(p, a, lda, b, c, ldc, cols, load, ep);
-  }
-};
+using DotFixed = Dot<MR, kHalf, kBlockLdaBf16>;
 template <int MR, bool>
 struct DotNarrow {
   static void run(int64_t p, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
