@@ -51,7 +51,7 @@ void attention(const float* q, const float* k, const float* v, float* out, const
   const int64_t bsk = s.batch_stride_k ? s.batch_stride_k : Lk * ldk;
   const int64_t bsv = s.batch_stride_v ? s.batch_stride_v : Lk * ldv;
   const int64_t bso = s.batch_stride_o ? s.batch_stride_o : Lq * ldo;
-  if (precision == Precision::BF16) {
+  if (precision == Precision::BF16 && bf16_activations() == Bf16Activations::Rounded) {
     AttentionShape full = s;
     full.ldq = ldq, full.ldk = ldk, full.ldv = ldv, full.ldo = ldo;
     full.batch_stride_q = bsq, full.batch_stride_k = bsk, full.batch_stride_v = bsv,

@@ -22,7 +22,8 @@ struct AttentionShape {
 // out[b, i, h] = Σ_j softmax_j(scale · q[b,i,h] · k[b,j,h] + mask) · v[b,j,h]
 // causal: key j is visible to query i only when j <= i (CLIP's text encoder).
 // BF16: q·k and p·v take bf16-rounded operands (products summed in float32, gemm.h); the
-// scores, the softmax and the output stay float32.
+// scores, the softmax and the output stay float32. With Split bf16 activations (gemm.h) it is
+// the float32 computation.
 void attention(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
                float scale, bool causal, Precision precision = Precision::F32);
 

@@ -195,9 +195,9 @@ void conv2d_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWe
                          g.pad_bottom == 0 && g.pad_right == 0;
   if (pointwise) {
     detail::run_gemm(detail::DirectA(x, w.in_channels), M, w.packed, y, w.out_channels, ep);
-  } else if (w.packed.precision() == Precision::BF16) {
+  } else if (w.packed.precision() == Precision::BF16 && bf16_activations() == Bf16Activations::Rounded) {
     // Each input element enters kh·kw taps: round the input to bf16 once, not once per tap
-    // (same values, half the bytes to gather).
+    // (same values, half the bytes to gather). Split activations gather from x itself.
     const int64_t Ci = w.in_channels;
     const detail::CallScratch buffer(static_cast<size_t>(N * H * W * Ci) * sizeof(uint16_t));
     uint16_t* x16 = buffer.get<uint16_t>();

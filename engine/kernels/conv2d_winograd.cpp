@@ -76,7 +76,7 @@ inline void transform_output(const float* const m[16], int64_t c, Lanes out[2][2
 // row of zeros for the padding.
 struct Scratch {
   float* v = nullptr;     // position p, tile row r at v[(p·T + r)·ldv] (bf16: v[p·ldv], one tile)
-  uint16_t* v16 = nullptr;
+  uint16_t* v16 = nullptr;  // v16[(p·T + r)·ldv16]; Split activations: low halves at p + 16
   float* m = nullptr;     // position p, tile row r at m[(p·T + r)·ldm]
   const float* zeros = nullptr;
 };
@@ -89,6 +89,8 @@ class WinogradConv {
     mk_ = micro_kernel(isa);
     mk16_ = micro_kernel_bf16(isa);
     convert_ = to_bf16_fn(isa, kernel_bf16_dot());
+    convert_low_ = to_bf16_low_fn(isa, kernel_bf16_dot());
+    halves_ = bf16_ && bf16_activations() == Bf16Activations::Split ? 2 : 1;
     mr_ = bf16_ ? mk16_.mr : mk_.mr;
     ldv_ = scratch_lda(g.Ci);
     ldv16_ = scratch_lda_bf16(g.Ci);
@@ -106,7 +108,7 @@ class WinogradConv {
     blocks = (tiles + rows_ - 1) / rows_;
 
     const size_t v_floats = static_cast<size_t>(16 * (bf16_ ? 1 : rows_) * ldv_);
-    const size_t v16_halves = bf16_ ? static_cast<size_t>(16 * rows_ * ldv16_) : 0;
+    const size_t v16_halves = bf16_ ? static_cast<size_t>(halves_ * 16 * rows_ * ldv16_) : 0;
     const size_t m_floats = static_cast<size_t>(16 * rows_ * ldm_);
     const size_t per_slot = (v_floats + m_floats + static_cast<size_t>(g_.Ci)) * sizeof(float) +
                             (v16_halves * sizeof(uint16_t) + 63) / 64 * 64;
@@ -156,6 +158,8 @@ class WinogradConv {
       for (int64_t c = 0; c < g_.Ci; c += kLanes) transform_input(d, c, v);
       if (bf16_)
         for (int p = 0; p < 16; ++p) convert_(v[p], g_.Ci, sc.v16 + (p * rows_ + r) * ldv16_);
+      if (halves_ == 2)  // Split activations: the low halves after the high ones (gemm.h)
+        for (int p = 0; p < 16; ++p) convert_low_(v[p], g_.Ci, sc.v16 + ((16 + p) * rows_ + r) * ldv16_);
     }
   }
 
@@ -169,9 +173,10 @@ class WinogradConv {
       for (int64_t k0 = 0; k0 < Ci; k0 += kc_max) {
         const int64_t kc = std::min(kc_max, Ci - k0);
         if (bf16_) {
-          block_gemm_bf16(mk16_, sc.v16 + p * rows_ * ldv16_ + k0, ldv16_, count, kc / 2,
-                          w_.packed.bf16_data() + (p * Ci + k0) / 2 * kPairRow, bf16_pairs(K) * kPairRow, Co, m,
-                          ldm_, k0 > 0);
+          for (int half = 0; half < halves_; ++half)
+            block_gemm_bf16(mk16_, sc.v16 + (half * 16 + p) * rows_ * ldv16_ + k0, ldv16_, count, kc / 2,
+                            w_.packed.bf16_data() + (p * Ci + k0) / 2 * kPairRow, bf16_pairs(K) * kPairRow, Co,
+                            m, ldm_, k0 > 0 || half > 0);
         } else {
           block_gemm(mk_, sc.v + p * rows_ * ldv_ + k0, ldv_, count, kc, w_.packed.data() + (p * Ci + k0) * kPanel,
                      K * kPanel, Co, m, ldm_, k0 > 0);
@@ -212,7 +217,8 @@ class WinogradConv {
   bool bf16_;
   MicroKernel mk_;
   MicroKernelBf16 mk16_;
-  ToBf16Fn convert_ = nullptr;
+  ToBf16Fn convert_ = nullptr, convert_low_ = nullptr;
+  int halves_ = 1;
   int64_t mr_ = 1, ldv_ = 0, ldv16_ = 0, ldm_ = 0, rows_ = 0;
 };
 

@@ -9,7 +9,8 @@
 // Precision::BF16 packs the weight as bfloat16 (half the memory); every product then takes both
 // operands rounded to bfloat16 (A is rounded to nearest even as its blocks are gathered) and
 // sums them in float32 — AVX-512 BF16's VDPBF16PS, or the same arithmetic on wider types where
-// the CPU lacks it. Inputs, outputs and the epilogue stay float32.
+// the CPU lacks it. Inputs, outputs and the epilogue stay float32. ScopedBf16Activations can
+// ask for the activations to be kept to ~16 bits instead (two passes).
 #pragma once
 
 #include <cstdint>
@@ -48,6 +49,31 @@ class PackedMatrix {
   Precision precision_ = Precision::F32;
   size_t bytes_ = 0;
   std::shared_ptr<void> data_;
+};
+
+// How a bf16 product takes its float32 activation operand (a GEMM's or convolution's A,
+// attention's q, k and v):
+//   Rounded — to the nearest bf16: 8 significant bits. The default.
+//   Split   — as the sum of two bf16, hi = round(a) and lo = round(a − hi), each multiplied by the
+//             weight in its own pass of the same micro-kernel, accumulated in float32: ~16
+//             significant bits for twice the products, so only the weight's rounding remains.
+//             Attention, which has no weight, runs in float32.
+// The pipeline asks for Split on the UNet call whose error the scheduler amplifies most (see
+// sharded_pipeline.cpp). Float32 weights ignore the setting.
+enum class Bf16Activations { Rounded, Split };
+Bf16Activations bf16_activations();  // this thread's setting
+
+// While one lives, bf16 kernels called from this thread take their activations as `mode` says.
+// The kernels read it on the calling thread, so it holds for their worker threads too.
+class ScopedBf16Activations {
+ public:
+  explicit ScopedBf16Activations(Bf16Activations mode);
+  ~ScopedBf16Activations();
+  ScopedBf16Activations(const ScopedBf16Activations&) = delete;
+  ScopedBf16Activations& operator=(const ScopedBf16Activations&) = delete;
+
+ private:
+  Bf16Activations previous_;
 };
 
 // transposed == false: b is K × N row-major (b[k*N + n]).

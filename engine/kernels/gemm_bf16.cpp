@@ -6,6 +6,7 @@
 // order, so results are bit-identical for any thread count.
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 
 #include "core/device.h"
@@ -13,6 +14,20 @@
 #include "core/parallel.h"
 #include "kernels/internal.h"
 #include "kernels/isa.h"
+
+namespace octodiff::kernels {
+namespace {
+thread_local Bf16Activations t_bf16_activations = Bf16Activations::Rounded;
+}  // namespace
+
+Bf16Activations bf16_activations() { return t_bf16_activations; }
+
+ScopedBf16Activations::ScopedBf16Activations(Bf16Activations mode) : previous_(t_bf16_activations) {
+  t_bf16_activations = mode;
+}
+ScopedBf16Activations::~ScopedBf16Activations() { t_bf16_activations = previous_; }
+
+}  // namespace octodiff::kernels
 
 namespace octodiff::kernels::detail {
 namespace {
@@ -109,6 +124,39 @@ ToBf16Fn to_bf16_fn(Isa isa, bool dot) {
   return &to_bf16_generic;
 }
 
+namespace {
+
+// x − hi(x), rounded by the same converter, through two stack buffers of kChunk values.
+template <ToBf16Fn Hi>
+void to_bf16_low(const float* x, int64_t n, uint16_t* y) {
+  constexpr int64_t kChunk = 256;
+  alignas(64) uint16_t hi[kChunk];
+  alignas(64) float rest[kChunk];
+  for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+    const int64_t m = std::min(kChunk, n - i0);
+    Hi(x + i0, m, hi);
+    for (int64_t i = 0; i < m; ++i) {
+      const float h = bf16_to_f32(hi[i]);
+      rest[i] = std::isfinite(h) ? x[i0 + i] - h : 0.0f;
+    }
+    Hi(rest, m, y + i0);
+  }
+}
+
+}  // namespace
+
+ToBf16Fn to_bf16_low_fn(Isa isa, bool dot) {
+  switch (isa) {
+    case Isa::Avx512:
+      return dot ? &to_bf16_low<&to_bf16_avx512_dot> : &to_bf16_low<&to_bf16_avx512>;
+    case Isa::Avx2:
+      return &to_bf16_low<&to_bf16_avx2>;
+    case Isa::Generic:
+      break;
+  }
+  return &to_bf16_low<&to_bf16_generic>;
+}
+
 void pack_bf16(const float* b, int64_t K, int64_t N, uint16_t* dst) {
   const int64_t panels = (N + kPanel - 1) / kPanel, pairs = bf16_pairs(K);
   parallel_for(panels, [&](int64_t p0, int64_t p1) {
@@ -168,6 +216,9 @@ void run_gemm_bf16(const ASource& src, int64_t M, const PackedMatrix& b, float* 
   const Isa isa = kernel_isa();
   const MicroKernelBf16 mk = micro_kernel_bf16(isa);
   const ToBf16Fn convert = to_bf16_fn(isa, kernel_bf16_dot());
+  // Split activations: every K chunk twice, its high halves then its low halves (gemm.h).
+  const ToBf16Fn convert_low = to_bf16_low_fn(isa, kernel_bf16_dot());
+  const int halves = bf16_activations() == Bf16Activations::Split ? 2 : 1;
   const int64_t K = b.K(), N = b.N(), pairs = bf16_pairs(K);
   const int64_t kc_max = chunk_size_bf16(K);
   const GemmTiling tiling = gemm_tiling(M, N, mk.mr);
@@ -187,39 +238,41 @@ void run_gemm_bf16(const ASource& src, int64_t M, const PackedMatrix& b, float* 
       const int64_t i0 = (t / n_blocks) * mc, rows = std::min(mc, M - i0);
       const int64_t p0 = (t % n_blocks) * tile_panels, p1 = std::min(tiling.panels, p0 + tile_panels);
       for (int64_t k0 = 0; k0 < K; k0 += kc_max) {
-        const int64_t kc = std::min(kc_max, K - k0);
-        const bool last = k0 + kc == K;
-        const bool load = k0 > 0 || ep.accumulate;
-        src.rows_bf16(i0, rows, k0, kc, convert, a, lda);
-        // The A block this thread gathers next (its next K chunk, or its next tile's first):
-        // fetched piecewise while this one computes, so that gathering it does not wait on
-        // memory (an activation matrix of tens of MiB is read from DRAM once per GEMM).
-        int64_t n_i0 = i0, n_rows = rows, n_k0 = k0 + kc;
-        if (last) {
-          n_k0 = 0;
-          n_i0 = t_next < tiles ? (t_next / n_blocks) * mc : M;
-          n_rows = std::min(mc, M - n_i0);
-        }
-        const bool fetch_next = n_rows > 0 && (n_i0 != i0 || n_k0 != k0);
-        const int64_t nkc = std::min(kc_max, K - n_k0);
-        for (int64_t p = p0; p < p1; ++p) {
-          if (fetch_next) {
-            const int64_t part = p - p0, parts = p1 - p0;
-            src.prefetch(n_i0 + n_rows * part / parts, n_i0 + n_rows * (part + 1) / parts, n_k0, nkc);
+        for (int half = 0; half < halves; ++half) {
+          const int64_t kc = std::min(kc_max, K - k0);
+          const bool last_chunk = k0 + kc == K, last = last_chunk && half + 1 == halves;
+          const bool load = k0 > 0 || half > 0 || ep.accumulate;
+          src.rows_bf16(i0, rows, k0, kc, half == 0 ? convert : convert_low, a, lda);
+          // The A block this thread gathers next (its next K chunk, or its next tile's first):
+          // fetched piecewise while this one computes, so that gathering it does not wait on
+          // memory (an activation matrix of tens of MiB is read from DRAM once per GEMM).
+          int64_t n_i0 = i0, n_rows = rows, n_k0 = k0 + kc;
+          if (last_chunk) {
+            n_k0 = 0;
+            n_i0 = t_next < tiles ? (t_next / n_blocks) * mc : M;
+            n_rows = std::min(mc, M - n_i0);
           }
-          const uint16_t* bp = b.bf16_data() + p * pairs * kPairRow + (k0 / 2) * kPairRow;
-          const int64_t j0 = p * kPanel;
-          const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - j0));
-          for (int64_t r = 0; r < rows; r += mk.mr) {
-            const int mr = static_cast<int>(std::min<int64_t>(mk.mr, rows - r));
-            float* ct = c + (i0 + r) * ldc + j0;
-            TileEpilogue tile;
-            if (last) {
-              tile.bias = ep.bias ? ep.bias + j0 : nullptr;
-              tile.residual = ep.residual ? ep.residual + (i0 + r) * ep.ldr + j0 : nullptr;
-              tile.ldr = ep.ldr;
+          const bool fetch_next = n_rows > 0 && (n_i0 != i0 || n_k0 != k0) && half + 1 == halves;
+          const int64_t nkc = std::min(kc_max, K - n_k0);
+          for (int64_t p = p0; p < p1; ++p) {
+            if (fetch_next) {
+              const int64_t part = p - p0, parts = p1 - p0;
+              src.prefetch(n_i0 + n_rows * part / parts, n_i0 + n_rows * (part + 1) / parts, n_k0, nkc);
             }
-            mk.fn((kc + 1) / 2, a + r * lda, lda, bp, ct, ldc, mr, cols, load, tile);
+            const uint16_t* bp = b.bf16_data() + p * pairs * kPairRow + (k0 / 2) * kPairRow;
+            const int64_t j0 = p * kPanel;
+            const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - j0));
+            for (int64_t r = 0; r < rows; r += mk.mr) {
+              const int mr = static_cast<int>(std::min<int64_t>(mk.mr, rows - r));
+              float* ct = c + (i0 + r) * ldc + j0;
+              TileEpilogue tile;
+              if (last) {
+                tile.bias = ep.bias ? ep.bias + j0 : nullptr;
+                tile.residual = ep.residual ? ep.residual + (i0 + r) * ep.ldr + j0 : nullptr;
+                tile.ldr = ep.ldr;
+              }
+              mk.fn((kc + 1) / 2, a + r * lda, lda, bp, ct, ldc, mr, cols, load, tile);
+            }
           }
         }
       }

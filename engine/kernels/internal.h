@@ -98,6 +98,9 @@ void to_bf16_generic(const float* x, int64_t n, uint16_t* y);
 void to_bf16_avx2(const float* x, int64_t n, uint16_t* y);
 void to_bf16_avx512(const float* x, int64_t n, uint16_t* y);
 void to_bf16_avx512_dot(const float* x, int64_t n, uint16_t* y);
+// The low half of a Split activation (gemm.h): round(x − round(x)) with the same ISA's rounding
+// (0 where round(x) is not finite).
+ToBf16Fn to_bf16_low_fn(Isa isa, bool dot);
 // VecMath::softmax_update_bf16 rounding with VCVTNEPS2BF16 (for the VDPBF16PS path).
 float softmax_update_bf16_avx512_dot(float* s, int n, float scale, float* m, float* l, uint16_t* p);
 

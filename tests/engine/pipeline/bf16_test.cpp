@@ -59,10 +59,12 @@ double mean_abs_diff(const Tensor& a, const Tensor& b) {
 }
 
 // bf16 keeps 8 significant bits of every weight and activation entering a product; through a
-// UNet evaluation that is ~1 % of its output, which guidance (×7.5 on cond − uncond) and five
-// steps carry into the latents. Measured on Zen 4: max abs image error 5.9e-3 (PNDM without
-// guidance; 5e-3 of it from the VAE alone) to 1.6e-2 (LMS), mean abs error 0.8e-3 … 1.9e-3.
-constexpr double kImageTolerance = 2e-2;
+// UNet evaluation that is ~1 % of its output, which guidance (×7.5 on cond − uncond) and the
+// steps carry into the latents — most of all the first call's, whose step jumps from the largest
+// noise level. The pipeline therefore runs that call with split activations (~16 bits;
+// sharded_pipeline.cpp). Measured on Zen 4: max abs image error 5.8e-3 (LMS) to 6.9e-3 (PNDM,
+// DDIM); 1.07e-2 … 1.28e-2 for DDIM, LMS, Euler and DPM++ without the split first call.
+constexpr double kImageTolerance = 1e-2;  // issue 6: bf16 images within 1e-2 of f32
 
 TEST_P(Bf16Pipeline, ImagesCloseToFloat32) {
   const Case c = GetParam();
