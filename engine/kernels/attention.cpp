@@ -64,77 +64,86 @@ void attention(const float* q, const float* k, const float* v, float* out, const
   const int64_t Lkp = round_up(Lk, kPanel), dp = round_up(d, kPanel);
   const int64_t k_size = Lkp * d, v_size = dp * Lk;  // floats per (batch, head)
 
-  // Pack K as Kᵀ panels and V as panels, per (batch, head).
-  // The packed K/V of this call (tens of MiB at 64×64 latents): arena scratch (internal.h).
-  const detail::CallScratch kv_buffer(static_cast<size_t>(B * H * (k_size + v_size)) * sizeof(float));
+  // (batch, head) pairs in groups whose packed K/V take at most kGroupBytes (one pair at least):
+  // all 16 pairs of a guided step's 4096-token self-attention would hold 27 MB of arena scratch
+  // at the activations' peak. A pair's arithmetic does not depend on its group.
+  constexpr int64_t kGroupBytes = int64_t{8} << 20;
+  const int64_t pairs = B * H;
+  const int64_t group =
+      std::clamp<int64_t>(kGroupBytes / ((k_size + v_size) * static_cast<int64_t>(sizeof(float))), 1, pairs);
+  const detail::CallScratch kv_buffer(static_cast<size_t>(group * (k_size + v_size)) * sizeof(float));
   float* const kv_packed = kv_buffer.get<float>();
-  parallel_for(B * H, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t b = t / H, h = t % H;
-      float* kp = kv_packed + t * (k_size + v_size);
-      float* vp = kp + k_size;
-      for (int64_t j = 0; j < Lkp; ++j) {  // keys past Lk are zero columns of Kᵀ
-        const float* kr = k + b * bsk + j * ldk + h * d;
-        float* dst = kp + (j / kPanel) * d * kPanel + j % kPanel;
-        for (int64_t c = 0; c < d; ++c) dst[c * kPanel] = j < Lk ? kr[c] : 0.0f;
-      }
-      for (int64_t j = 0; j < Lk; ++j) {  // columns past d are zero
-        const float* vr = v + b * bsv + j * ldv + h * d;
-        for (int64_t p = 0; p * kPanel < d; ++p) {
-          float* dst = vp + p * Lk * kPanel + j * kPanel;
-          const int64_t w = std::min<int64_t>(kPanel, d - p * kPanel);
-          std::memcpy(dst, vr + p * kPanel, w * sizeof(float));
-          std::fill(dst + w, dst + kPanel, 0.0f);
-        }
-      }
-    }
-  });
-
   const int64_t Br = mk.mr * 4;
   const int64_t Bc = std::min(kKeyTile, Lkp);
   const int64_t q_blocks = (Lq + Br - 1) / Br;
   const float ninf = -std::numeric_limits<float>::infinity();
 
-  parallel_for(B * H * q_blocks, [&](int64_t t0, int64_t t1) {
-    AlignedBuffer S(Br * Bc), O(Br * dp);
-    std::vector<float> m(Br), l(Br);
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t bh = t / q_blocks, b = bh / H, h = bh % H;
-      const int64_t i0 = (t % q_blocks) * Br, br = std::min(Br, Lq - i0);
-      const float* qb = q + b * bsq + i0 * ldq + h * d;
-      const float* kp = kv_packed + bh * (k_size + v_size);
-      const float* vp = kp + k_size;
-      std::fill(O.p, O.p + Br * dp, 0.0f);
-      std::fill(m.begin(), m.end(), ninf);
-      std::fill(l.begin(), l.end(), 0.0f);
-      const int64_t kend = causal ? std::min(Lk, i0 + br) : Lk;
-      for (int64_t j0 = 0; j0 < kend; j0 += Bc) {
-        const int64_t nc = std::min(Bc, kend - j0);
-        detail::block_gemm(mk, qb, ldq, br, d, kp + (j0 / kPanel) * d * kPanel, d * kPanel, nc, S.p, Bc, false);
-        for (int64_t r = 0; r < br; ++r) {
-          float* sr = S.p + r * Bc;
-          const int64_t valid = causal ? std::min(nc, i0 + r - j0 + 1) : nc;
-          if (valid <= 0) {
-            std::fill(sr, sr + nc, 0.0f);
-            continue;
-          }
-          const float alpha = softmax_update(sr, static_cast<int>(valid), scale, &m[r], &l[r]);
-          std::fill(sr + valid, sr + nc, 0.0f);
-          if (alpha != 1.0f) {
-            float* o = O.p + r * dp;
-            for (int64_t c = 0; c < d; ++c) o[c] *= alpha;
+  for (int64_t g0 = 0; g0 < pairs; g0 += group) {
+    const int64_t gn = std::min(group, pairs - g0);
+    // Pack K as Kᵀ panels and V as panels, per (batch, head) of the group.
+    parallel_for(gn, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t b = (g0 + t) / H, h = (g0 + t) % H;
+        float* kp = kv_packed + t * (k_size + v_size);
+        float* vp = kp + k_size;
+        for (int64_t j = 0; j < Lkp; ++j) {  // keys past Lk are zero columns of Kᵀ
+          const float* kr = k + b * bsk + j * ldk + h * d;
+          float* dst = kp + (j / kPanel) * d * kPanel + j % kPanel;
+          for (int64_t c = 0; c < d; ++c) dst[c * kPanel] = j < Lk ? kr[c] : 0.0f;
+        }
+        for (int64_t j = 0; j < Lk; ++j) {  // columns past d are zero
+          const float* vr = v + b * bsv + j * ldv + h * d;
+          for (int64_t p = 0; p * kPanel < d; ++p) {
+            float* dst = vp + p * Lk * kPanel + j * kPanel;
+            const int64_t w = std::min<int64_t>(kPanel, d - p * kPanel);
+            std::memcpy(dst, vr + p * kPanel, w * sizeof(float));
+            std::fill(dst + w, dst + kPanel, 0.0f);
           }
         }
-        detail::block_gemm(mk, S.p, Bc, br, nc, vp + j0 * kPanel, Lk * kPanel, d, O.p, dp, true);
       }
-      for (int64_t r = 0; r < br; ++r) {
-        float* dst = out + b * bso + (i0 + r) * ldo + h * d;
-        const float* o = O.p + r * dp;
-        const float lr = l[r];
-        for (int64_t c = 0; c < d; ++c) dst[c] = o[c] / lr;
+    });
+
+    parallel_for(gn * q_blocks, [&](int64_t t0, int64_t t1) {
+      AlignedBuffer S(Br * Bc), O(Br * dp);
+      std::vector<float> m(Br), l(Br);
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t gi = t / q_blocks, b = (g0 + gi) / H, h = (g0 + gi) % H;
+        const int64_t i0 = (t % q_blocks) * Br, br = std::min(Br, Lq - i0);
+        const float* qb = q + b * bsq + i0 * ldq + h * d;
+        const float* kp = kv_packed + gi * (k_size + v_size);
+        const float* vp = kp + k_size;
+        std::fill(O.p, O.p + Br * dp, 0.0f);
+        std::fill(m.begin(), m.end(), ninf);
+        std::fill(l.begin(), l.end(), 0.0f);
+        const int64_t kend = causal ? std::min(Lk, i0 + br) : Lk;
+        for (int64_t j0 = 0; j0 < kend; j0 += Bc) {
+          const int64_t nc = std::min(Bc, kend - j0);
+          detail::block_gemm(mk, qb, ldq, br, d, kp + (j0 / kPanel) * d * kPanel, d * kPanel, nc, S.p, Bc, false);
+          for (int64_t r = 0; r < br; ++r) {
+            float* sr = S.p + r * Bc;
+            const int64_t valid = causal ? std::min(nc, i0 + r - j0 + 1) : nc;
+            if (valid <= 0) {
+              std::fill(sr, sr + nc, 0.0f);
+              continue;
+            }
+            const float alpha = softmax_update(sr, static_cast<int>(valid), scale, &m[r], &l[r]);
+            std::fill(sr + valid, sr + nc, 0.0f);
+            if (alpha != 1.0f) {
+              float* o = O.p + r * dp;
+              for (int64_t c = 0; c < d; ++c) o[c] *= alpha;
+            }
+          }
+          detail::block_gemm(mk, S.p, Bc, br, nc, vp + j0 * kPanel, Lk * kPanel, d, O.p, dp, true);
+        }
+        for (int64_t r = 0; r < br; ++r) {
+          float* dst = out + b * bso + (i0 + r) * ldo + h * d;
+          const float* o = O.p + r * dp;
+          const float lr = l[r];
+          for (int64_t c = 0; c < d; ++c) dst[c] = o[c] / lr;
+        }
       }
-    }
-  });
+    });
+  }
 }
 
 }  // namespace octodiff::kernels

@@ -105,7 +105,7 @@ std::atomic<bool>& winograd_enabled() {
   return enabled;
 }
 
-thread_local int64_t t_winograd_max_out = 640;
+thread_local int64_t t_winograd_max_out = 640, t_winograd_min_out = 0;
 
 // What the Winograd kernel can compute: 3×3 weights, channels in whole 16-lane vectors.
 bool winograd_supports(int64_t out_channels, int64_t in_channels, int kh, int kw) {
@@ -117,14 +117,19 @@ bool winograd_supports(int64_t out_channels, int64_t in_channels, int kh, int kw
 
 void set_conv_winograd(bool enabled) { winograd_enabled() = enabled; }
 
-ScopedWinogradLimit::ScopedWinogradLimit(int64_t max_out_channels) : previous_(t_winograd_max_out) {
-  t_winograd_max_out = std::min(previous_, max_out_channels);
+ScopedWinogradLimit::ScopedWinogradLimit(int64_t max_out_channels, int64_t min_out_channels)
+    : previous_max_(t_winograd_max_out), previous_min_(t_winograd_min_out) {
+  t_winograd_max_out = std::min(previous_max_, max_out_channels);
+  t_winograd_min_out = std::max(previous_min_, min_out_channels);
 }
-ScopedWinogradLimit::~ScopedWinogradLimit() { t_winograd_max_out = previous_; }
+ScopedWinogradLimit::~ScopedWinogradLimit() {
+  t_winograd_max_out = previous_max_;
+  t_winograd_min_out = previous_min_;
+}
 
 ConvAlgorithm conv2d_algorithm(int64_t out_channels, int64_t in_channels, int kh, int kw, const Conv2dGeometry& g) {
   const bool fits = winograd_supports(out_channels, in_channels, kh, kw) && g == Conv2dGeometry::same(3) &&
-                    out_channels <= t_winograd_max_out;
+                    out_channels <= t_winograd_max_out && out_channels >= t_winograd_min_out;
   return fits && winograd_enabled() ? ConvAlgorithm::Winograd : ConvAlgorithm::Direct;
 }
 

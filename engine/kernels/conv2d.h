@@ -33,17 +33,18 @@ enum class ConvAlgorithm { Direct, Winograd };
 ConvAlgorithm conv2d_algorithm(int64_t out_channels, int64_t in_channels, int kh, int kw, const Conv2dGeometry& g);
 void set_conv_winograd(bool enabled);  // process-wide, for benchmarks and tests
 
-// While one lives, conv2d_algorithm on this thread picks Winograd only up to `max_out_channels`
-// output channels instead of 640 (0: never): a model loader's memory or accuracy budget.
+// While one lives, conv2d_algorithm on this thread picks Winograd only for min_out_channels …
+// max_out_channels output channels instead of 16 … 640 (max 0: never): a model loader's memory,
+// accuracy or speed budget. Nested limits narrow the range.
 class ScopedWinogradLimit {
  public:
-  explicit ScopedWinogradLimit(int64_t max_out_channels);
+  explicit ScopedWinogradLimit(int64_t max_out_channels, int64_t min_out_channels = 0);
   ~ScopedWinogradLimit();
   ScopedWinogradLimit(const ScopedWinogradLimit&) = delete;
   ScopedWinogradLimit& operator=(const ScopedWinogradLimit&) = delete;
 
  private:
-  int64_t previous_;
+  int64_t previous_max_, previous_min_;
 };
 
 // Rows (K) of the packed weight matrix for that algorithm: kh·kw·Ci, or 16·Ci for Winograd.

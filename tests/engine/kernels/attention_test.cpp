@@ -65,6 +65,7 @@ const AttnCase kCases[] = {
     {2, 77, 77, 2, 8, true, 1},    {1, 100, 77, 2, 40, false, 0}, {1, 70, 300, 2, 80, false, 2},
     {1, 64, 600, 1, 160, false, 0}, {2, 300, 300, 1, 40, true, 1}, {1, 1, 1, 1, 4, false, 0},
     {1, 29, 513, 2, 40, false, 0},
+    {2, 37, 2048, 12, 64, false, 0},  // 1 MiB of packed K/V per (batch, head): groups of 8 of 24
 };
 
 TEST(Attention, MatchesDoubleReferenceOnEveryIsa) {

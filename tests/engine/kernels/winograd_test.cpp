@@ -131,10 +131,23 @@ TEST(Winograd, ChosenForTheVaeAndTheUNetsUpperLevelsOnly) {
   EXPECT_EQ(algo(320, 320, 3, Conv2dGeometry{2, 1, 1, 1, 1}), ConvAlgorithm::Direct);  // downsampler
   EXPECT_EQ(algo(320, 640, 1, Conv2dGeometry{}), ConvAlgorithm::Direct);               // shortcut
   {
-    const ScopedWinogradLimit limit(320);  // the bf16 UNet's budget
+    const ScopedWinogradLimit limit(320);
     EXPECT_EQ(algo(320, 640), ConvAlgorithm::Winograd);
     EXPECT_EQ(algo(640, 640), ConvAlgorithm::Direct);
   }
+  {
+    const ScopedWinogradLimit limit(640, 640);  // the bf16 UNet's: the 32x32 level only
+    EXPECT_EQ(algo(640, 1920), ConvAlgorithm::Winograd);
+    EXPECT_EQ(algo(320, 320), ConvAlgorithm::Direct);
+    EXPECT_EQ(algo(1280, 1280), ConvAlgorithm::Direct);
+    {
+      const ScopedWinogradLimit inner(320);  // nested limits narrow the range: here to nothing
+      EXPECT_EQ(algo(640, 640), ConvAlgorithm::Direct);
+      EXPECT_EQ(algo(320, 320), ConvAlgorithm::Direct);
+    }
+    EXPECT_EQ(algo(640, 640), ConvAlgorithm::Winograd);
+  }
+  EXPECT_EQ(algo(320, 320), ConvAlgorithm::Winograd);
   EXPECT_EQ(algo(640, 640), ConvAlgorithm::Winograd);
   set_conv_winograd(false);
   EXPECT_EQ(algo(320, 320), ConvAlgorithm::Direct);
