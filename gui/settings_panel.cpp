@@ -133,6 +133,9 @@ QWidget* SettingsPanel::buildAdvanced() {
   dtype_->setObjectName(QStringLiteral("dtype"));
   dtype_->addItem(tr("float32"), static_cast<int>(ComputeDType::F32));
   dtype_->addItem(tr("bfloat16"), static_cast<int>(ComputeDType::BF16));
+  dtype_->setToolTip(tr("bfloat16 halves the UNet's and VAE's weight memory and, on CPUs with AVX-512 BF16, "
+                        "nearly halves their time. Images stay within 1 % of float32's; the first step takes "
+                        "about twice as long as the others, because it keeps more precision."));
   threads_ = new QSpinBox;
   threads_->setObjectName(QStringLiteral("threads"));
   threads_->setRange(0, 1024);
