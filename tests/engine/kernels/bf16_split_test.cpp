@@ -25,19 +25,6 @@ std::vector<float> eighths(int64_t n, uint32_t seed) {
   return w;
 }
 
-// C = A·B (+ bias) in double, B given K × N.
-std::vector<double> ref_gemm(const std::vector<float>& a, const std::vector<float>& b, int64_t M, int64_t N,
-                             int64_t K, const float* bias) {
-  std::vector<double> c(static_cast<size_t>(M * N));
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      double s = bias ? bias[j] : 0.0;
-      for (int64_t k = 0; k < K; ++k) s += static_cast<double>(a[i * K + k]) * b[k * N + j];
-      c[i * N + j] = s;
-    }
-  return c;
-}
-
 TEST(Bf16Split, DefaultIsRoundedAndScopesNest) {
   EXPECT_EQ(bf16_activations(), Bf16Activations::Rounded);
   {
@@ -62,10 +49,7 @@ TEST(Bf16Split, GemmKeepsActivationsTo16Bits) {
     auto a = random_vec(t.M * t.lda, 41);
     auto b = eighths(t.K * t.N, 42);
     auto bias = random_vec(t.N, 43), res = random_vec(t.M * t.N, 44);
-    std::vector<float> dense(t.M * t.K);
-    for (int64_t i = 0; i < t.M; ++i) std::memcpy(&dense[i * t.K], &a[i * t.lda], t.K * sizeof(float));
-    auto ref = ref_gemm(dense, b, t.M, t.N, t.K, bias.data());
-    for (size_t i = 0; i < ref.size(); ++i) ref[i] += res[i];
+    const auto ref = reference_gemm(a, t.lda, b, t.M, t.N, t.K, bias.data(), res.data(), t.N);
     const PackedMatrix p = pack_b(b.data(), t.K, t.N, /*transposed=*/false, Precision::BF16);
     Epilogue ep;
     ep.bias = bias.data();
@@ -97,8 +81,7 @@ TEST(Bf16Split, GemmAccumulatesOnceAndIsThreadInvariant) {
   const int64_t M = 301, N = 203, K = 1777;
   auto a = random_vec(M * K, 45), b = eighths(K * N, 46), c0 = random_vec(M * N, 47);
   const PackedMatrix p = pack_b(b.data(), K, N, false, Precision::BF16);
-  auto ref = ref_gemm(a, b, M, N, K, nullptr);
-  for (size_t i = 0; i < ref.size(); ++i) ref[i] += c0[i];
+  const auto ref = reference_gemm(a, K, b, M, N, K, nullptr, c0.data(), N);
   for (const Path& path : bf16_paths()) {
     ScopedKernelIsa scoped(path.isa, path.dot);
     ScopedBf16Activations s(Bf16Activations::Split);
@@ -123,27 +106,6 @@ struct ConvCase {
   ConvAlgorithm algorithm;
 };
 
-std::vector<double> ref_conv(const ConvCase& t, const std::vector<float>& x, const std::vector<float>& w,
-                             const std::vector<float>& bias, int64_t Ho, int64_t Wo) {
-  std::vector<double> y(static_cast<size_t>(t.N * Ho * Wo * t.Co));
-  for (int64_t n = 0; n < t.N; ++n)
-    for (int64_t oy = 0; oy < Ho; ++oy)
-      for (int64_t ox = 0; ox < Wo; ++ox)
-        for (int64_t co = 0; co < t.Co; ++co) {
-          double s = bias[co];
-          for (int ky = 0; ky < t.k; ++ky)
-            for (int kx = 0; kx < t.k; ++kx) {
-              const int64_t iy = oy * t.g.stride - t.g.pad_top + ky, ix = ox * t.g.stride - t.g.pad_left + kx;
-              if (iy < 0 || iy >= t.H || ix < 0 || ix >= t.W) continue;
-              for (int64_t ci = 0; ci < t.Ci; ++ci)
-                s += static_cast<double>(x[((n * t.H + iy) * t.W + ix) * t.Ci + ci]) *
-                     w[((co * t.Ci + ci) * t.k + ky) * t.k + kx];
-            }
-          y[((n * Ho + oy) * Wo + ox) * t.Co + co] = s;
-        }
-  return y;
-}
-
 TEST(Bf16Split, ConvolutionsKeepActivationsTo16Bits) {
   const ConvCase cases[] = {
       {"3x3 same, 37→37, batch 2", 2, 6, 5, 37, 37, 3, Conv2dGeometry::same(3), ConvAlgorithm::Direct},
@@ -160,7 +122,7 @@ TEST(Bf16Split, ConvolutionsKeepActivationsTo16Bits) {
     ASSERT_EQ(cw.algorithm, t.algorithm) << t.name;
     const int64_t Ho = conv2d_out_size(t.H, t.k, t.g.stride, t.g.pad_top, t.g.pad_bottom);
     const int64_t Wo = conv2d_out_size(t.W, t.k, t.g.stride, t.g.pad_left, t.g.pad_right);
-    const auto ref = ref_conv(t, x, w, bias, Ho, Wo);
+    const auto ref = reference_conv2d(x, w, t.N, t.H, t.W, t.Ci, t.Co, t.k, t.g, bias.data());
     std::vector<float> first;
     for (const Path& path : bf16_paths()) {
       ScopedKernelIsa scoped(path.isa, path.dot);

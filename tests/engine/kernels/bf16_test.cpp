@@ -84,19 +84,6 @@ TEST(PackB, TransposedPackingMatchesElementwisePacking) {
   }
 }
 
-// C = A·B in double, B given K × N.
-std::vector<double> ref_gemm(const std::vector<float>& a, const std::vector<float>& b, int64_t M, int64_t N,
-                             int64_t K, const float* bias = nullptr) {
-  std::vector<double> c(static_cast<size_t>(M * N));
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      double s = bias ? bias[j] : 0.0;
-      for (int64_t k = 0; k < K; ++k) s += static_cast<double>(a[i * K + k]) * b[k * N + j];
-      c[i * N + j] = s;
-    }
-  return c;
-}
-
 const GemmCase kGemmCases[] = {{1, 1, 1},    {1, 37, 5},     {3, 5, 37},      {2, 1280, 320}, {17, 33, 65},
                                {15, 32, 16}, {29, 64, 1001}, {100, 130, 300}, {77, 96, 1537}, {131, 45, 3}};
 
@@ -111,8 +98,8 @@ TEST(Bf16Gemm, MatchesReferenceOnEveryPathBitIdentically) {
     const PackedMatrix pk = pack_b(b.data(), t.K, t.N, /*transposed=*/false, Precision::BF16);
     ASSERT_EQ(p.precision(), Precision::BF16);
     EXPECT_EQ(p.bytes(), pack_b(b.data(), t.K, t.N, false).bytes() * (t.K + t.K % 2) / (2 * t.K));
-    const auto ref_rounded = ref_gemm(rounded(a), rounded(b), t.M, t.N, t.K);
-    const auto ref_f32 = ref_gemm(a, b, t.M, t.N, t.K);
+    const auto ref_rounded = reference_gemm(rounded(a), t.K, rounded(b), t.M, t.N, t.K);
+    const auto ref_f32 = reference_gemm(a, t.K, b, t.M, t.N, t.K);
     std::vector<float> first;
     for (const Path& path : bf16_paths()) {
       ScopedKernelIsa scoped(path.isa, path.dot);
@@ -149,8 +136,7 @@ TEST(Bf16Gemm, EpilogueBiasResidualAndAccumulate) {
   auto a = random_vec(t.M * t.K, 3), b = random_vec(t.K * t.N, 4), bias = random_vec(t.N, 5);
   auto res = random_vec(t.M * t.N, 6);
   const PackedMatrix p = pack_b(b.data(), t.K, t.N, false, Precision::BF16);
-  auto ref = ref_gemm(rounded(a), rounded(b), t.M, t.N, t.K, bias.data());
-  for (size_t i = 0; i < ref.size(); ++i) ref[i] += res[i];
+  const auto ref = reference_gemm(rounded(a), t.K, rounded(b), t.M, t.N, t.K, bias.data(), res.data(), t.N);
   for (const Path& path : bf16_paths()) {
     ScopedKernelIsa scoped(path.isa, path.dot);
     std::vector<float> c(t.M * t.N);
@@ -163,7 +149,7 @@ TEST(Bf16Gemm, EpilogueBiasResidualAndAccumulate) {
     Epilogue acc;
     acc.accumulate = true;
     gemm(a.data(), t.M, t.K, p, c.data(), t.N, acc);  // C += A·B
-    auto twice = ref_gemm(rounded(a), rounded(b), t.M, t.N, t.K);
+    auto twice = reference_gemm(rounded(a), t.K, rounded(b), t.M, t.N, t.K);
     for (size_t i = 0; i < twice.size(); ++i) twice[i] += ref[i];
     EXPECT_LT(rel_error(c.data(), twice), 2e-6) << path.name();
   }
@@ -194,27 +180,6 @@ struct ConvCase {
   Conv2dGeometry g;
 };
 
-std::vector<double> ref_conv(const ConvCase& t, const std::vector<float>& x, const std::vector<float>& w,
-                             const std::vector<float>& bias, int64_t Ho, int64_t Wo) {
-  std::vector<double> y(static_cast<size_t>(t.N * Ho * Wo * t.Co));
-  for (int64_t n = 0; n < t.N; ++n)
-    for (int64_t oy = 0; oy < Ho; ++oy)
-      for (int64_t ox = 0; ox < Wo; ++ox)
-        for (int64_t co = 0; co < t.Co; ++co) {
-          double s = bias[co];
-          for (int ky = 0; ky < t.k; ++ky)
-            for (int kx = 0; kx < t.k; ++kx) {
-              const int64_t iy = oy * t.g.stride - t.g.pad_top + ky, ix = ox * t.g.stride - t.g.pad_left + kx;
-              if (iy < 0 || iy >= t.H || ix < 0 || ix >= t.W) continue;
-              for (int64_t ci = 0; ci < t.Ci; ++ci)
-                s += static_cast<double>(x[((n * t.H + iy) * t.W + ix) * t.Ci + ci]) *
-                     w[((co * t.Ci + ci) * t.k + ky) * t.k + kx];
-            }
-          y[((n * Ho + oy) * Wo + ox) * t.Co + co] = s;
-        }
-  return y;
-}
-
 TEST(Bf16Conv2d, MatchesReferenceOnEveryPathBitIdentically) {
   const ConvCase cases[] = {
       {"3x3 same, Ci=3 Co=5 (odd K)", 1, 7, 9, 3, 5, 3, Conv2dGeometry::same(3)},
@@ -230,8 +195,9 @@ TEST(Bf16Conv2d, MatchesReferenceOnEveryPathBitIdentically) {
     const Conv2dWeights cw = pack_conv2d(w.data(), bias.data(), t.Co, t.Ci, t.k, t.k, Precision::BF16);
     const int64_t Ho = conv2d_out_size(t.H, t.k, t.g.stride, t.g.pad_top, t.g.pad_bottom);
     const int64_t Wo = conv2d_out_size(t.W, t.k, t.g.stride, t.g.pad_left, t.g.pad_right);
-    const auto ref_rounded = ref_conv(t, rounded(x), rounded(w), bias, Ho, Wo);
-    const auto ref_f32 = ref_conv(t, x, w, bias, Ho, Wo);
+    const auto ref_rounded =
+        reference_conv2d(rounded(x), rounded(w), t.N, t.H, t.W, t.Ci, t.Co, t.k, t.g, bias.data());
+    const auto ref_f32 = reference_conv2d(x, w, t.N, t.H, t.W, t.Ci, t.Co, t.k, t.g, bias.data());
     std::vector<float> first;
     for (const Path& path : bf16_paths()) {
       ScopedKernelIsa scoped(path.isa, path.dot);

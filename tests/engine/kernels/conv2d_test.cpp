@@ -16,30 +16,6 @@ struct ConvCase {
   bool bias, residual;
 };
 
-// Naive double reference: NHWC input, OIHW weights.
-std::vector<double> ref_conv(const ConvCase& t, const std::vector<float>& x, const std::vector<float>& w,
-                             const float* bias, const float* res, int64_t Ho, int64_t Wo) {
-  std::vector<double> y(static_cast<size_t>(t.N * Ho * Wo * t.Co));
-  for (int64_t n = 0; n < t.N; ++n)
-    for (int64_t oy = 0; oy < Ho; ++oy)
-      for (int64_t ox = 0; ox < Wo; ++ox)
-        for (int64_t co = 0; co < t.Co; ++co) {
-          double s = bias ? bias[co] : 0.0;
-          for (int ky = 0; ky < t.k; ++ky)
-            for (int kx = 0; kx < t.k; ++kx) {
-              const int64_t iy = oy * t.g.stride - t.g.pad_top + ky, ix = ox * t.g.stride - t.g.pad_left + kx;
-              if (iy < 0 || iy >= t.H || ix < 0 || ix >= t.W) continue;
-              for (int64_t ci = 0; ci < t.Ci; ++ci)
-                s += static_cast<double>(x[((n * t.H + iy) * t.W + ix) * t.Ci + ci]) *
-                     w[((co * t.Ci + ci) * t.k + ky) * t.k + kx];
-            }
-          const int64_t o = ((n * Ho + oy) * Wo + ox) * t.Co + co;
-          if (res) s += res[o];
-          y[o] = s;
-        }
-  return y;
-}
-
 const ConvCase kCases[] = {
     {"3x3 same, Ci=3 Co=5", 1, 7, 9, 3, 5, 3, Conv2dGeometry::same(3), true, false},
     {"3x3 same, 37→37, batch 2, residual", 2, 6, 5, 37, 37, 3, Conv2dGeometry::same(3), true, true},
@@ -74,7 +50,8 @@ TEST(Conv2d, MatchesDoubleReferenceOnEveryIsa) {
       const Conv2dWeights cw = pack_conv2d(w.data(), t.bias ? bias.data() : nullptr, t.Co, t.Ci, t.k, t.k);
       std::vector<float> y(res.size(), NAN);
       conv2d_nhwc(x.data(), t.N, t.H, t.W, cw, t.g, y.data(), t.residual ? res.data() : nullptr);
-      const auto ref = ref_conv(t, x, w, t.bias ? bias.data() : nullptr, t.residual ? res.data() : nullptr, Ho, Wo);
+      const auto ref = reference_conv2d(x, w, t.N, t.H, t.W, t.Ci, t.Co, t.k, t.g,
+                                        t.bias ? bias.data() : nullptr, t.residual ? res.data() : nullptr);
       const double err = rel_error(y.data(), ref);
       EXPECT_LT(err, 1e-5) << isa_name(isa) << " " << t.name;
       std::printf("[conv %s] %-45s rel err %.3g\n", isa_name(isa).c_str(), t.name, err);

@@ -10,21 +10,6 @@ struct GemmCase {
   int64_t M, N, K;
 };
 
-// Reference in double: C = A·B (+bias +residual), B given K × N.
-std::vector<double> ref_gemm(const std::vector<float>& a, int64_t lda, const std::vector<float>& b, int64_t M,
-                             int64_t N, int64_t K, const float* bias, const float* res, int64_t ldr) {
-  std::vector<double> c(static_cast<size_t>(M * N));
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      double s = 0;
-      for (int64_t k = 0; k < K; ++k) s += static_cast<double>(a[i * lda + k]) * b[k * N + j];
-      if (bias) s += bias[j];
-      if (res) s += res[i * ldr + j];
-      c[i * N + j] = s;
-    }
-  return c;
-}
-
 const GemmCase kCases[] = {{1, 1, 1},    {1, 37, 5},    {3, 5, 37},     {2, 1280, 320}, {17, 33, 65},
                            {15, 32, 16}, {29, 64, 1000}, {100, 130, 300}, {77, 96, 769},  {131, 45, 3}};
 
@@ -49,7 +34,8 @@ TEST(Gemm, MatchesDoubleReferenceOnEveryIsa) {
           for (int64_t j = 0; j < t.N; ++j) packed_c[i * t.N + j] = c[i * ldc + j];
         for (int64_t i = 0; i < t.M; ++i)  // the padding columns of C are never touched
           for (int64_t j = t.N; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], 7.0f);
-        const double err = rel_error(packed_c.data(), ref_gemm(a, lda, b, t.M, t.N, t.K, nullptr, nullptr, 0));
+        const double err =
+            rel_error(packed_c.data(), reference_gemm(a, lda, b, t.M, t.N, t.K, nullptr, nullptr, 0));
         EXPECT_LT(err, 1e-5) << isa_name(isa) << " M=" << t.M << " N=" << t.N << " K=" << t.K;
         if (t.K == 1000 || t.K == 769)
           std::printf("[gemm %s] M=%lld N=%lld K=%lld transposed=%d rel err %.3g\n", isa_name(isa).c_str(),
@@ -75,14 +61,14 @@ TEST(Gemm, EpilogueBiasResidualAndAccumulate) {
       ep.residual = res.data();
       ep.ldr = ldr;
       gemm(a.data(), t.M, t.K, p, c.data(), t.N, ep);
-      auto ref = ref_gemm(a, t.K, b, t.M, t.N, t.K, bias.data(), res.data(), ldr);
+      auto ref = reference_gemm(a, t.K, b, t.M, t.N, t.K, bias.data(), res.data(), ldr);
       EXPECT_LT(rel_error(c.data(), ref), 1e-5) << isa_name(isa) << " bias+residual M=" << t.M;
 
       // accumulate: C += A·B on top of the previous result.
       Epilogue acc;
       acc.accumulate = true;
       gemm(a.data(), t.M, t.K, p, c.data(), t.N, acc);
-      auto plain = ref_gemm(a, t.K, b, t.M, t.N, t.K, nullptr, nullptr, 0);
+      auto plain = reference_gemm(a, t.K, b, t.M, t.N, t.K, nullptr, nullptr, 0);
       for (size_t i = 0; i < ref.size(); ++i) ref[i] += plain[i];
       EXPECT_LT(rel_error(c.data(), ref), 1e-5) << isa_name(isa) << " accumulate M=" << t.M;
     }
@@ -101,7 +87,7 @@ TEST(Gemm, AbtMatchesReference) {
         for (int64_t k = 0; k < t.K; ++k) b[k * t.N + n] = bt[n * ldb + k];
       std::vector<float> c(t.M * t.N);
       gemm_abt(a.data(), lda, bt.data(), ldb, c.data(), t.N, t.M, t.N, t.K);
-      EXPECT_LT(rel_error(c.data(), ref_gemm(a, lda, b, t.M, t.N, t.K, nullptr, nullptr, 0)), 1e-5)
+      EXPECT_LT(rel_error(c.data(), reference_gemm(a, lda, b, t.M, t.N, t.K, nullptr, nullptr, 0)), 1e-5)
           << isa_name(isa);
     }
   }

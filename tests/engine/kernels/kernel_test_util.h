@@ -14,6 +14,7 @@
 
 #include "core/cpu.h"
 #include "core/device.h"
+#include "kernels/conv2d.h"
 #include "kernels/isa.h"
 
 namespace octodiff::kernels::test {
@@ -76,6 +77,53 @@ inline void expect_thread_invariant(const std::string& label, const std::functio
     EXPECT_EQ(0, std::memcmp(r.data(), base.data(), r.size() * sizeof(float)))
         << label << ": result differs between 1 and " << threads << " threads";
   }
+}
+
+// C = A·B (+ bias[j] on every row, + residual) in double: A is M × K with row stride lda, B is
+// K × N row-major, the residual M × N with row stride ldr.
+inline std::vector<double> reference_gemm(const std::vector<float>& a, int64_t lda,
+                                          const std::vector<float>& b, int64_t M, int64_t N, int64_t K,
+                                          const float* bias = nullptr, const float* residual = nullptr,
+                                          int64_t ldr = 0) {
+  std::vector<double> c(static_cast<size_t>(M * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += static_cast<double>(a[i * lda + k]) * b[k * N + j];
+      if (bias) s += bias[j];
+      if (residual) s += residual[i * ldr + j];
+      c[i * N + j] = s;
+    }
+  return c;
+}
+
+// The convolution of an NHWC input (N × H × W × Ci) with an OIHW weight (Co × Ci × k × k) in
+// double, plus bias[co] and an NHWC residual shaped like the output (N × Ho × Wo × Co).
+inline std::vector<double> reference_conv2d(const std::vector<float>& x, const std::vector<float>& w,
+                                            int64_t N, int64_t H, int64_t W, int64_t Ci, int64_t Co, int k,
+                                            const Conv2dGeometry& g, const float* bias = nullptr,
+                                            const float* residual = nullptr) {
+  const int64_t Ho = conv2d_out_size(H, k, g.stride, g.pad_top, g.pad_bottom);
+  const int64_t Wo = conv2d_out_size(W, k, g.stride, g.pad_left, g.pad_right);
+  std::vector<double> y(static_cast<size_t>(N * Ho * Wo * Co));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t oy = 0; oy < Ho; ++oy)
+      for (int64_t ox = 0; ox < Wo; ++ox)
+        for (int64_t co = 0; co < Co; ++co) {
+          double s = bias ? bias[co] : 0.0;
+          for (int ky = 0; ky < k; ++ky)
+            for (int kx = 0; kx < k; ++kx) {
+              const int64_t iy = oy * g.stride - g.pad_top + ky, ix = ox * g.stride - g.pad_left + kx;
+              if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+              for (int64_t ci = 0; ci < Ci; ++ci)
+                s += static_cast<double>(x[((n * H + iy) * W + ix) * Ci + ci]) *
+                     w[((co * Ci + ci) * k + ky) * k + kx];
+            }
+          const int64_t o = ((n * Ho + oy) * Wo + ox) * Co + co;
+          if (residual) s += residual[o];
+          y[o] = s;
+        }
+  return y;
 }
 
 }  // namespace octodiff::kernels::test

@@ -27,28 +27,6 @@ const Case kCases[] = {
     {"400->64 (two K chunks)", 1, 5, 4, 400, 64, true, false},
 };
 
-std::vector<double> ref_conv3x3(const Case& t, const std::vector<float>& x, const std::vector<float>& w,
-                                const float* bias, const float* res) {
-  std::vector<double> y(static_cast<size_t>(t.N * t.H * t.W * t.Co));
-  for (int64_t n = 0; n < t.N; ++n)
-    for (int64_t oy = 0; oy < t.H; ++oy)
-      for (int64_t ox = 0; ox < t.W; ++ox)
-        for (int64_t co = 0; co < t.Co; ++co) {
-          double s = bias ? bias[co] : 0.0;
-          for (int ky = 0; ky < 3; ++ky)
-            for (int kx = 0; kx < 3; ++kx) {
-              const int64_t iy = oy - 1 + ky, ix = ox - 1 + kx;
-              if (iy < 0 || iy >= t.H || ix < 0 || ix >= t.W) continue;
-              for (int64_t ci = 0; ci < t.Ci; ++ci)
-                s += static_cast<double>(x[((n * t.H + iy) * t.W + ix) * t.Ci + ci]) * w[((co * t.Ci + ci) * 3 + ky) * 3 + kx];
-            }
-          const int64_t o = ((n * t.H + oy) * t.W + ox) * t.Co + co;
-          if (res) s += res[o];
-          y[o] = s;
-        }
-  return y;
-}
-
 struct Data {
   std::vector<float> x, w, bias, res;
   explicit Data(const Case& t)
@@ -73,7 +51,9 @@ TEST(Winograd, MatchesDoubleReferenceOnEveryIsa) {
                                            Precision::F32, ConvAlgorithm::Winograd);
       ASSERT_EQ(cw.packed.K(), 16 * t.Ci);
       const auto y = run(t, d, cw);
-      const auto ref = ref_conv3x3(t, d.x, d.w, t.bias ? d.bias.data() : nullptr, t.residual ? d.res.data() : nullptr);
+      const auto ref =
+          reference_conv2d(d.x, d.w, t.N, t.H, t.W, t.Ci, t.Co, 3, Conv2dGeometry::same(3),
+                           t.bias ? d.bias.data() : nullptr, t.residual ? d.res.data() : nullptr);
       const double err = rel_error(y.data(), ref);
       EXPECT_LT(err, 1e-5) << isa_name(isa) << " " << t.name;
       std::printf("[winograd %s] %-42s rel err %.3g\n", isa_name(isa).c_str(), t.name, err);
@@ -89,7 +69,8 @@ TEST(Winograd, Bf16MatchesReferenceOnEveryPathBitIdentically) {
                                            Precision::BF16, ConvAlgorithm::Winograd);
     const Conv2dWeights direct = pack_conv2d(d.w.data(), t.bias ? d.bias.data() : nullptr, t.Co, t.Ci, 3, 3,
                                              Precision::BF16, ConvAlgorithm::Direct);
-    const auto ref = ref_conv3x3(t, d.x, d.w, t.bias ? d.bias.data() : nullptr, t.residual ? d.res.data() : nullptr);
+    const auto ref = reference_conv2d(d.x, d.w, t.N, t.H, t.W, t.Ci, t.Co, 3, Conv2dGeometry::same(3),
+                                      t.bias ? d.bias.data() : nullptr, t.residual ? d.res.data() : nullptr);
     std::vector<float> first;
     for (const Path& path : paths) {
       ScopedKernelIsa scoped(path.isa, path.dot);
