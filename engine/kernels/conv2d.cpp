@@ -152,9 +152,13 @@ Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channel
     if (!winograd_supports(out_channels, in_channels, kh, kw))
       fail(cat("pack_conv2d: Winograd needs a 3x3 weight with channels in multiples of 16, not (", out_channels,
                ", ", in_channels, ", ", kh, ", ", kw, ")"));
-    const auto rows = detail::winograd_weight_rows(w, out_channels, in_channels);
-    cw.packed = pack_b(static_cast<const float*>(rows.get()), 16 * in_channels, out_channels, /*transposed=*/true,
-                       precision);
+    // Transformed one panel at a time into the packer's scratch, like the reorder below: the whole
+    // transformed weight (16/9 of the weight) was a fresh allocation per convolution.
+    auto rows = [w, in_channels](int64_t n0, int64_t n, float* scratch) -> const float* {
+      detail::winograd_weight_rows(w, in_channels, n0, n, scratch);
+      return scratch;
+    };
+    cw.packed = detail::pack_b_panels(16 * in_channels, out_channels, rows, precision);
     return cw;
   }
   // B[(ty·kw + tx)·Ci + ci][co] = w[co][ci][ty][tx]: W's row co reordered tap-major, one panel

@@ -224,27 +224,23 @@ class WinogradConv {
 
 }  // namespace
 
-std::shared_ptr<const void> winograd_weight_rows(const float* w, int64_t Co, int64_t Ci) {
+void winograd_weight_rows(const float* w, int64_t Ci, int64_t co0, int64_t n, float* dst) {
   // U = G g Gᵀ per (co, ci), in double, stored as pack_b's transposed input: row co, column
   // p·Ci + ci.
   static constexpr double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
-  auto storage = allocate_floats(Co * 16 * Ci);
-  float* rows = static_cast<float*>(const_cast<void*>(storage.get()));
-  parallel_for(Co, [&](int64_t c0, int64_t c1) {
-    for (int64_t co = c0; co < c1; ++co)
-      for (int64_t ci = 0; ci < Ci; ++ci) {
-        const float* g = w + (co * Ci + ci) * 9;
-        double gg[4][3];  // G g
-        for (int i = 0; i < 4; ++i)
-          for (int j = 0; j < 3; ++j) gg[i][j] = G[i][0] * g[j] + G[i][1] * g[3 + j] + G[i][2] * g[6 + j];
-        for (int i = 0; i < 4; ++i)
-          for (int j = 0; j < 4; ++j) {
-            const double u = gg[i][0] * G[j][0] + gg[i][1] * G[j][1] + gg[i][2] * G[j][2];
-            rows[co * 16 * Ci + (i * 4 + j) * Ci + ci] = static_cast<float>(u);
-          }
-      }
-  });
-  return storage;
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = dst + r * 16 * Ci;
+    for (int64_t ci = 0; ci < Ci; ++ci) {
+      const float* g = w + ((co0 + r) * Ci + ci) * 9;
+      double gg[4][3];  // G g
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 3; ++j) gg[i][j] = G[i][0] * g[j] + G[i][1] * g[3 + j] + G[i][2] * g[6 + j];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j)
+          row[(i * 4 + j) * Ci + ci] =
+              static_cast<float>(gg[i][0] * G[j][0] + gg[i][1] * G[j][1] + gg[i][2] * G[j][2]);
+    }
+  }
 }
 
 void conv2d_winograd(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w, float* y,

@@ -1,9 +1,13 @@
 // MappedFile::read_ahead: a checkpoint that is not in the page cache is read into it by the
-// file's own thread while the caller goes on.
-#include <fcntl.h>
-#include <unistd.h>
+// file's own thread while the caller goes on. MappedFile::release: a converted tensor's pages
+// leave the page cache.
+#include "io/files.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,7 +15,6 @@
 #include <thread>
 #include <vector>
 
-#include "io/files.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -92,4 +95,30 @@ TEST(MappedFile, ReadAheadStaysWithinItsLeadOfWhatWasUsed) {
 
   f.note_use(kBytes - kLead);  // the loader got there: the rest follows
   EXPECT_EQ(wait_for_progress(f, kBytes), kBytes);
+}
+
+// A released range leaves the page cache as well as the mapping (a first load reuses those pages
+// for the packed weights); the rest of the file stays. The range is aligned to 2 MiB: the page
+// cache may hold a file in folios of up to that size and drops only folios wholly inside it.
+TEST(MappedFile, ReleaseDropsThePagesFromThePageCache) {
+  constexpr size_t kBytes = 16u << 20, kPages = kBytes / 4096, kFrom = 2u << 20, kLen = 4u << 20;
+  const fs::path dir = test::temp_dir("files_release");
+  MappedFile f(cold_file(dir, kBytes));
+  volatile uint8_t sum = 0;
+  for (size_t i = 0; i < kBytes; i += 4096) sum = sum + f.data()[i];  // fault every page in
+  const size_t resident = f.resident_pages(0, kBytes);
+  std::printf("[release] %zu of %zu pages resident after reading\n", resident, kPages);
+  if (resident < kPages) GTEST_SKIP() << "the page cache did not keep the file while it was read";
+
+  f.release(kFrom, kLen);
+  const size_t front = f.resident_pages(0, kFrom), dropped = f.resident_pages(kFrom, kLen);
+  const size_t back = f.resident_pages(kFrom + kLen, kBytes - kFrom - kLen);
+  std::printf("[release] after: before the range %zu of %zu pages, in it %zu of %zu, after it %zu of %zu\n",
+              front, kFrom / 4096, dropped, kLen / 4096, back, (kBytes - kFrom - kLen) / 4096);
+  struct statfs fs_info {};
+  if (dropped > 0 && ::statfs(dir.c_str(), &fs_info) == 0 && fs_info.f_type == TMPFS_MAGIC)
+    GTEST_SKIP() << "tmpfs keeps a file's pages in memory: nothing to drop";
+  EXPECT_EQ(dropped, 0u) << "released pages are still in the page cache";
+  EXPECT_EQ(front, kFrom / 4096) << "pages before the range were dropped";
+  EXPECT_EQ(back, (kBytes - kFrom - kLen) / 4096) << "pages after the range were dropped";
 }
