@@ -77,14 +77,15 @@ void MappedFile::release(uint64_t offset, uint64_t bytes) const {
   const uint64_t begin = (offset + page - 1) / page * page;
   const uint64_t end = std::min(offset + bytes, size_) / page * page;
   if (end <= begin) return;
-  // Unmapping the pages leaves them in the page cache; dropping them from it too frees them at
-  // once, while the load still needs memory for the packed weights. Those allocations then reuse
-  // these pages instead of asking for fresh ones — on a VM whose host backs new guest memory on
-  // first touch, that was most of a first load's time (bf16 SD 1.5: the weight cache's writer
-  // no longer trails the load; f32: 2.7-3.5 s against 2.9-4.2 s; see bench/results/README.md).
-  // Dirty or otherwise mapped pages stay.
   ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_DONTNEED);
-  ::posix_fadvise(fd_, static_cast<off_t>(begin), static_cast<off_t>(end - begin), POSIX_FADV_DONTNEED);
+  // Unmapping leaves the pages in the page cache. A large tensor's are dropped from it too, which
+  // frees them at once, while the load still needs memory for the packed weights: those
+  // allocations then reuse these pages instead of asking for fresh ones (on a VM whose host backs
+  // new guest memory on first touch, that was much of a first load's time; see
+  // bench/results/README.md). Small tensors — biases and norms, which a load from the weight cache
+  // still reads from the checkpoint — stay cached for the next load. Dirty pages stay.
+  if (end - begin >= kDropFromPageCacheBytes)
+    ::posix_fadvise(fd_, static_cast<off_t>(begin), static_cast<off_t>(end - begin), POSIX_FADV_DONTNEED);
 }
 
 namespace {

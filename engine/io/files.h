@@ -22,9 +22,11 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
 
-  // Drops the whole pages of [offset, offset + bytes) from this mapping and from the page cache
-  // (they are re-read from the file if touched again). Loading calls this once a tensor has been
-  // converted, so a 4 GB checkpoint never sits in memory next to the converted weights.
+  // Drops the whole pages of [offset, offset + bytes) from this mapping and, when they are at
+  // least kDropFromPageCacheBytes, from the page cache (they are re-read from the file if touched
+  // again). Loading calls this once a tensor has been converted, so a 4 GB checkpoint never sits
+  // in memory next to the converted weights.
+  static constexpr uint64_t kDropFromPageCacheBytes = 1ull << 20;
   void release(uint64_t offset, uint64_t bytes) const;
 
   // Before [offset, offset + bytes) is read through the mapping: an octodiff::Error if the file
