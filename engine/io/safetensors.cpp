@@ -240,14 +240,18 @@ void f16_to_f32_n(const uint8_t* src, int64_t n, float* dst) {
 
 Tensor SafetensorsFile::to_f32(const TensorRecord& t) const {
   Tensor out = Tensor::empty(t.shape);
+  to_f32_into(t, out.data());
+  return out;
+}
+
+void SafetensorsFile::to_f32_into(const TensorRecord& t, float* dst) const {
   const uint8_t* src = bytes(t);
   const uint64_t at = static_cast<uint64_t>(src - map_->data());
   // Other dtypes are converted straight from the mapping: a file cut short since it was opened
   // is then an error here rather than a SIGBUS in the conversion.
   if (t.dtype != DType::F32) map_->check_still_holds(at, t.nbytes());
   map_->note_use(at + t.nbytes());  // for the read-ahead
-  const int64_t n = out.numel();
-  float* dst = out.data();
+  const int64_t n = t.numel();
   switch (t.dtype) {
     case DType::F32: {  // read, not copied from the mapping: see MappedFile::read
       // On every thread: one thread's copy out of the page cache ran at ~6 GB/s, and a 4 GB
@@ -278,7 +282,6 @@ Tensor SafetensorsFile::to_f32(const TensorRecord& t) const {
       fail("tensor '", t.name, "' in '", path_.string(), "' is ", dtype_name(t.dtype),
            ", expected a floating-point dtype (F32, F16, BF16)");
   }
-  return out;
 }
 
 std::vector<int64_t> SafetensorsFile::to_i64(const TensorRecord& t) const {

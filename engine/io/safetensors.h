@@ -59,6 +59,8 @@ class SafetensorsFile {
   // Converts F32/F16/BF16/F64 data to a float32 tensor. F32 tensors are copied (aligned).
   Tensor to_f32(const TensorRecord& t) const;
   Tensor to_f32(std::string_view name) const { return to_f32(get(name)); }
+  // The same conversion into dst (room for t.numel() floats).
+  void to_f32_into(const TensorRecord& t, float* dst) const;
   // Integer tensors (any integer dtype, or Bool) widened to int64.
   std::vector<int64_t> to_i64(const TensorRecord& t) const;
   std::vector<int64_t> to_i64(std::string_view name) const { return to_i64(get(name)); }

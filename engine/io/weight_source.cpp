@@ -1,5 +1,7 @@
 #include "io/weight_source.h"
 
+#include <cstring>
+
 #include "core/error.h"
 
 namespace octodiff {
@@ -47,6 +49,18 @@ Tensor WeightSource::take(const std::string& name, const Shape& expected) {
   if (t.shape() != expected)
     fail("internal: transform of '", name, "' gave ", shape_str(t.shape()));
   return t;
+}
+
+void WeightSource::take_into(const std::string& name, const Shape& expected, float* dst) {
+  claim(name, expected);
+  const Entry& e = entries_.find(name)->second;
+  if (e.transform || e.shape != expected || e.record->shape != expected) {
+    const Tensor t = take(name, expected);
+    std::memcpy(dst, t.data(), static_cast<size_t>(t.numel()) * sizeof(float));
+    return;
+  }
+  e.file->to_f32_into(*e.record, dst);
+  e.file->release(*e.record);
 }
 
 Tensor WeightSource::take_to_read(const std::string& name, const Shape& expected) {

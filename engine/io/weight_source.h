@@ -48,6 +48,9 @@ class WeightSource {
 
   // The tensor as float32, checked against `expected`; marks it taken.
   Tensor take(const std::string& name, const Shape& expected);
+  // As take(), converting straight into dst (room for the tensor's floats): for a tensor kept
+  // as it is in weight storage, without a temporary copy.
+  void take_into(const std::string& name, const Shape& expected, float* dst);
   // As take(), for a tensor only read, once, right away (packing): float32 data is then wrapped
   // where it lies in the file's mapping, not copied — writing to the result may fault. The
   // file's pages are dropped from memory when the tensor goes.

@@ -45,10 +45,9 @@ Tensor stored_tensor(WeightSource& w, const std::string& name, const Shape& shap
     std::shared_ptr<void> data = cache->next(bytes, tag);
     return Tensor::wrap(shape, static_cast<float*>(data.get()), data);
   }
-  Tensor t = w.take(name, shape);
-  if (!cache) return t;
+  if (!cache) return w.take(name, shape);
   std::shared_ptr<void> data = allocate_weight_bytes(bytes, tag);
-  std::memcpy(data.get(), t.data(), bytes);
+  w.take_into(name, shape, static_cast<float*>(data.get()));
   return Tensor::wrap(shape, static_cast<float*>(data.get()), data);
 }
 

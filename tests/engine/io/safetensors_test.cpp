@@ -301,3 +301,59 @@ TEST(Safetensors, AFileCutShortAfterOpeningIsAClearErrorThroughTheMappingToo) {
   expect_cut("float16", [&] { f->to_f32("h"); });
   expect_cut("float32 in place", [&] { w->take_to_read("b", {8192}); });
 }
+
+TEST(Safetensors, TakeIntoConvertsStraightIntoTheCallersStorage) {
+  // WeightSource::take_into (a kept tensor, e.g. the token embedding, written into weight
+  // storage): the same floats as take(), for float32 and float16, with no temporary tensor; a
+  // stored shape that needs a transform goes through take(); a wrong shape is refused.
+  auto dir = test::temp_dir("safetensors_take_into");
+  const fs::path p = dir / "w.safetensors";
+  write_safetensors(p, {{"a",
+                         DType::F32,
+                         {3, 5},
+                         [](uint8_t* dst, size_t n) {
+                           for (size_t i = 0; i < n; i += 4) {
+                             const float v = 0.25f * static_cast<float>(i / 4) - 1.0f;
+                             std::memcpy(dst + i, &v, 4);
+                           }
+                         }},
+                        {"h", DType::F16, {4, 4}, [](uint8_t* dst, size_t n) {
+                           for (size_t i = 0; i < n; i += 2) {
+                             const uint16_t v =
+                                 static_cast<uint16_t>(0x3c00 + 0x40 * (i / 2));  // 1, 1.0625, ...
+                             std::memcpy(dst + i, &v, 2);
+                           }
+                         }}});
+  auto w = weights_from_safetensors({p}, "the test file");
+  auto reference = weights_from_safetensors({p}, "the test file");
+  std::vector<float> a(15, -99.0f), h(16, -99.0f);
+  w->take_into("a", {3, 5}, a.data());
+  w->take_into("h", {4, 4}, h.data());
+  const Tensor ra = reference->take("a", {3, 5}), rh = reference->take("h", {4, 4});
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(a[i], ra[i]) << "a[" << i << "]";
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(h[i], rh[i]) << "h[" << i << "]";
+  EXPECT_EQ(a[14], 2.5f);
+  EXPECT_EQ(h[1], 1.0625f);
+
+  // A transform (here: the stored 4×4 read as 2×8) goes through take().
+  auto t = weights_from_safetensors({p}, "the test file");
+  WeightSource::Entry e;
+  e.file = SafetensorsFile::open(p);
+  e.record = &e.file->get("h");
+  e.shape = {2, 8};
+  e.transform = [](const Tensor& x) { return x.reshaped({2, 8}); };
+  e.origin = "h";
+  WeightSource reshaped("the reshaped file");
+  reshaped.add("h2", e);
+  std::vector<float> h2(16, -99.0f);
+  reshaped.take_into("h2", {2, 8}, h2.data());
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(h2[i], rh[i]) << "h2[" << i << "]";
+
+  try {
+    t->take_into("a", {5, 3}, a.data());
+    ADD_FAILURE() << "a wrong shape was accepted";
+  } catch (const Error& err) {
+    std::printf("[take_into, wrong shape] %s\n", err.what());
+    EXPECT_NE(std::string(err.what()).find("expected"), std::string::npos) << err.what();
+  }
+}
