@@ -77,6 +77,12 @@ void MappedFile::release(uint64_t offset, uint64_t bytes) const {
   const uint64_t begin = (offset + page - 1) / page * page;
   const uint64_t end = std::min(offset + bytes, size_) / page * page;
   if (end <= begin) return;
+  {
+    const std::lock_guard<std::mutex> lock(released_mu_);
+    if (released_.empty()) released_.resize((size_ + page - 1) / page);
+    std::fill(released_.begin() + static_cast<int64_t>(begin / page),
+              released_.begin() + static_cast<int64_t>(end / page), true);
+  }
   ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_DONTNEED);
   // Unmapping leaves the pages in the page cache. A large tensor's are dropped from it too, which
   // frees them at once, while the load still needs memory for the packed weights: those
@@ -122,18 +128,39 @@ uint64_t MappedFile::resident_pages(uint64_t offset, uint64_t bytes) const {
 
 void MappedFile::read_ahead_loop(uint64_t lead) const {
   // Plain reads, which wait for the disk, so that the thread stays just ahead of the loader
-  // (readahead(2) only queues the I/O, and measured cold loads gained little from it). Steps
-  // already in the page cache are skipped (mincore), so a warm file costs no copies.
+  // (readahead(2) only queues the I/O, and measured cold loads gained little from it). Pages
+  // already in the page cache, or released (used and dropped: a warm load's read-ahead otherwise
+  // read them back from the disk), are skipped, so a warm file costs no copies.
   constexpr uint64_t kStep = 4ull << 20;  // a multiple of the page size
-  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)), step_pages = kStep / page;
   std::vector<uint8_t> buf(kStep);
+  std::vector<unsigned char> in_core(step_pages);
   for (uint64_t off = 0; off < size_ && !closing_; off += kStep) {
     while (off >= used_up_to_.load() + lead && !closing_) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     if (closing_) break;
-    const uint64_t n = std::min(kStep, size_ - off);
-    const bool cached = resident_pages(off, n) == (n + page - 1) / page;
-    if (!cached && ::pread(fd_, buf.data(), n, static_cast<off_t>(off)) != static_cast<ssize_t>(n))
-      break;  // errors: the loader reports them
+    const uint64_t n = std::min(kStep, size_ - off), pages = (n + page - 1) / page;
+    if (::mincore(const_cast<uint8_t*>(data_) + off, n, in_core.data()) != 0)
+      std::fill(in_core.begin(), in_core.end(), 0);
+    {
+      const std::lock_guard<std::mutex> lock(released_mu_);
+      for (uint64_t i = 0; i < pages && !released_.empty(); ++i)
+        if (released_[off / page + i]) in_core[i] |= 1;
+    }
+    // Runs of pages still to read.
+    bool failed = false;
+    for (uint64_t i = 0; i < pages && !failed;) {
+      if (in_core[i] & 1) {
+        ++i;
+        continue;
+      }
+      uint64_t j = i;
+      while (j < pages && !(in_core[j] & 1)) ++j;
+      const uint64_t from = i * page, bytes = std::min(j * page, n) - from;
+      failed = ::pread(fd_, buf.data(), bytes, static_cast<off_t>(off + from)) != static_cast<ssize_t>(bytes);
+      read_ahead_bytes_ += bytes;
+      i = j;
+    }
+    if (failed) break;  // errors: the loader reports them
     read_ahead_done_ = off + n;
   }
 }

@@ -61,6 +61,8 @@ class MappedFile {
   // Bytes from the start of the file the read-ahead has brought in (read, or found in the page
   // cache) so far.
   uint64_t read_ahead_progress() const { return read_ahead_done_.load(); }
+  // Bytes the read-ahead has read from the file (pages neither in the page cache nor released).
+  uint64_t read_ahead_bytes_read() const { return read_ahead_bytes_.load(); }
 
  private:
   void read_ahead_loop(uint64_t lead) const;
@@ -74,6 +76,11 @@ class MappedFile {
   mutable std::atomic<bool> closing_{false};
   mutable std::atomic<uint64_t> used_up_to_{0};
   mutable std::atomic<uint64_t> read_ahead_done_{0};
+  mutable std::atomic<uint64_t> read_ahead_bytes_{0};
+  // Pages release() has let go: used, so the read-ahead does not read them back in (the loader
+  // takes tensors in model order, not file order, so it is often ahead of the read-ahead).
+  mutable std::mutex released_mu_;
+  mutable std::vector<bool> released_;
 };
 
 std::vector<uint8_t> read_file_bytes(const std::filesystem::path& path);
