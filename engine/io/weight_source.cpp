@@ -6,6 +6,17 @@
 
 namespace octodiff {
 
+namespace {
+
+// The stored tensor is the asked-for one as it lies (no transform, the same shape): it can be
+// read in place or converted straight into the caller's storage. (claim() has already checked the
+// entry's shape; this is about the record behind it.)
+bool stored_as_is(const WeightSource::Entry& e, const Shape& expected) {
+  return !e.transform && e.record->shape == expected;
+}
+
+}  // namespace
+
 void WeightSource::add(const std::string& name, Entry entry) {
   if (entries_.count(name))
     fail(description_, ": tensor '", name, "' is provided twice (", entries_[name].origin, " and ",
@@ -54,7 +65,7 @@ Tensor WeightSource::take(const std::string& name, const Shape& expected) {
 void WeightSource::take_into(const std::string& name, const Shape& expected, float* dst) {
   claim(name, expected);
   const Entry& e = entries_.find(name)->second;
-  if (e.transform || e.shape != expected || e.record->shape != expected) {
+  if (!stored_as_is(e, expected)) {
     const Tensor t = take(name, expected);
     std::memcpy(dst, t.data(), static_cast<size_t>(t.numel()) * sizeof(float));
     return;
@@ -66,7 +77,7 @@ void WeightSource::take_into(const std::string& name, const Shape& expected, flo
 Tensor WeightSource::take_to_read(const std::string& name, const Shape& expected) {
   claim(name, expected);
   const Entry& e = entries_.find(name)->second;
-  const float* data = e.transform || e.shape != expected ? nullptr : e.file->f32_in_place(*e.record);
+  const float* data = stored_as_is(e, expected) ? e.file->f32_in_place(*e.record) : nullptr;
   if (!data) return take(name, expected);
   std::shared_ptr<const void> pages(data, [file = e.file, record = e.record](const void*) { file->release(*record); });
   return Tensor::wrap(expected, const_cast<float*>(data), std::move(pages));
