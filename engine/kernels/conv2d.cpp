@@ -161,21 +161,9 @@ Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channel
     cw.packed = detail::pack_b_panels(16 * in_channels, out_channels, rows, precision);
     return cw;
   }
-  // B[(ty·kw + tx)·Ci + ci][co] = w[co][ci][ty][tx]: W's row co reordered tap-major, one panel
-  // of 32 rows at a time into the packer's scratch (which stays in cache), never the whole
-  // matrix (which cost a write and a read of every weight through memory).
-  const int64_t K = in_channels * kh * kw, taps = int64_t{kh} * kw;
-  auto rows = [w, K, taps, in_channels](int64_t n0, int64_t n, float* scratch) -> const float* {
-    if (taps == 1) return w + n0 * K;
-    for (int64_t j = 0; j < n; ++j) {
-      const float* src = w + (n0 + j) * K;  // [ci][tap]
-      float* dst = scratch + j * K;         // [tap][ci]
-      for (int64_t ci = 0; ci < in_channels; ++ci)
-        for (int64_t t = 0; t < taps; ++t) dst[t * in_channels + ci] = src[ci * taps + t];
-    }
-    return scratch;
-  };
-  cw.packed = detail::pack_b_panels(K, out_channels, rows, precision);
+  // B[(ty·kw + tx)·Ci + ci][co] = w[co][ci][ty][tx]: W's row co read tap-major.
+  const int64_t K = in_channels * kh * kw;
+  cw.packed = detail::pack_b_strided(K, out_channels, {w, K, in_channels, int64_t{kh} * kw}, precision);
   return cw;
 }
 

@@ -150,12 +150,48 @@ PackedMatrix pack_b_panels(int64_t K, int64_t N, const PanelRows& rows, Precisio
   return p;
 }
 
+PackedMatrix pack_b_strided(int64_t K, int64_t N, const StridedRows& b, Precision precision) {
+  if (b.row_stride != b.groups * b.taps || K != b.groups * b.taps)
+    fail(cat("internal: pack_b_strided: ", K, " rows from ", b.groups, " groups of ", b.taps, " with stride ",
+             b.row_stride));
+  // On AVX-512: bf16 weights, and float32 conv weights, which the row-wise packers reorder
+  // through a scratch bigger than L2 first (a full-size model's first load halved its packing
+  // time). Float32 torch weights are packed no faster by it than by 8×8 transposes.
+  if (kernel_isa() == Isa::Avx512 && panel_avx512_reads(b) && (precision == Precision::BF16 || b.taps > 1)) {
+    PackedMatrix p = allocate_packed(K, N, precision, /*weight=*/true);
+    parallel_for((N + kPanel - 1) / kPanel, [&](int64_t p0, int64_t p1) {
+      for (int64_t pi = p0; pi < p1; ++pi) {
+        const int64_t n0 = pi * kPanel, w = std::min<int64_t>(kPanel, N - n0);
+        if (precision == Precision::BF16)
+          pack_bf16_panel_avx512(b, n0, w, K, p.mutable_bf16_data() + pi * bf16_pairs(K) * kPairRow);
+        else
+          pack_f32_panel_avx512(b, n0, w, K, p.mutable_data() + pi * K * kPanel);
+      }
+    });
+    return p;
+  }
+  if (b.taps == 1)
+    return pack_b_panels(
+        K, N, [b](int64_t n0, int64_t, float*) { return b.w + n0 * b.row_stride; }, precision);
+  // Each row reordered tap-major into the packer's scratch, one panel of rows at a time.
+  return pack_b_panels(
+      K, N,
+      [b](int64_t n0, int64_t n, float* scratch) -> const float* {
+        for (int64_t j = 0; j < n; ++j) {
+          const float* src = b.w + (n0 + j) * b.row_stride;  // [group][tap]
+          float* dst = scratch + j * b.row_stride;           // [tap][group]
+          for (int64_t g = 0; g < b.groups; ++g)
+            for (int64_t t = 0; t < b.taps; ++t) dst[t * b.groups + g] = src[g * b.taps + t];
+        }
+        return scratch;
+      },
+      precision);
+}
+
 }  // namespace detail
 
 PackedMatrix pack_b(const float* b, int64_t K, int64_t N, bool transposed, Precision precision) {
-  if (transposed)
-    return detail::pack_b_panels(
-        K, N, [b, K](int64_t n0, int64_t, float*) { return b + n0 * K; }, precision);
+  if (transposed) return detail::pack_b_strided(K, N, {b, K, K, 1}, precision);
   PackedMatrix p = allocate_packed(K, N, precision, /*weight=*/true);
   if (precision == Precision::BF16)
     detail::pack_bf16(b, K, N, p.mutable_bf16_data());

@@ -177,6 +177,7 @@ void pack_bf16_panels(int64_t K, int64_t N, const PanelRows& rows, uint16_t* dst
   constexpr int64_t kBlock = 128;  // k per block: even, so blocks start on a pair
   const int64_t panels = (N + kPanel - 1) / kPanel, pairs = bf16_pairs(K);
   const ToBf16Fn convert = to_bf16_fn(kernel_isa(), /*dot=*/false);
+  const bool avx512 = kernel_isa() == Isa::Avx512;
   parallel_for(panels, [&](int64_t p0, int64_t p1) {
     thread_local ThreadBuffer scratch;
     alignas(64) uint16_t tile[kPanel * kBlock];
@@ -184,6 +185,10 @@ void pack_bf16_panels(int64_t K, int64_t N, const PanelRows& rows, uint16_t* dst
     for (int64_t pi = p0; pi < p1; ++pi) {
       const int64_t n0 = pi * kPanel, w = std::min<int64_t>(kPanel, N - n0);
       const float* b = rows(n0, w, scratch.get<float>(kPanel * K));
+      if (avx512) {
+        pack_bf16_panel_avx512({b, K, K, 1}, 0, w, K, dst + pi * pairs * kPairRow);
+        continue;
+      }
       uint32_t* panel = reinterpret_cast<uint32_t*>(dst + pi * pairs * kPairRow);
       for (int64_t k0 = 0; k0 < K; k0 += kBlock) {
         const int64_t kn = std::min(kBlock, K - k0), qn = (kn + 1) / 2;

@@ -43,6 +43,20 @@ inline int64_t bf16_pairs(int64_t K) {
 using PanelRows = std::function<const float*(int64_t n0, int64_t w, float* scratch)>;
 // pack_b for a transposed B given panel by panel.
 PackedMatrix pack_b_panels(int64_t K, int64_t N, const PanelRows& rows, Precision precision);
+// A transposed B read where it lies: element (k, n) at w[n·row_stride + (k mod groups)·taps +
+// k div groups] — a torch weight (taps = 1, groups ≥ K), or a conv weight [co][ci][tap] read
+// tap-major (groups = Ci, taps = kh·kw, row_stride = Ci·taps).
+struct StridedRows {
+  const float* w = nullptr;
+  int64_t row_stride = 0, groups = 0, taps = 1;
+};
+PackedMatrix pack_b_strided(int64_t K, int64_t N, const StridedRows& b, Precision precision);
+// One panel (rows n0 … n0+w−1, w ≤ kPanel) into its zeroed place in the layout above, on AVX-512,
+// for a B that panel_avx512_reads: a torch weight, or a conv weight with groups in multiples of
+// 16 and at most 16 taps (the float32 one: only such conv weights).
+bool panel_avx512_reads(const StridedRows& b);
+void pack_f32_panel_avx512(const StridedRows& b, int64_t n0, int64_t w, int64_t K, float* panel);
+void pack_bf16_panel_avx512(const StridedRows& b, int64_t n0, int64_t w, int64_t K, uint16_t* panel);
 // Packs a K × N row-major b, or a transposed B panel by panel, into the bf16 layout at dst
 // (zeroed, allocate_packed's size).
 void pack_bf16(const float* b, int64_t K, int64_t N, uint16_t* dst);

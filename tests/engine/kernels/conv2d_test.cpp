@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "kernel_test_util.h"
 
 namespace octodiff::kernels::test {
@@ -75,30 +76,45 @@ TEST(Conv2d, BitIdenticalForAnyThreadCount) {
   }
 }
 
-// The direct convolution's weight, reordered tap-major one panel at a time as it is packed, is
-// byte for byte the packing of the whole reordered matrix B[(ty·kw + tx)·Ci + ci][co], in both
-// precisions: several panels with a partial last one, 1×1 and non-square kernels.
+// The direct convolution's weight, read tap-major as it is packed (row by row through a scratch,
+// or on AVX-512 in 16×16 blocks for channels in multiples of 16), is byte for byte the
+// element-by-element packing of the reordered matrix B[(ty·kw + tx)·Ci + ci][co], in both
+// precisions and on every ISA: several panels with a partial last one, channels in and not in
+// multiples of 16, 1×1, non-square and more than 16 taps, and NaN, infinities, subnormals and
+// rounding ties among the values.
 TEST(Conv2d, PackedWeightIsTheReorderedMatrixPacked) {
   struct Shape {
     int64_t co, ci;
     int kh, kw;
   };
-  for (const Shape& t : {Shape{33, 5, 3, 3}, Shape{80, 130, 3, 3}, Shape{17, 70, 1, 1}, Shape{20, 3, 2, 5}}) {
-    const int64_t taps = int64_t{t.kh} * t.kw, K = t.ci * taps;
-    const auto w = random_vec(t.co * K, 21);
-    std::vector<float> bt(w.size());  // Co rows of K, tap-major
-    for (int64_t co = 0; co < t.co; ++co)
-      for (int64_t tap = 0; tap < taps; ++tap)
-        for (int64_t ci = 0; ci < t.ci; ++ci) bt[co * K + tap * t.ci + ci] = w[(co * t.ci + ci) * taps + tap];
-    for (Precision precision : {Precision::F32, Precision::BF16}) {
-      const Conv2dWeights cw =
-          pack_conv2d(w.data(), nullptr, t.co, t.ci, t.kh, t.kw, precision, ConvAlgorithm::Direct);
-      const PackedMatrix want = pack_b(bt.data(), K, t.co, /*transposed=*/true, precision);
-      ASSERT_EQ(cw.packed.bytes(), want.bytes());
-      const void* g = precision == Precision::BF16 ? static_cast<const void*>(cw.packed.bf16_data()) : cw.packed.data();
-      const void* e = precision == Precision::BF16 ? static_cast<const void*>(want.bf16_data()) : want.data();
-      EXPECT_EQ(std::memcmp(g, e, want.bytes()), 0)
-          << precision_name(precision) << " " << t.co << "x" << t.ci << "x" << t.kh << "x" << t.kw;
+  const Shape shapes[] = {{33, 5, 3, 3},  {80, 130, 3, 3}, {17, 70, 1, 1}, {20, 3, 2, 5},
+                          {64, 48, 3, 3}, {40, 32, 3, 3},  {36, 16, 2, 2}, {33, 32, 5, 5}};
+  const uint32_t specials[] = {0x7fc00000u, 0xff800000u, 0x7f800000u, 0x00000001u,
+                               0x807fffffu, 0x3f808000u, 0x3f818000u, 0x7f800001u};
+  for (Isa isa : available_isas()) {
+    ScopedKernelIsa scoped(isa);
+    for (const Shape& t : shapes) {
+      const int64_t taps = int64_t{t.kh} * t.kw, K = t.ci * taps;
+      auto w = random_vec(t.co * K, 21, -3.0f, 3.0f);
+      for (size_t i = 0; i < w.size(); i += 7) w[i] = bits_to_f32(specials[(i / 7) % 8]);
+      std::vector<float> b(w.size());  // K × Co, tap-major rows
+      for (int64_t co = 0; co < t.co; ++co)
+        for (int64_t tap = 0; tap < taps; ++tap)
+          for (int64_t ci = 0; ci < t.ci; ++ci)
+            b[(tap * t.ci + ci) * t.co + co] = w[(co * t.ci + ci) * taps + tap];
+      for (Precision precision : {Precision::F32, Precision::BF16}) {
+        const Conv2dWeights cw =
+            pack_conv2d(w.data(), nullptr, t.co, t.ci, t.kh, t.kw, precision, ConvAlgorithm::Direct);
+        const PackedMatrix want = pack_b(b.data(), K, t.co, /*transposed=*/false, precision);
+        ASSERT_EQ(cw.packed.bytes(), want.bytes());
+        const void* g =
+            precision == Precision::BF16 ? static_cast<const void*>(cw.packed.bf16_data()) : cw.packed.data();
+        const void* e =
+            precision == Precision::BF16 ? static_cast<const void*>(want.bf16_data()) : want.data();
+        EXPECT_EQ(std::memcmp(g, e, want.bytes()), 0)
+            << isa_name(isa) << " " << precision_name(precision) << " " << t.co << "x" << t.ci << "x" << t.kh
+            << "x" << t.kw;
+      }
     }
   }
 }

@@ -1,0 +1,20 @@
+// float32 → bf16 rounding on AVX-512 vectors, shared by the *_avx512.cpp files (only they are
+// compiled with AVX-512 enabled; nothing else may include this header).
+#pragma once
+
+#include <immintrin.h>
+
+namespace octodiff::kernels::detail {
+
+// Round to nearest even on the bit patterns, as f32_to_bf16: NaNs stay (quiet) NaNs.
+inline __m256i round_to_bf16(__m512i v) {
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(v, 16), _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(v, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(v, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                _mm512_set1_epi32(0x7F800000));
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(v, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
+}
+
+}  // namespace octodiff::kernels::detail
