@@ -44,7 +44,7 @@ using PanelRows = std::function<const float*(int64_t n0, int64_t w, float* scrat
 // pack_b for a transposed B given panel by panel.
 PackedMatrix pack_b_panels(int64_t K, int64_t N, const PanelRows& rows, Precision precision);
 // A transposed B read where it lies: element (k, n) at w[n·row_stride + (k mod groups)·taps +
-// k div groups] — a torch weight (taps = 1, groups ≥ K), or a conv weight [co][ci][tap] read
+// k div groups] — a torch weight (taps = 1, groups = K), or a conv weight [co][ci][tap] read
 // tap-major (groups = Ci, taps = kh·kw, row_stride = Ci·taps).
 struct StridedRows {
   const float* w = nullptr;
