@@ -110,15 +110,21 @@ void pack_f32(const float* b, int64_t K, int64_t N, float* dst) {
 }
 
 // In blocks of kPackRows rows (a whole 1.5 MB panel per column would not stay in L1), by 8×8
-// transposes in registers (3x faster than element by element); edges element by element.
+// transposes in registers (3x faster than element by element); edges element by element. On
+// AVX-512, by pack_f32_panel_avx512 instead.
 void pack_f32_panels(int64_t K, int64_t N, const detail::PanelRows& rows, float* dst) {
   const int64_t panels = (N + kPanel - 1) / kPanel;
+  const bool avx512 = kernel_isa() == Isa::Avx512;
   parallel_for(panels, [&](int64_t p0, int64_t p1) {
     thread_local detail::ThreadBuffer scratch;
     for (int64_t pi = p0; pi < p1; ++pi) {
       const int64_t n0 = pi * kPanel, w = std::min<int64_t>(kPanel, N - n0), w8 = w / 8 * 8;
       const float* b = rows(n0, w, scratch.get<float>(kPanel * K));
       float* panel = dst + pi * K * kPanel;
+      if (avx512) {
+        detail::pack_f32_panel_avx512({b, K, K, 1}, 0, w, K, panel);
+        continue;
+      }
       for (int64_t k0 = 0; k0 < K; k0 += kPackRows) {
         const int64_t k1 = std::min(K, k0 + kPackRows), k8 = k0 + (k1 - k0) / 8 * 8;
         for (int64_t j0 = 0; j0 < w8; j0 += 8)
@@ -154,10 +160,10 @@ PackedMatrix pack_b_strided(int64_t K, int64_t N, const StridedRows& b, Precisio
   if (b.row_stride != b.groups * b.taps || K != b.groups * b.taps)
     fail(cat("internal: pack_b_strided: ", K, " rows from ", b.groups, " groups of ", b.taps, " with stride ",
              b.row_stride));
-  // On AVX-512: bf16 weights, and float32 conv weights, which the row-wise packers reorder
-  // through a scratch bigger than L2 first (1.1–3× faster in octodiff-kernel-bench's
-  // BM_PackWeight*). Float32 torch weights are packed no faster by it than by 8×8 transposes.
-  if (kernel_isa() == Isa::Avx512 && panel_avx512_reads(b) && (precision == Precision::BF16 || b.taps > 1)) {
+  // On AVX-512, one panel at a time in registers (pack_avx512.cpp; 1.3–3× faster in
+  // octodiff-kernel-bench's BM_PackWeight*): the row-wise packers reorder a conv weight through
+  // a scratch bigger than L2 first.
+  if (kernel_isa() == Isa::Avx512 && panel_avx512_reads(b)) {
     PackedMatrix p = allocate_packed(K, N, precision, /*weight=*/true);
     parallel_for((N + kPanel - 1) / kPanel, [&](int64_t p0, int64_t p1) {
       for (int64_t pi = p0; pi < p1; ++pi) {

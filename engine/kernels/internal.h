@@ -53,7 +53,7 @@ struct StridedRows {
 PackedMatrix pack_b_strided(int64_t K, int64_t N, const StridedRows& b, Precision precision);
 // One panel (rows n0 … n0+w−1, w ≤ kPanel) into its zeroed place in the layout above, on AVX-512,
 // for a B that panel_avx512_reads: a torch weight, or a conv weight with groups in multiples of
-// 16 and at most 16 taps (the float32 one: only such conv weights).
+// 16 and at most 16 taps.
 bool panel_avx512_reads(const StridedRows& b);
 void pack_f32_panel_avx512(const StridedRows& b, int64_t n0, int64_t w, int64_t K, float* panel);
 void pack_bf16_panel_avx512(const StridedRows& b, int64_t n0, int64_t w, int64_t K, uint16_t* panel);

@@ -1,16 +1,18 @@
 // Weight packing on AVX-512, one panel (32 rows of a transposed B) at a time, 16 k at a time:
 // each row's 16 values are read where they lie (for a conv weight, read tap-major, through a
 // 16×16 transpose of the row's values: neighbouring k are `taps` floats apart), rounded for bf16
-// if asked, and 16×16 blocks of 32-bit words are transposed in registers into the panel.
+// if asked, and 16×16 blocks of 32-bit words are transposed in registers into the panel, with
+// non-temporal stores: a packed weight is fresh memory that nothing reads soon, and a normal
+// store first read every line from memory (a warm full-size first load's median went from 1.72
+// to 1.46 s in bf16 and from 1.91 to 1.67 s in f32 with them).
 // The generic packers reorder a conv weight row by row into a scratch bigger than L2, then round
 // it and transpose it word by word. Measured with octodiff-kernel-bench's BM_PackWeight* (the
-// generic path under OCTODIFF_ISA=avx2): a 1280×1280×3×3 weight packs as bf16 in 8.2 ms instead
-// of 10.8, a 320×320×3×3 one in 0.17 ms instead of 0.54, a 10240×1280 torch weight in 5.1 ms
-// instead of 8.0. The bytes are the generic packers' (tests: PackB.*,
-// Conv2d.PackedWeightIsTheReorderedMatrixPacked).
+// generic path under OCTODIFF_ISA=avx2 in brackets): a 1280×1280×3×3 weight packs in 5.9–8.0 ms
+// in bf16 (9.6) and 6.1–8.1 ms in f32 (10.2), a 320×320×3×3 one in 0.16 ms (0.41) and 0.18 ms
+// (0.29), a 10240×1280 torch weight in 4.2–5.1 ms (7.8) and 5.3 ms (6.9). The bytes are the
+// generic packers' (tests: PackB.*, Conv2d.PackedWeightIsTheReorderedMatrixPacked).
 #include <immintrin.h>
 
-#include "core/error.h"
 #include "core/half.h"
 #include "kernels/bf16_avx512.h"
 #include "kernels/internal.h"
@@ -104,17 +106,19 @@ bool panel_avx512_reads(const StridedRows& b) {
 }
 
 void pack_f32_panel_avx512(const StridedRows& b, int64_t n0, int64_t w, int64_t K, float* panel) {
-  if (b.taps == 1 || b.groups % 16 != 0 || K != b.groups * b.taps)
-    fail("internal: pack_f32_panel_avx512 packs conv weights with groups in multiples of 16");
   PanelReader in(b, n0, w);
   in.for_each_block([&](int64_t k0) {
     for (int h = 0; h < 2; ++h) {  // rows 16h … 16h+15 of the panel
       __m512i z[16];
       for (int j = 0; j < 16; ++j) z[j] = in.row16(16 * h + j);
       transpose16x16(z);
-      for (int c = 0; c < 16; ++c) _mm512_store_si512(panel + (k0 + c) * kPanel + 16 * h, z[c]);
+      for (int c = 0; c < 16; ++c)
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(panel + (k0 + c) * kPanel + 16 * h), z[c]);
     }
   });
+  _mm_sfence();
+  for (int64_t j = 0; j < w; ++j)
+    for (int64_t k = in.tail_begin(K); k < K; ++k) panel[k * kPanel + j] = in.at(j, k);
 }
 
 // A row's 16 values rounded are 8 words (pairs of k); rows j and j+16 share a vector, so one
@@ -129,10 +133,11 @@ void pack_bf16_panel_avx512(const StridedRows& b, int64_t n0, int64_t w, int64_t
     transpose16x16(z);
     uint16_t* out = panel + (k0 / 2) * kPairRow;
     for (int q = 0; q < 8; ++q) {
-      _mm512_store_si512(out + q * kPairRow, z[q]);
-      _mm512_store_si512(out + q * kPairRow + kPairRow / 2, z[8 + q]);
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(out + q * kPairRow), z[q]);
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(out + q * kPairRow + kPairRow / 2), z[8 + q]);
     }
   });
+  _mm_sfence();
   for (int64_t j = 0; j < w; ++j)
     for (int64_t k = in.tail_begin(K); k < K; ++k)
       panel[(k / 2) * kPairRow + 2 * j + k % 2] = f32_to_bf16(in.at(j, k));
