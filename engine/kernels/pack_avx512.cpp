@@ -50,7 +50,7 @@ inline void transpose16x16(__m512i r[16]) {
 // is read one block of 16 groups at a time for all its taps (they lie in the same cache lines):
 // each row's 16 groups × taps values are loaded as 16 vectors and transposed into one vector
 // per tap. Tap by tap instead, a panel's 1.5 MB of rows was read from memory 9 times, and
-// gathering the 16 values of a tap took twice as long as this.
+// gathering a tap's 16 values (vpgatherdd) was slower: 11 ms against 8–9 ms for 1280×1280×3×3.
 class PanelReader {
  public:
   // 32 rows are read side by side, more streams than the hardware prefetcher follows: a line
