@@ -4,16 +4,23 @@
 // and batch 1, the VAE decode, achieved GFLOP/s from the analytic FLOP count of each network and
 // the fraction of the measured peak (measured at start-up and again at the end; the larger
 // counts), and peak RSS. Timings are medians of --repeats runs.
+//
+// --first-load warm|cold makes the load a first one (weights packed from the checkpoint into an
+// empty weight-cache folder), so that "compile including weight packing" is measured: warm reads
+// the checkpoint into the page cache first (the packing alone is timed), cold drops it from the
+// page cache first and times a plain read of it too (what the disk alone needs).
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <functional>
-#include <vector>
-
 #include <fstream>
+#include <functional>
+#include <optional>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -40,7 +47,8 @@ struct Options {
   fs::path model;
   int threads = 0, devices = 1, height = 512, width = 512, repeats = 2, steps = 1;
   std::string dtype = "f32";
-  bool json = false, skip_pipeline = false, skip_vae = false;
+  std::string first_load;  // "", "warm" or "cold"
+  bool json = false, skip_pipeline = false, skip_vae = false, load_only = false;
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -48,8 +56,11 @@ struct Options {
                "octodiff-bench: %s\n"
                "usage: octodiff-bench [--model PATH] [--threads N] [--devices D] [--height H --width W]\n"
                "                      [--dtype f32|bf16] [--repeats N] [--steps S] [--skip-pipeline]\n"
-               "                      [--skip-vae] [--json]\n"
-               "  default model: a random full-size SD 1.5 in $OCTODIFF_CACHE_DIR/models (made when absent)\n",
+               "                      [--skip-vae] [--first-load warm|cold] [--load-only] [--json]\n"
+               "  default model: a random full-size SD 1.5 in $OCTODIFF_CACHE_DIR/models (made when absent)\n"
+               "  --first-load: pack the weights afresh (empty weight cache); warm: the checkpoint is read\n"
+               "                into the page cache first, cold: it is dropped from the page cache first\n"
+               "  --load-only:  stop after the load (and the weight cache's write)\n",
                msg.c_str());
   std::exit(2);
 }
@@ -74,7 +85,11 @@ Options parse(int argc, char** argv) {
       else if (a == "--json") o.json = true;
       else if (a == "--skip-pipeline") o.skip_pipeline = true;
       else if (a == "--skip-vae") o.skip_vae = true;
-      else usage_error("unknown option " + a);
+      else if (a == "--load-only") o.load_only = true;
+      else if (a == "--first-load") {
+        o.first_load = value();
+        if (o.first_load != "warm" && o.first_load != "cold") usage_error("--first-load takes warm or cold");
+      } else usage_error("unknown option " + a);
     } catch (const std::invalid_argument&) {
       usage_error("option " + a + " expects a number");
     }
@@ -106,19 +121,24 @@ Tensor pseudo_random(Shape shape, uint32_t seed) {
   return t;
 }
 
-// The fraction of the model's .safetensors bytes in the page cache (mincore), so that a first load's
-// time can be read as warm or cold: on a VM that pages out what it has not touched for a while, a
-// checkpoint read minutes ago may be back on disk.
-double page_cache_fraction(const fs::path& model) {
+// The model's .safetensors files (a single file, or every one under a diffusers folder).
+std::vector<fs::path> checkpoint_files(const fs::path& model) {
   std::vector<fs::path> files;
   if (fs::is_regular_file(model)) files.push_back(model);
   std::error_code ec;
   if (fs::is_directory(model))
     for (const auto& e : fs::recursive_directory_iterator(model, ec))
       if (e.is_regular_file() && e.path().extension() == ".safetensors") files.push_back(e.path());
+  return files;
+}
+
+// The fraction of the model's .safetensors bytes in the page cache (mincore), so that a first load's
+// time can be read as warm or cold: on a VM that pages out what it has not touched for a while, a
+// checkpoint read minutes ago may be back on disk.
+double page_cache_fraction(const fs::path& model) {
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   uint64_t pages = 0, resident = 0;
-  for (const auto& f : files) {
+  for (const auto& f : checkpoint_files(model)) {
     try {
       const MappedFile m(f);
       pages += (m.size() + page - 1) / page;
@@ -129,6 +149,55 @@ double page_cache_fraction(const fs::path& model) {
   return pages ? static_cast<double>(resident) / static_cast<double>(pages) : 0.0;
 }
 
+// Drops the checkpoint's pages from the page cache (they are clean and unmapped, so the kernel
+// lets them go without privileges): the next read comes from the disk.
+void drop_from_page_cache(const fs::path& model) {
+  for (const auto& f : checkpoint_files(model)) {
+    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;  // unreadable: the load reports it
+    ::fdatasync(fd);  // a model just written has dirty pages, which DONTNEED would keep
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
+// Reads every checkpoint file front to back (into the page cache); returns the bytes read.
+uint64_t read_checkpoint(const fs::path& model) {
+  std::vector<char> buf(8u << 20);
+  uint64_t total = 0;
+  for (const auto& f : checkpoint_files(model)) {
+    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail("cannot open '", f.string(), "'");
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    for (;;) {
+      const ssize_t n = ::read(fd, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        ::close(fd);
+        fail("cannot read '", f.string(), "'");
+      }
+      if (n == 0) break;
+      total += static_cast<uint64_t>(n);
+    }
+    ::close(fd);
+  }
+  return total;
+}
+
+// An empty weight-cache folder for a first load, removed (with the cache it received) at exit.
+struct ScratchWeightCache {
+  fs::path dir;
+  ScratchWeightCache() : dir(octodiff_cache_dir() / cat("bench-first-load-", ::getpid())) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    fs::create_directories(dir);
+  }
+  ~ScratchWeightCache() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
 fs::path default_model() {
   fs::path dir = octodiff_cache_dir() / "models" / "sd15-random-f32";
   if (fs::exists(dir / "model_index.json")) return dir;
@@ -137,6 +206,21 @@ fs::path default_model() {
   if (run_make_random_model({"--arch", "sd15", "--layout", "diffusers", "--out", dir.string()}) != 0)
     fail("could not write the random model");
   return dir;
+}
+
+void print_load(const nlohmann::json& j) {
+  if (j.contains("checkpoint_read_seconds"))
+    std::printf("checkpoint read (%s, %.0f %% in the page cache before): %.2f GB in %.2f s = %.2f GB/s\n",
+                j["first_load"].get<std::string>() == "cold" ? "from the disk" : "into the page cache",
+                100.0 * j["checkpoint_cached_fraction_before_read"].get<double>(), j["checkpoint_bytes"].get<double>() / 1e9,
+                j["checkpoint_read_seconds"].get<double>(), j["checkpoint_read_gb_per_s"].get<double>());
+  if (j["load_from_cache"].get<bool>())
+    std::printf("model load: %.2f s (packed weights mapped from the weight cache)\n", j["load_seconds"].get<double>());
+  else
+    std::printf("model load: %.2f s (weights read and packed; %.0f %% of the checkpoint was in the page cache), "
+                "then %.2f s more writing the weight cache\n",
+                j["load_seconds"].get<double>(), 100.0 * j["checkpoint_cached_fraction_before_load"].get<double>(),
+                j["weight_cache_write_seconds"].get<double>());
 }
 
 }  // namespace
@@ -158,10 +242,27 @@ int main(int argc, char** argv) {
     const double bf16_peak_start = bench::measure_bf16_peak_gflops(threads);
 
     const fs::path model_path = o.model.empty() ? default_model() : o.model;
-    j["checkpoint_cached_fraction_before_load"] = page_cache_fraction(model_path);
-    auto t0 = Clock::now();
     ModelLoadOptions load_options;
     load_options.dtype = dtype;  // UNet and VAE weights packed as bf16 for --dtype bf16
+    std::optional<ScratchWeightCache> scratch_cache;
+    j["first_load"] = o.first_load.empty() ? "no" : o.first_load;
+    if (!o.first_load.empty()) {
+      scratch_cache.emplace();
+      load_options.weight_cache_dir = scratch_cache->dir;
+      // The checkpoint's read alone, timed: from the disk (cold, then dropped again so that the
+      // load reads it from the disk too) or from the page cache (warm, where it stays for the load).
+      if (o.first_load == "cold") drop_from_page_cache(model_path);
+      j["checkpoint_cached_fraction_before_read"] = page_cache_fraction(model_path);
+      const auto r0 = Clock::now();
+      const uint64_t bytes = read_checkpoint(model_path);
+      const double read_s = std::chrono::duration<double>(Clock::now() - r0).count();
+      j["checkpoint_bytes"] = bytes;
+      j["checkpoint_read_seconds"] = read_s;
+      j["checkpoint_read_gb_per_s"] = bytes / 1e9 / read_s;
+      if (o.first_load == "cold") drop_from_page_cache(model_path);
+    }
+    j["checkpoint_cached_fraction_before_load"] = page_cache_fraction(model_path);
+    auto t0 = Clock::now();
     auto model = StableDiffusionModel::load(model_path, load_options);
     j["model"] = model_path.string();
     j["load_seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -176,6 +277,12 @@ int main(int argc, char** argv) {
                  model_path.c_str(), j["load_seconds"].get<double>(),
                  j["load_from_cache"].get<bool>() ? "packed weights from the weight cache" : "packed now",
                  100.0 * j["checkpoint_cached_fraction_before_load"].get<double>());
+    if (o.load_only) {
+      j["peak_rss_mb"] = peak_rss_bytes() / 1048576.0;
+      if (o.json) std::printf("%s\n", j.dump(2).c_str());
+      else print_load(j);
+      return 0;
+    }
 
     const int vsf = model->vae_scale_factor();
     const int64_t h = o.height / vsf, w = o.width / vsf;
@@ -200,6 +307,10 @@ int main(int argc, char** argv) {
       GenerationResult second = pipe.run(req);
       j["compile_seconds"] = first.timings.compile;
       j["cached_compile_seconds"] = second.timings.compile;
+      // What a model's first use costs before its first step: packing every weight (the load,
+      // when it packed) and the plan. With the weight cache, later loads pack nothing.
+      if (!j["load_from_cache"].get<bool>())
+        j["compile_with_packing_seconds"] = j["load_seconds"].get<double>() + first.timings.compile;
       j["pipeline"] = {{"devices", o.devices},
                        {"steps", o.steps},
                        {"first_call_seconds", first.timings.total},
@@ -331,13 +442,9 @@ int main(int argc, char** argv) {
       if (j.contains("compile_seconds"))
         std::printf("compile: %.3f s first call, %.3f s cached\n", j["compile_seconds"].get<double>(),
                     j["cached_compile_seconds"].get<double>());
-      if (j["load_from_cache"].get<bool>())
-        std::printf("model load: %.2f s (packed weights mapped from the weight cache)\n", j["load_seconds"].get<double>());
-      else
-        std::printf("model load: %.2f s (weights read and packed; %.0f %% of the checkpoint was in the page cache), "
-                    "then %.2f s more writing the weight cache\n",
-                    j["load_seconds"].get<double>(), 100.0 * j["checkpoint_cached_fraction_before_load"].get<double>(),
-                    j["weight_cache_write_seconds"].get<double>());
+      print_load(j);
+      if (j.contains("compile_with_packing_seconds"))
+        std::printf("compile including weight packing: %.2f s\n", j["compile_with_packing_seconds"].get<double>());
       std::printf("text encoding (2×77): %.3f s\n", j["text_encode_seconds"].get<double>());
       for (const char* k : {"unet_b2", "unet_b1", "vae_decode"}) {
         if (!j.contains(std::string(k) + "_seconds")) continue;
