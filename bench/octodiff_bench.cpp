@@ -234,12 +234,15 @@ int main(int argc, char** argv) {
     j["threads"] = threads;
     j["dtype"] = dtype_display_name(dtype);
     j["isa"] = isa_name(best_isa());
-    std::fprintf(stderr, "measuring the fp32 FMA peak on %d threads...\n", threads);
     // Measured again at the end, and the larger value kept: a short measurement taken while
     // something else held a core (e.g. the kernel writing back a previous run's weight cache)
-    // would halve the peak and double every fraction.
-    const double peak_start = bench::measure_fp32_peak_gflops(threads);
-    const double bf16_peak_start = bench::measure_bf16_peak_gflops(threads);
+    // would halve the peak and double every fraction. A --load-only run has no use for it.
+    double peak_start = 0, bf16_peak_start = 0;
+    if (!o.load_only) {
+      std::fprintf(stderr, "measuring the fp32 FMA peak on %d threads...\n", threads);
+      peak_start = bench::measure_fp32_peak_gflops(threads);
+      bf16_peak_start = bench::measure_bf16_peak_gflops(threads);
+    }
 
     const fs::path model_path = o.model.empty() ? default_model() : o.model;
     ModelLoadOptions load_options;
