@@ -190,7 +190,8 @@ struct ScratchWeightCache {
   ScratchWeightCache() : dir(octodiff_cache_dir() / cat("bench-first-load-", ::getpid())) {
     std::error_code ec;
     fs::remove_all(dir, ec);
-    fs::create_directories(dir);
+    if (fs::create_directories(dir, ec); ec)
+      fail("cannot create the weight-cache folder '", dir.string(), "' for --first-load: ", ec.message());
   }
   ~ScratchWeightCache() {
     std::error_code ec;
