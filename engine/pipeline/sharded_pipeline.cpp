@@ -4,14 +4,17 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <exception>
-#include <thread>
+#include <optional>
 
 #include "core/arena.h"
 #include "core/error.h"
 #include "core/memory.h"
-#include "kernels/gemm.h"
 #include "kernels/tensor_ops.h"
+#include "pipeline/decode.h"
+#include "pipeline/denoise_loop.h"
+#include "pipeline/device_runner.h"
+#include "pipeline/latents.h"
+#include "pipeline/prompt_encoding.h"
 
 namespace octodiff {
 namespace {
@@ -40,14 +43,6 @@ struct ShardedPipeline::Plan {
   std::vector<std::unique_ptr<CachingArena>> arenas;  // one per worker
 };
 
-// Everything one device carries between the phases of a run.
-struct ShardedPipeline::DeviceWork {
-  Tensor context;         // (2B or B) × 77 × hidden
-  Tensor initial_latents; // B × C × h × w (NCHW, as drawn)
-  Tensor latents;         // B × h × w × C (NHWC, while sampling)
-  Tensor images;          // B × H × W × 3
-  std::vector<double> step_seconds;
-};
 
 ShardedPipeline::ShardedPipeline(std::shared_ptr<const StableDiffusionModel> model) : model_(std::move(model)) {
   if (!model_) fail("ShardedPipeline needs a model");
@@ -190,230 +185,129 @@ ShardedPipeline::Plan& ShardedPipeline::plan_for(const ResolvedRequest& r, bool*
   return *(plans_[key] = std::move(plan));
 }
 
+// ---------------------------------------------------------------------------------------------
+// One run: the shared stages of the pipeline family (prompt_encoding.h, latents.h,
+// denoise_loop.h, decode.h) over the devices of a plan.
+
+namespace {
+
+// Everything one device carries between the phases of a run.
+struct DeviceWork {
+  Tensor context;          // (2B or B) × 77 × hidden
+  Tensor initial_latents;  // B × C × h × w (NCHW, as drawn)
+  Tensor latents;          // B × h × w × C (NHWC, while sampling)
+  Tensor images;           // B × H × W × 3
+  std::vector<double> step_seconds;
+};
+
+// Copies every device's images and latents into the result's (D, ...) tensors, and the step times.
+void gather(std::vector<DeviceWork>& work, const ResolvedRequest& r, int calls, GenerationResult& result) {
+  const Signature& s = r.signature;
+  const int D = s.devices, B = s.batch, C = r.latent_channels, h = r.latent_height, w = r.latent_width;
+  result.images = Tensor::empty({D, B, s.height, s.width, 3});
+  result.initial_latents = Tensor::empty({D, B, C, h, w});
+  result.final_latents = Tensor::empty({D, B, C, h, w});
+  const int64_t img_n = int64_t{B} * s.height * s.width * 3, lat_n = int64_t{B} * C * h * w;
+  std::vector<double> per_step(calls, 0.0);
+  double sum = 0;
+  for (int d = 0; d < D; ++d) {
+    std::memcpy(result.images.data() + d * img_n, work[d].images.data(), sizeof(float) * img_n);
+    std::memcpy(result.initial_latents.data() + d * lat_n, work[d].initial_latents.data(), sizeof(float) * lat_n);
+    kernels::nhwc_to_nchw(work[d].latents.data(), B, h, w, C, result.final_latents.data() + d * lat_n);
+    for (int i = 0; i < calls; ++i) {
+      per_step[i] += work[d].step_seconds[i] / D;
+      sum += work[d].step_seconds[i];
+    }
+  }
+  result.timings.step = per_step;
+  result.timings.mean_step = calls ? sum / (D * calls) : 0;
+}
+
+}  // namespace
+
 GenerationResult ShardedPipeline::run(const GenerationRequest& request, const ProgressCallback& progress,
                                       const PreviewCallback& preview, const CancelToken* cancel) {
   std::lock_guard<std::mutex> lock(run_mutex_);
   const auto t_start = Clock::now();
-  ResolvedRequest r = resolve(request);
+  const ResolvedRequest r = resolve(request);
   const Signature& s = r.signature;
   const StableDiffusionModel& m = *model_;
-  const int D = s.devices, B = s.batch, C = r.latent_channels, h = r.latent_height, w = r.latent_width;
+  const int B = s.batch;
+  auto report = [&](Phase phase, int device = 0, int step = 0, int total = 0, double secs = 0) {
+    if (progress) progress({phase, device, step, total, secs});
+  };
 
   GenerationResult result;
   result.signature = s;
   result.prompts = r.prompts;
   result.negative_prompts = r.negative_prompts;
-  if (progress) progress({Phase::Compile, 0, 0, 0, 0});
-  Plan& plan = plan_for(r, &result.compiled, &result.timings.compile);
-  if (r.request.preview && preview) previewer();
+  report(Phase::Compile);
+  const Plan& plan = plan_for(r, &result.compiled, &result.timings.compile);
+  const bool show_preview = r.request.preview && preview;
+  if (show_preview) previewer();
   result.model_calls = plan.calls;
   result.threads_per_device = plan.threads_per_worker;
   result.concurrent_devices = plan.workers;
+  const TokenizedPrompts tokens = tokenize_prompts(m.tokenizer(), r.prompts, r.negative_prompts);
+  result.warnings = tokens.warnings;
+  result.device_keys = jax::split(jax::prng_key(r.request.seed), s.devices, r.request.rng);
 
-  // Tokenize every prompt on the host (the Flax pipeline's prepare_inputs).
-  const ClipTokenizer& tok = m.tokenizer();
-  std::vector<std::vector<int32_t>> cond_ids(D * B), uncond_ids(D * B);
-  auto encode = [&](const std::string& text, const char* what, int i) {
-    try {
-      return tok.encode(text);
-    } catch (const Cancelled&) {
-      throw;
-    } catch (const Error& e) {
-      std::string msg = e.what();
-      if (msg.rfind("prompt: ", 0) == 0) msg = msg.substr(8);  // the tokenizer's own label
-      fail(what, " ", i + 1, ": ", msg);
-    }
-  };
-  for (int i = 0; i < D * B; ++i) {
-    auto enc = encode(r.prompts[i], "prompt", i);
-    if (enc.truncated)
-      result.warnings.push_back(cat("prompt ", i + 1, " has ", enc.untruncated_length, " tokens; only the first ",
-                                    tok.max_length(), " (", tok.max_length() - 2, " words and symbols) are used"));
-    cond_ids[i] = std::move(enc.ids);
-    auto neg = encode(r.negative_prompts[i], "negative prompt", i);
-    if (neg.truncated && (i == 0 || r.negative_prompts[i] != r.negative_prompts[i - 1]))
-      result.warnings.push_back(cat("negative prompt ", i + 1, " has ", neg.untruncated_length,
-                                    " tokens and was truncated to ", tok.max_length()));
-    uncond_ids[i] = std::move(neg.ids);
-  }
-  const int L = tok.max_length();
-
-  // One key per device: split(PRNGKey(seed), D).
-  result.device_keys = jax::split(jax::prng_key(r.request.seed), D, r.request.rng);
-
-  // Workers: devices are dealt to plan.workers workers; each has its own threads and arena.
-  CancelToken stop(cancel);  // set when the user cancels or any device fails
-  std::vector<DeviceWork> work(D);
-  auto on_devices = [&](const std::function<void(int)>& fn) {
-    std::vector<std::exception_ptr> errors(plan.workers);
-    auto worker = [&](int wi) {
-      DeviceScope dscope(DeviceContext{wi, plan.threads_per_worker, &stop});
-      AllocatorScope ascope(plan.arenas[wi].get());
-      try {
-        for (int d = wi; d < D; d += plan.workers) {
-          check_cancelled();
-          DeviceScope per_device(DeviceContext{d, plan.threads_per_worker, &stop});
-          fn(d);
-        }
-      } catch (...) {
-        errors[wi] = std::current_exception();
-        stop.cancel();
-      }
-    };
-    if (plan.workers == 1) {
-      worker(0);
-    } else {
-      std::vector<std::thread> threads;
-      for (int wi = 0; wi < plan.workers; ++wi) threads.emplace_back(worker, wi);
-      for (auto& t : threads) t.join();
-    }
-    // A real error outranks the cancellations it caused in other workers.
-    std::exception_ptr first_cancel;
-    for (auto& e : errors) {
-      if (!e) continue;
-      try {
-        std::rethrow_exception(e);
-      } catch (const Cancelled&) {
-        if (!first_cancel) first_cancel = e;
-      } catch (...) {
-        throw;
-      }
-    }
-    if (first_cancel) std::rethrow_exception(first_cancel);
-  };
-
-  // Between phases, the component just used is dropped from memory and the arenas hand their
+  DeviceRunner devices(s.devices, plan.threads_per_worker, plan.arenas, cancel);
+  std::vector<DeviceWork> work(s.devices);
+  // Between phases the component just used is dropped from memory and the arenas hand their
   // free blocks back, so that only one network's weights and activations are resident at a time
   // (weights in cache files come back from the page cache: StableDiffusionModel::release).
-  auto end_phase = [&](ModelComponent done) {
-    m.release(done);
-    for (auto& arena : plan.arenas) arena->trim();
+  auto phase = [&](std::optional<Phase> announce, ModelComponent component, double* seconds,
+                   const std::function<void(int)>& fn) {
+    const auto t0 = Clock::now();
+    if (announce) report(*announce);
+    m.prefetch(component);
+    devices.for_each_device(fn);
+    m.release(component);
+    devices.trim_arenas();
+    *seconds = seconds_since(t0);
   };
 
-  // Phase 1: text embeddings, [uncond; cond] per device (cond only without guidance).
-  auto t0 = Clock::now();
-  if (progress) progress({Phase::TextEncode, 0, 0, 0, 0});
-  m.prefetch(ModelComponent::TextEncoder);
-  on_devices([&](int d) {
-    std::vector<int32_t> ids;
-    if (s.guidance)
-      for (int b = 0; b < B; ++b) ids.insert(ids.end(), uncond_ids[d * B + b].begin(), uncond_ids[d * B + b].end());
-    for (int b = 0; b < B; ++b) ids.insert(ids.end(), cond_ids[d * B + b].begin(), cond_ids[d * B + b].end());
-    const int rows = s.guidance ? 2 * B : B;
-    work[d].context = m.text_encoder().forward(ids, rows, L).last_hidden_state;
+  phase(Phase::TextEncode, ModelComponent::TextEncoder, &result.timings.text_encode, [&](int d) {
+    work[d].context = encode_device_prompts(m.text_encoder(), tokens, d, B, s.guidance);
   });
-  end_phase(ModelComponent::TextEncoder);
-  result.timings.text_encode = seconds_since(t0);
-
-  // Phase 2: the denoising loop.
-  t0 = Clock::now();
-  m.prefetch(ModelComponent::UNet);
-  const Scheduler& scheduler = *plan.scheduler;
-  const float g = static_cast<float>(r.request.guidance_scale);
-  on_devices([&](int d) {
+  const DenoiseSetup setup = denoise_setup(plan, r);
+  phase(std::nullopt, ModelComponent::UNet, &result.timings.denoise, [&](int d) {
     DeviceWork& dw = work[d];
-    dw.initial_latents = Tensor::empty({B, C, h, w});
-    if (r.request.latents) {
-      const int64_t n = dw.initial_latents.numel();
-      std::memcpy(dw.initial_latents.data(), r.request.latents->data() + d * n, sizeof(float) * n);
-    } else {
-      jax::normal_into(result.device_keys[d], dw.initial_latents.numel(), r.request.rng, dw.initial_latents.data());
-    }
-    Tensor x = Tensor::empty({B, h, w, C});
-    kernels::nchw_to_nhwc(dw.initial_latents.data(), B, C, h, w, x.data());
-    const float sigma = static_cast<float>(plan.init_noise_sigma);
-    for (float& v : x) v = v * sigma;
-
-    SchedulerState state = plan.initial_state;
-    const int64_t per_batch = x.numel();
-    for (int i = 0; i < plan.calls; ++i) {
-      check_cancelled();
-      const auto ts = Clock::now();
-      const double t = scheduler.model_timestep(state, i);
-      Tensor x_in = x;
-      if (s.guidance) {
-        x_in = Tensor::empty({2 * B, h, w, C});
-        std::memcpy(x_in.data(), x.data(), sizeof(float) * per_batch);
-        std::memcpy(x_in.data() + per_batch, x.data(), sizeof(float) * per_batch);
-      }
-      x_in = scheduler.scale_model_input(state, x_in, i);
-      // bf16 weights: the first call takes its activations split in two bf16 halves (~16 bits,
-      // kernels/gemm.h), at about twice a bf16 call's time. The first step jumps from the
-      // largest noise level, so the schedulers carry this call's error furthest: on the tiny
-      // goldens' 5-step pipeline, float32 activations for this call alone took the max image
-      // error against f32 from 1.07–1.28e-2 to 5.3–7.7e-3 for every scheduler, and for all
-      // the later calls only to 0.95–1.36e-2 (bf16_test.cpp prints today's figures).
-      const kernels::ScopedBf16Activations activations(i == 0 ? kernels::Bf16Activations::Split
-                                                              : kernels::Bf16Activations::Rounded);
-      Tensor eps = m.unet().forward_nhwc(x_in, std::vector<double>(x_in.dim(0), t), dw.context, plan.numerics);
-      if (s.guidance) {
-        // noise = uncond + g · (text − uncond), in float32 as both pipelines compute it.
-        Tensor guided = Tensor::empty({B, h, w, C});
-        const float* u = eps.data();
-        const float* c = eps.data() + per_batch;
-        for (int64_t k = 0; k < per_batch; ++k) guided[k] = u[k] + g * (c[k] - u[k]);
-        eps = guided;
-      }
-      StepResult next = scheduler.step(state, eps, i, x);
-      x = next.prev_sample;
-      state = std::move(next.state);
-      dw.step_seconds.push_back(seconds_since(ts));
-      if (progress) progress({Phase::Denoise, d, i + 1, plan.calls, dw.step_seconds.back()});
-      if (preview && r.request.preview) preview(d, i + 1, previewer_->render(x.data(), h, w));
-    }
-    dw.latents = x;
+    const Shape noise_shape{B, r.latent_channels, r.latent_height, r.latent_width};
+    dw.initial_latents =
+        device_initial_noise(r.request.latents, result.device_keys[d], r.request.rng, d, noise_shape);
+    auto observe = [&](int i, double seconds, const Tensor& x) {
+      dw.step_seconds.push_back(seconds);
+      report(Phase::Denoise, d, i + 1, plan.calls, seconds);
+      if (show_preview) preview(d, i + 1, previewer_->render(x.data(), r.latent_height, r.latent_width));
+    };
+    dw.latents = denoise(setup, to_sampling_layout(dw.initial_latents, static_cast<float>(plan.init_noise_sigma)),
+                         dw.context, observe);
   });
-  end_phase(ModelComponent::UNet);
-  result.timings.denoise = seconds_since(t0);
-
-  // Phase 3: VAE decode and post-processing.
-  t0 = Clock::now();
-  if (progress) progress({Phase::Decode, 0, 0, 0, 0});
-  m.prefetch(ModelComponent::Vae);
-  const double sf = m.vae().config().scaling_factor;
-  on_devices([&](int d) {
-    DeviceWork& dw = work[d];
-    Tensor z = Tensor::empty(dw.latents.shape());
-    if (s.compat == Compat::Flax) {
-      const float inv = static_cast<float>(1.0 / sf);  // Flax: (1 / sf) formed in double, f32 multiply
-      for (int64_t k = 0; k < z.numel(); ++k) z[k] = dw.latents[k] * inv;
-    } else {
-      const float sf32 = static_cast<float>(sf);  // torch: latents / scaling_factor
-      for (int64_t k = 0; k < z.numel(); ++k) z[k] = dw.latents[k] / sf32;
-    }
-    Tensor img = m.vae().decode_nhwc(z);
-    for (float& v : img) v = std::clamp(v / 2.0f + 0.5f, 0.0f, 1.0f);
-    dw.images = img;
-    if (progress) progress({Phase::Decode, d, 0, 0, 0});
+  phase(Phase::Decode, ModelComponent::Vae, &result.timings.decode, [&](int d) {
+    work[d].images = decode_with_vae(m.vae(), work[d].latents, s.compat);
+    report(Phase::Decode, d);
   });
-  end_phase(ModelComponent::Vae);
-  result.timings.decode = seconds_since(t0);
 
-  // Gather (outside the arenas: results outlive the plan's memory).
-  const int H = s.height, W = s.width;
-  result.images = Tensor::empty({D, B, H, W, 3});
-  result.initial_latents = Tensor::empty({D, B, C, h, w});
-  result.final_latents = Tensor::empty({D, B, C, h, w});
-  const int64_t img_n = int64_t{B} * H * W * 3, lat_n = int64_t{B} * C * h * w;
-  for (int d = 0; d < D; ++d) {
-    std::memcpy(result.images.data() + d * img_n, work[d].images.data(), sizeof(float) * img_n);
-    std::memcpy(result.initial_latents.data() + d * lat_n, work[d].initial_latents.data(), sizeof(float) * lat_n);
-    kernels::nhwc_to_nchw(work[d].latents.data(), B, h, w, C, result.final_latents.data() + d * lat_n);
-  }
-  std::vector<double> per_step(plan.calls, 0.0);
-  double sum = 0;
-  for (int d = 0; d < D; ++d)
-    for (int i = 0; i < plan.calls; ++i) {
-      per_step[i] += work[d].step_seconds[i] / D;
-      sum += work[d].step_seconds[i];
-    }
-  result.timings.step = per_step;
-  result.timings.mean_step = plan.calls ? sum / (D * plan.calls) : 0;
-  work.clear();  // return the activations to the arenas now
+  gather(work, r, plan.calls, result);  // outside the arenas: results outlive the plan's memory
+  work.clear();                         // return the activations to the arenas now
   result.timings.total = seconds_since(t_start);
   result.peak_rss_bytes = peak_rss_bytes();
-  if (progress) progress({Phase::Done, 0, 0, 0, 0});
+  report(Phase::Done);
   return result;
+}
+
+DenoiseSetup ShardedPipeline::denoise_setup(const Plan& plan, const ResolvedRequest& r) const {
+  DenoiseSetup setup;
+  setup.unet = &model_->unet();
+  setup.scheduler = plan.scheduler.get();
+  setup.initial_state = &plan.initial_state;
+  setup.calls = plan.calls;
+  setup.numerics = plan.numerics;
+  setup.guidance = r.signature.guidance ? GuidanceKind::ClassifierFree : GuidanceKind::None;
+  setup.guidance_scale = static_cast<float>(r.request.guidance_scale);
+  return setup;
 }
 
 // ---------------------------------------------------------------------------------------------

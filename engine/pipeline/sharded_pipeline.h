@@ -19,6 +19,7 @@
 #include <string>
 
 #include "core/device.h"
+#include "pipeline/denoise_loop.h"
 #include "pipeline/generation.h"
 #include "pipeline/latent_preview.h"
 #include "pipeline/model.h"
@@ -54,9 +55,9 @@ class ShardedPipeline {
 
  private:
   struct Plan;
-  struct DeviceWork;
   Plan& plan_for(const ResolvedRequest& r, bool* compiled, double* seconds);
   const LatentPreview& previewer();
+  DenoiseSetup denoise_setup(const Plan& plan, const ResolvedRequest& r) const;
 
   std::shared_ptr<const StableDiffusionModel> model_;
   std::mutex run_mutex_;  // one run at a time

@@ -1,0 +1,22 @@
+#include "pipeline/decode.h"
+
+#include <algorithm>
+
+namespace octodiff {
+
+Tensor decode_with_vae(const AutoencoderKL& vae, const Tensor& latents, Compat compat) {
+  const double sf = vae.config().scaling_factor;
+  Tensor z = Tensor::empty(latents.shape());
+  if (compat == Compat::Flax) {
+    const float inv = static_cast<float>(1.0 / sf);
+    for (int64_t k = 0; k < z.numel(); ++k) z[k] = latents[k] * inv;
+  } else {
+    const float sf32 = static_cast<float>(sf);
+    for (int64_t k = 0; k < z.numel(); ++k) z[k] = latents[k] / sf32;
+  }
+  Tensor img = vae.decode_nhwc(z);
+  for (float& v : img) v = std::clamp(v / 2.0f + 0.5f, 0.0f, 1.0f);
+  return img;
+}
+
+}  // namespace octodiff

@@ -1,0 +1,15 @@
+// Stage 4: final latents → images.
+#pragma once
+
+#include "core/tensor.h"
+#include "models/autoencoder_kl.h"
+#include "pipeline/generation.h"
+
+namespace octodiff {
+
+// Latents (B, h, w, C) as sampling left them → images (B, H, W, 3) in [0, 1]: the latents are
+// divided by the VAE's scaling factor as the `compat` mode's pipeline forms it (Flax: times
+// (1/sf) formed in double; torch: divided by sf in float32), decoded, then (x/2 + 0.5) clamped.
+Tensor decode_with_vae(const AutoencoderKL& vae, const Tensor& latents, Compat compat);
+
+}  // namespace octodiff

@@ -1,0 +1,74 @@
+#include "pipeline/denoise_loop.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "core/device.h"
+#include "kernels/gemm.h"
+
+namespace octodiff {
+namespace {
+
+// The UNet's batch for one call: x itself, or x twice ([uncond; cond] share the latents).
+Tensor model_batch(const DenoiseSetup& setup, const Tensor& x) {
+  if (setup.guidance != GuidanceKind::ClassifierFree) return x;
+  const int64_t n = x.numel();
+  Shape shape = x.shape();
+  shape[0] *= 2;
+  Tensor both = Tensor::empty(shape);
+  std::memcpy(both.data(), x.data(), sizeof(float) * n);
+  std::memcpy(both.data() + n, x.data(), sizeof(float) * n);
+  return both;
+}
+
+// noise = uncond + g · (text − uncond), in float32 as both pipelines compute it.
+Tensor apply_guidance(const DenoiseSetup& setup, const Tensor& eps) {
+  if (setup.guidance != GuidanceKind::ClassifierFree) return eps;
+  Shape shape = eps.shape();
+  shape[0] /= 2;
+  Tensor guided = Tensor::empty(shape);
+  const int64_t n = guided.numel();
+  const float* u = eps.data();
+  const float* c = eps.data() + n;
+  const float g = setup.guidance_scale;
+  for (int64_t k = 0; k < n; ++k) guided[k] = u[k] + g * (c[k] - u[k]);
+  return guided;
+}
+
+// The noise prediction of call i for latents x.
+Tensor predict_noise(const DenoiseSetup& setup, const SchedulerState& state, const Tensor& x, const Tensor& context,
+                     int i) {
+  const Scheduler& scheduler = *setup.scheduler;
+  const double t = scheduler.model_timestep(state, i);
+  const Tensor input = scheduler.scale_model_input(state, model_batch(setup, x), i);
+  // bf16 weights: the first call takes its activations split in two bf16 halves (~16 bits,
+  // kernels/gemm.h), at about twice a bf16 call's time. The first step jumps from the largest
+  // noise level, so the schedulers carry this call's error furthest: on the tiny goldens'
+  // 5-step pipeline, float32 activations for this call alone took the max image error against
+  // f32 from 1.07–1.28e-2 to 5.3–7.7e-3 for every scheduler, and for all the later calls only
+  // to 0.95–1.36e-2 (bf16_test.cpp prints today's figures).
+  const kernels::ScopedBf16Activations activations(i == 0 ? kernels::Bf16Activations::Split
+                                                          : kernels::Bf16Activations::Rounded);
+  const Tensor eps =
+      setup.unet->forward_nhwc(input, std::vector<double>(input.dim(0), t), context, setup.numerics);
+  return apply_guidance(setup, eps);
+}
+
+}  // namespace
+
+Tensor denoise(const DenoiseSetup& setup, Tensor x, const Tensor& context, const StepObserver& observer) {
+  using Clock = std::chrono::steady_clock;
+  SchedulerState state = *setup.initial_state;
+  for (int i = 0; i < setup.calls; ++i) {
+    check_cancelled();
+    const auto t0 = Clock::now();
+    const Tensor eps = predict_noise(setup, state, x, context, i);
+    StepResult next = setup.scheduler->step(state, eps, i, x);
+    x = std::move(next.prev_sample);
+    state = std::move(next.state);
+    if (observer) observer(i, std::chrono::duration<double>(Clock::now() - t0).count(), x);
+  }
+  return x;
+}
+
+}  // namespace octodiff
