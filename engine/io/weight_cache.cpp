@@ -368,6 +368,22 @@ void WeightCacheFile::prefetch() const {
   if (::madvise(base_, bytes, MADV_POPULATE_READ) != 0) ::madvise(base_, bytes, MADV_WILLNEED);
 }
 
+uint64_t WeightCacheFile::resident_bytes() const {
+  const uint64_t bytes = std::min(round_up(used_, 4096), reserved_);
+  if (!base_ || !bytes) return 0;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGE_SIZE));
+  const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  std::vector<uint64_t> entries((bytes + page - 1) / page);
+  const off_t at = static_cast<off_t>(reinterpret_cast<uintptr_t>(base_) / page * sizeof(uint64_t));
+  const ssize_t got = ::pread(fd, entries.data(), entries.size() * sizeof(uint64_t), at);
+  ::close(fd);
+  if (got != static_cast<ssize_t>(entries.size() * sizeof(uint64_t))) return 0;
+  uint64_t present = 0;
+  for (uint64_t e : entries) present += e >> 63;  // bit 63: page present
+  return present * page;
+}
+
 void prune_weight_cache_dir(const fs::path& dir, int max_age_days) {
   std::error_code ec;
   const auto now = fs::file_time_type::clock::now();

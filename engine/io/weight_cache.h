@@ -87,6 +87,9 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
   void release() const;
   // Maps the pages back in ahead of use, in one call rather than one page fault at a time.
   void prefetch() const;
+  // Bytes of this component's blobs mapped into the process now (pages present in its page
+  // table, /proc/self/pagemap: what counts in RSS; pages only in the page cache do not).
+  uint64_t resident_bytes() const;
 
   std::string warning() const;
   // Writer threads started so far: 1, or 2 once finish_at_normal_priority() (or wait()) has taken

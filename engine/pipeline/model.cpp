@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <malloc.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <regex>
@@ -153,7 +154,47 @@ double StableDiffusionModel::wait_for_weight_caches() const {
 }
 
 void StableDiffusionModel::release(ModelComponent c) const {
+  if (resident_) return;
   if (const auto& cache = caches_[static_cast<int>(c)]) cache->release();
+}
+
+uint64_t StableDiffusionModel::cached_weight_bytes() const {
+  uint64_t bytes = 0;
+  for (const auto& cache : caches_)
+    if (cache) bytes += cache->file_bytes();
+  return bytes;
+}
+
+uint64_t StableDiffusionModel::resident_weight_bytes(ModelComponent c) const {
+  const auto& cache = caches_[static_cast<int>(c)];
+  return cache ? cache->resident_bytes() : 0;
+}
+
+WeightResidency parse_weight_residency(const std::string& name) {
+  if (name == "auto") return WeightResidency::Auto;
+  if (name == "minimal") return WeightResidency::Minimal;
+  if (name == "resident") return WeightResidency::Resident;
+  fail("unknown weight residency '", name, "' (expected 'auto', 'minimal' or 'resident')");
+}
+
+std::string weight_residency_name(WeightResidency r) {
+  switch (r) {
+    case WeightResidency::Auto: return "auto";
+    case WeightResidency::Minimal: return "minimal";
+    case WeightResidency::Resident: return "resident";
+  }
+  return "auto";
+}
+
+void StableDiffusionModel::decide_residency(const ModelLoadOptions& options) {
+  WeightResidency r = options.residency;
+  if (const char* env = std::getenv("OCTODIFF_WEIGHT_RESIDENCY"); env && *env) r = parse_weight_residency(env);
+  if (r == WeightResidency::Auto) {
+    const double ram = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+    r = static_cast<double>(cached_weight_bytes()) <= kResidentWeightsFractionOfRam * ram ? WeightResidency::Resident
+                                                                                          : WeightResidency::Minimal;
+  }
+  resident_ = r == WeightResidency::Resident;
 }
 
 void StableDiffusionModel::prefetch(ModelComponent c) const {
@@ -254,7 +295,8 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
                               [&] { return ClipTextModel::load(*parts.text_encoder, parts.text_config); }));
     model->scheduler_json_ = parts.scheduler_json;
     release_freed_heap();
-    model->finish_weight_caches_at_normal_priority();
+    model->decide_residency(options);
+  model->finish_weight_caches_at_normal_priority();
     return model;
   }
 
@@ -309,6 +351,7 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
   for (const auto* list : {&te_files, &unet_files, &vae_files})
     for (const auto& f : *list) model->weights_bytes_ += static_cast<int64_t>(fs::file_size(f));
   release_freed_heap();
+  model->decide_residency(options);
   model->finish_weight_caches_at_normal_priority();
   return model;
 }

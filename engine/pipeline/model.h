@@ -18,6 +18,23 @@
 
 namespace octodiff {
 
+// What happens to a network's packed weights (mapped from the weight cache) once its phase of a
+// run is over:
+//   Minimal  — dropped from memory (the pages stay in the page cache and come back on the next
+//              use): only one network is resident at a time, the smallest peak RSS; the next
+//              run's first UNet call pays for paging the UNet back in.
+//   Resident — kept: every network stays resident across phases and runs once used, so the
+//              first call of a run is as fast as the others, at the cost of every network's
+//              weights in RSS.
+//   Auto     — Resident when the weights of all networks together take at most
+//              kResidentWeightsFractionOfRam of the machine's physical memory, else Minimal
+//              (e.g. on 24 GiB: SD 1.5 in f32 (4.3 GB) and bf16 (2.2 GB) stay resident; on a
+//              16 GB laptop only bf16 does).
+enum class WeightResidency { Auto, Minimal, Resident };
+constexpr double kResidentWeightsFractionOfRam = 0.25;
+WeightResidency parse_weight_residency(const std::string& name);  // "auto", "minimal", "resident"
+std::string weight_residency_name(WeightResidency r);
+
 struct ModelLoadOptions {
   // A folder with vocab.json + merges.txt. Required for single-file checkpoints (they carry no
   // vocabulary) unless a tokenizer/ folder sits beside the file; overrides a diffusers folder's own.
@@ -39,6 +56,9 @@ struct ModelLoadOptions {
   bool weight_cache = true;
   std::optional<std::filesystem::path> weight_cache_dir;
   uint64_t weight_cache_capacity_limit = 0;  // tests: behave as if the disk filled up there
+  // Whether the pipeline drops a network's weights from memory after its phase (weights in cache
+  // files only; see WeightResidency). $OCTODIFF_WEIGHT_RESIDENCY=auto|minimal|resident overrides.
+  WeightResidency residency = WeightResidency::Auto;
 };
 
 class WeightCacheFile;
@@ -85,6 +105,14 @@ class StableDiffusionModel {
   // prefetch() maps them back in ahead of use.
   void release(ModelComponent c) const;
   void prefetch(ModelComponent c) const;
+  // Whether release() drops anything: the residency ModelLoadOptions asked for, with Auto decided
+  // at load from the weights' size and physical memory (Minimal without a weight cache: heap
+  // weights are always resident).
+  bool weights_stay_resident() const { return resident_; }
+  // The packed weights of every component mapped from cache files, in bytes.
+  uint64_t cached_weight_bytes() const;
+  // Bytes of the component's cache-file weights mapped into the process now (0 on the heap).
+  uint64_t resident_weight_bytes(ModelComponent c) const;
   // True when the component's packed weights were mapped from an existing cache (nothing packed).
   bool loaded_from_cache(ModelComponent c) const;
   // What loading had to work around (e.g. the weight cache could not be written: disk full),
@@ -96,6 +124,7 @@ class StableDiffusionModel {
 
  private:
   void finish_weight_caches_at_normal_priority() const;
+  void decide_residency(const ModelLoadOptions& options);
   template <typename Load>
   auto load_component(const ModelLoadOptions& o, ModelComponent c, const std::vector<std::filesystem::path>& files,
                       const WeightSource& source, Load load);
@@ -113,6 +142,7 @@ class StableDiffusionModel {
   std::string scheduler_json_;
   std::shared_ptr<WeightCacheFile> caches_[3];
   bool from_cache_[3] = {false, false, false};
+  bool resident_ = false;
   std::vector<std::string> load_notes_;
   mutable std::once_flag hash_once_;
   mutable std::string hash_;

@@ -20,6 +20,7 @@ ModelLoadOptions cached(const fs::path& dir, ComputeDType dtype = ComputeDType::
   ModelLoadOptions o;
   o.weight_cache_dir = dir;
   o.dtype = dtype;
+  o.residency = WeightResidency::Minimal;  // these tests drop pages and read them back
   return o;
 }
 
@@ -176,4 +177,49 @@ TEST(WeightCacheModel, AFailureFoundWhileWritingInTheBackgroundIsReported) {
   heap.weight_cache = false;
   auto reference = ShardedPipeline(StableDiffusionModel::load(test::tiny_sd_dir(), heap)).run(request(ComputeDType::F32));
   expect_same_images(ShardedPipeline(model).run(request(ComputeDType::F32)), reference, "cache given up while writing");
+}
+
+// The residency policy (model.h, WeightResidency): what stays mapped after a run.
+TEST(WeightResidency, MinimalDropsEveryNetworkAfterItsPhase) {
+  const fs::path dir = test::temp_dir("weight_residency_minimal");
+  auto model = StableDiffusionModel::load(test::tiny_sd_dir(), cached(dir));
+  ASSERT_FALSE(model->weights_stay_resident());
+  ShardedPipeline(model).run(request(ComputeDType::F32));
+  for (auto c : {ModelComponent::TextEncoder, ModelComponent::UNet, ModelComponent::Vae})
+    EXPECT_EQ(model->resident_weight_bytes(c), 0u) << "component " << static_cast<int>(c);
+}
+
+TEST(WeightResidency, ResidentKeepsEveryNetworkMappedAcrossRuns) {
+  const fs::path dir = test::temp_dir("weight_residency_resident");
+  ModelLoadOptions o = cached(dir);
+  o.residency = WeightResidency::Resident;
+  auto model = StableDiffusionModel::load(test::tiny_sd_dir(), o);
+  ASSERT_TRUE(model->weights_stay_resident());
+  ShardedPipeline pipe(model);
+  const GenerationResult first = pipe.run(request(ComputeDType::F32));
+  const uint64_t unet = model->resident_weight_bytes(ModelComponent::UNet);
+  // Every UNet weight was read by the run, and nothing dropped it afterwards.
+  EXPECT_GT(unet, 0u);
+  EXPECT_GT(model->resident_weight_bytes(ModelComponent::Vae), 0u);
+  EXPECT_GT(model->resident_weight_bytes(ModelComponent::TextEncoder), 0u);
+  expect_same_images(pipe.run(request(ComputeDType::F32)), first, "second run, weights kept resident");
+  EXPECT_EQ(model->resident_weight_bytes(ModelComponent::UNet), unet);
+}
+
+TEST(WeightResidency, AutoKeepsSmallModelsResidentAndTheEnvironmentOverrides) {
+  const fs::path dir = test::temp_dir("weight_residency_auto");
+  ModelLoadOptions o = cached(dir);
+  o.residency = WeightResidency::Auto;
+  // A few MB of weights against 25 % of any machine's memory.
+  EXPECT_TRUE(StableDiffusionModel::load(test::tiny_sd_dir(), o)->weights_stay_resident());
+  ::setenv("OCTODIFF_WEIGHT_RESIDENCY", "minimal", 1);
+  EXPECT_FALSE(StableDiffusionModel::load(test::tiny_sd_dir(), o)->weights_stay_resident());
+  ::setenv("OCTODIFF_WEIGHT_RESIDENCY", "always", 1);
+  try {
+    StableDiffusionModel::load(test::tiny_sd_dir(), o);
+    ADD_FAILURE() << "a bad OCTODIFF_WEIGHT_RESIDENCY was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown weight residency 'always'"), std::string::npos) << e.what();
+  }
+  ::unsetenv("OCTODIFF_WEIGHT_RESIDENCY");
 }
