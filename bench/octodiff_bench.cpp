@@ -45,9 +45,10 @@ namespace {
 
 struct Options {
   fs::path model;
-  int threads = 0, devices = 1, height = 512, width = 512, repeats = 2, steps = 1;
+  int threads = 0, devices = 1, height = 512, width = 512, repeats = 3, steps = 1;
   std::string dtype = "f32";
   std::string first_load;  // "", "warm" or "cold"
+  std::string residency = "auto";  // WeightResidency: auto, minimal or resident
   bool json = false, skip_pipeline = false, skip_vae = false, load_only = false;
 };
 
@@ -56,11 +57,17 @@ struct Options {
                "octodiff-bench: %s\n"
                "usage: octodiff-bench [--model PATH] [--threads N] [--devices D] [--height H --width W]\n"
                "                      [--dtype f32|bf16] [--repeats N] [--steps S] [--skip-pipeline]\n"
-               "                      [--skip-vae] [--first-load warm|cold] [--load-only] [--json]\n"
+               "                      [--skip-vae] [--first-load warm|cold] [--load-only]\n"
+               "                      [--residency auto|minimal|resident] [--json]\n"
                "  default model: a random full-size SD 1.5 in $OCTODIFF_CACHE_DIR/models (made when absent)\n"
                "  --first-load: pack the weights afresh (empty weight cache); warm: the checkpoint is read\n"
                "                into the page cache first, cold: it is dropped from the page cache first\n"
-               "  --load-only:  stop after the load (and the weight cache's write)\n",
+               "  --load-only:  stop after the load (and the weight cache's write)\n"
+               "  --residency:  keep weights mapped across phases (resident), drop each network after its\n"
+               "                phase (minimal, the smallest peak RSS), or decide by size (auto, default)\n"
+               "  --repeats N:  calls per network (default 3): *_first_call_seconds is the first call alone,\n"
+               "                *_seconds the median of the later ones (all of them when N = 1)\n"
+               "  --json:       only JSON on stdout (progress goes to stderr)\n",
                msg.c_str());
   std::exit(2);
 }
@@ -86,6 +93,11 @@ Options parse(int argc, char** argv) {
       else if (a == "--skip-pipeline") o.skip_pipeline = true;
       else if (a == "--skip-vae") o.skip_vae = true;
       else if (a == "--load-only") o.load_only = true;
+      else if (a == "--residency") {
+        o.residency = value();
+        if (o.residency != "auto" && o.residency != "minimal" && o.residency != "resident")
+          usage_error("--residency takes auto, minimal or resident");
+      }
       else if (a == "--first-load") {
         o.first_load = value();
         if (o.first_load != "warm" && o.first_load != "cold") usage_error("--first-load takes warm or cold");
@@ -97,10 +109,17 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// Median wall time of `repeats` calls of fn.
-// The median of `repeats` calls; every call's time goes to *calls (in call order) when given:
-// on a shared machine the spread says how far to trust the median.
-double median_seconds(int repeats, const std::function<void()>& fn, std::vector<double>* calls = nullptr) {
+double median(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  const size_t n = t.size();
+  return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
+// Times `repeats` calls of fn; every call's time goes to *calls (in call order) when given: on a
+// shared machine the spread says how far to trust the figure. Returns the median of the steady
+// calls — every call after the first, which alone may pay for page faults, arena growth and cold
+// caches (reported on its own from *calls) — or the one call when repeats is 1.
+double steady_median_seconds(int repeats, const std::function<void()>& fn, std::vector<double>* calls = nullptr) {
   std::vector<double> t;
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = Clock::now();
@@ -108,8 +127,49 @@ double median_seconds(int repeats, const std::function<void()>& fn, std::vector<
     t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
   if (calls) *calls = t;
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return t.size() == 1 ? t[0] : median(std::vector<double>(t.begin() + 1, t.end()));
+}
+
+// The processor, as /proc/cpuinfo names it (bench results must say which CPU they were taken on:
+// AMD family 25 is Zen 3/4, 26 is Zen 5).
+nlohmann::json cpu_json() {
+  nlohmann::json cpu = nlohmann::json::object();
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) {
+      if (!cpu.empty()) break;  // the first processor's block is enough
+      continue;
+    }
+    std::string key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
+    const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
+    if (key == "model name") cpu["model_name"] = value;
+    if (key == "vendor_id") cpu["vendor"] = value;
+    if (key == "cpu family") cpu["family"] = std::atoi(value.c_str());
+    if (key == "model") cpu["model"] = std::atoi(value.c_str());
+  }
+  if (cpu.value("vendor", "") == "AuthenticAMD" && cpu.contains("family"))
+    cpu["core"] = cpu["family"] == 26 ? "Zen 5" : cpu["family"] == 25 ? "Zen 3/4" : "other AMD";
+  return cpu;
+}
+
+// Runs fn with stdout pointing at stderr, so that `--json` output stays the only thing on stdout.
+void with_stdout_on_stderr(const std::function<void()>& fn) {
+  std::fflush(stdout);
+  const int saved = ::dup(STDOUT_FILENO);
+  ::dup2(STDERR_FILENO, STDOUT_FILENO);
+  try {
+    fn();
+  } catch (...) {
+    std::fflush(stdout);
+    ::dup2(saved, STDOUT_FILENO);
+    ::close(saved);
+    throw;
+  }
+  std::fflush(stdout);
+  ::dup2(saved, STDOUT_FILENO);
+  ::close(saved);
 }
 
 Tensor pseudo_random(Shape shape, uint32_t seed) {
@@ -204,8 +264,10 @@ fs::path default_model() {
   if (fs::exists(dir / "model_index.json")) return dir;
   std::fprintf(stderr, "octodiff-bench: writing a random full-size SD 1.5 model to %s (once)\n", dir.c_str());
   fs::create_directories(dir.parent_path());
-  if (run_make_random_model({"--arch", "sd15", "--layout", "diffusers", "--out", dir.string()}) != 0)
-    fail("could not write the random model");
+  int status = 1;
+  with_stdout_on_stderr(
+      [&] { status = run_make_random_model({"--arch", "sd15", "--layout", "diffusers", "--out", dir.string()}); });
+  if (status != 0) fail("could not write the random model");
   return dir;
 }
 
@@ -235,6 +297,10 @@ int main(int argc, char** argv) {
     j["threads"] = threads;
     j["dtype"] = dtype_display_name(dtype);
     j["isa"] = isa_name(best_isa());
+    j["cpu"] = cpu_json();
+    j["repeats"] = o.repeats;
+    j["seconds_statistic"] = o.repeats == 1 ? "the one call"
+                                            : "median of the calls after the first (the first: *_first_call_seconds)";
     // Measured again at the end, and the larger value kept: a short measurement taken while
     // something else held a core (e.g. the kernel writing back a previous run's weight cache)
     // would halve the peak and double every fraction. A --load-only run has no use for it.
@@ -248,6 +314,7 @@ int main(int argc, char** argv) {
     const fs::path model_path = o.model.empty() ? default_model() : o.model;
     ModelLoadOptions load_options;
     load_options.dtype = dtype;  // UNet and VAE weights packed as bf16 for --dtype bf16
+    load_options.residency = parse_weight_residency(o.residency);
     std::optional<ScratchWeightCache> scratch_cache;
     j["first_load"] = o.first_load.empty() ? "no" : o.first_load;
     if (!o.first_load.empty()) {
@@ -271,6 +338,9 @@ int main(int argc, char** argv) {
     j["model"] = model_path.string();
     j["load_seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
     j["load_from_cache"] = model->loaded_from_cache(ModelComponent::UNet);
+    j["weight_residency"] = {{"asked", o.residency},
+                             {"weights_stay_resident", model->weights_stay_resident()},
+                             {"cached_weight_mb", model->cached_weight_bytes() / 1048576.0}};
     // A first load writes its weight cache in the background; wait for it so that the disk
     // writes do not share the timed runs' cores, and report that time on its own.
     j["weight_cache_write_seconds"] = model->wait_for_weight_caches();
@@ -345,7 +415,7 @@ int main(int argc, char** argv) {
       arena.trim();
     };
     model->prefetch(ModelComponent::TextEncoder);
-    j["text_encode_seconds"] = median_seconds(o.repeats, [&] {
+    j["text_encode_seconds"] = steady_median_seconds(o.repeats, [&] {
       context = model->text_encoder().forward(ids, 2, 77).last_hidden_state;
     });
     end_phase(ModelComponent::TextEncoder);
@@ -362,7 +432,7 @@ int main(int argc, char** argv) {
                    static_cast<long long>(w));
       std::vector<size_t> misses;  // blocks the arena had to get from the system, per call
       std::vector<double> calls;
-      const double s = median_seconds(
+      const double s = steady_median_seconds(
           o.repeats,
           [&] {
             const size_t before = arena.system_allocations();
@@ -374,6 +444,7 @@ int main(int argc, char** argv) {
       const std::string k = "unet_b" + std::to_string(batch);
       j[k + "_seconds"] = s;
       j[k + "_call_seconds"] = calls;
+      j[k + "_first_call_seconds"] = calls.front();
       j[k + "_gflop"] = gflop;
       j[k + "_gflops"] = gflop / s;
       // The figures above count the whole network for every sample. The guided step's second
@@ -388,7 +459,7 @@ int main(int argc, char** argv) {
         // halves (kernels/gemm.h), twice the products.
         const kernels::ScopedBf16Activations split(kernels::Bf16Activations::Split);
         std::vector<double> split_calls;
-        j["unet_b2_split_seconds"] = median_seconds(
+        j["unet_b2_split_seconds"] = steady_median_seconds(
             o.repeats, [&] { model->unet().forward_nhwc(x, std::vector<double>(batch, 500.0), ctx, numerics); },
             &split_calls);
         j["unet_b2_split_call_seconds"] = split_calls;
@@ -414,10 +485,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "VAE decode %dx%d...\n", o.width, o.height);
       model->prefetch(ModelComponent::Vae);
       std::vector<double> calls;
-      const double s = median_seconds(o.repeats, [&] { model->vae().decode_nhwc(z); }, &calls);
+      const double s = steady_median_seconds(o.repeats, [&] { model->vae().decode_nhwc(z); }, &calls);
       const double gflop = vae_decode_flops(model->vae().config(), 1, h, w) / 1e9;
       j["vae_decode_seconds"] = s;
       j["vae_decode_call_seconds"] = calls;
+      j["vae_decode_first_call_seconds"] = calls.front();
       j["vae_decode_gflop"] = gflop;
       j["vae_decode_gflops"] = gflop / s;
       end_phase(ModelComponent::Vae);
@@ -441,8 +513,11 @@ int main(int argc, char** argv) {
     if (o.json) {
       std::printf("%s\n", j.dump(2).c_str());
     } else {
-      std::printf("machine: %d threads, %s, fp32 FMA peak %.0f GFLOP/s, bf16 peak %.0f GFLOP/s\n", threads,
+      std::printf("machine: %s (%s), %d threads, %s, fp32 FMA peak %.0f GFLOP/s, bf16 peak %.0f GFLOP/s\n",
+                  j["cpu"].value("model_name", "?").c_str(), j["cpu"].value("core", "?").c_str(), threads,
                   j["isa"].get<std::string>().c_str(), peak, bf16_peak);
+      std::printf("times: %s; weights %s\n", j["seconds_statistic"].get<std::string>().c_str(),
+                  model->weights_stay_resident() ? "stay resident" : "dropped after each phase");
       if (j.contains("compile_seconds"))
         std::printf("compile: %.3f s first call, %.3f s cached\n", j["compile_seconds"].get<double>(),
                     j["cached_compile_seconds"].get<double>());
@@ -458,10 +533,11 @@ int main(int argc, char** argv) {
           std::snprintf(t, sizeof t, "%s%.2f", calls.empty() ? "" : " ", c.get<double>());
           calls += t;
         }
-        std::printf("%-11s %8.2f s  %7.1f GFLOP  %6.1f GFLOP/s  %5.1f %% of peak  (calls: %s s)\n", k,
-                    j[std::string(k) + "_seconds"].get<double>(), j[std::string(k) + "_gflop"].get<double>(),
+        std::printf("%-11s %8.2f s  %7.1f GFLOP  %6.1f GFLOP/s  %5.1f %% of peak  (first call %.2f s; calls: %s s)\n",
+                    k, j[std::string(k) + "_seconds"].get<double>(), j[std::string(k) + "_gflop"].get<double>(),
                     j[std::string(k) + "_gflops"].get<double>(),
-                    100 * j[std::string(k) + "_fraction_of_peak"].get<double>(), calls.c_str());
+                    100 * j[std::string(k) + "_fraction_of_peak"].get<double>(),
+                    j[std::string(k) + "_first_call_seconds"].get<double>(), calls.c_str());
       }
       if (j.contains("unet_b2_split_seconds"))
         std::printf("unet_b2 with split bf16 activations (a bf16 run's first call): %.2f s\n",
