@@ -136,9 +136,21 @@ QWidget* MainWindow::buildFormColumn() {
           [this](const QString& f) { settings_.setLastFolder(f); });
   connect(progress_, &ProgressPanel::previewToggled, this, [this](bool) { saveSettings(); });
 
+  live_box_ = new QCheckBox(tr("Live"));
+  live_box_->setObjectName(QStringLiteral("live"));
+  live_box_->setToolTip(tr("Regenerate while you type, keeping the seed: a pause of %1 ms starts a run and "
+                           "cancels the one in flight. Best with a few-step model (1–8 steps).")
+                            .arg(LiveMode::kDefaultDelayMs));
+  live_ = new LiveMode(controller_, this);
+  connect(live_box_, &QCheckBox::toggled, live_, &LiveMode::setActive);
+  connect(live_, &LiveMode::regenerateRequested, this, &MainWindow::generateKeepingSeed);
+  connect(prompts_, &PromptPanel::promptsChanged, live_, &LiveMode::inputsChanged);
+  connect(prompts_->negativeField(), &QLineEdit::textChanged, live_, &LiveMode::inputsChanged);
+
   auto* buttons = new QHBoxLayout;
   buttons->addWidget(generate_, 3);
   buttons->addWidget(cancel_, 1);
+  buttons->addWidget(live_box_);
 
   auto* content = new QWidget;
   auto* column = new QVBoxLayout(content);
@@ -255,15 +267,22 @@ std::optional<GenerationRequest> MainWindow::requestFromForm(QString* error) con
   return r;
 }
 
-bool MainWindow::generate() {
+bool MainWindow::generate() { return generateFromForm(/*live=*/false); }
+
+bool MainWindow::generateKeepingSeed() { return generateFromForm(/*live=*/true); }
+
+bool MainWindow::generateFromForm(bool live) {
   if (controller_->isBusy()) return false;
   QString error;
   auto request = requestFromForm(&error);
   if (!request) {
-    reportError(error);
+    if (live)
+      statusBar()->showMessage(tr("Live: %1").arg(error));  // mid-typing: no banner for a half-written form
+    else
+      reportError(error);
     return false;
   }
-  if (!settings_panel_->seedLocked()) request->seed = settings_panel_->randomizeSeed();
+  if (!live && !settings_panel_->seedLocked()) request->seed = settings_panel_->randomizeSeed();
   return startJob(Job{JobKind::Generate, *request, {request->seed}});
 }
 

@@ -4,6 +4,7 @@
 // as the errorShown signal, never as a modal box.
 #pragma once
 
+#include <QCheckBox>
 #include <QMainWindow>
 #include <QPushButton>
 #include <QTabWidget>
@@ -13,6 +14,7 @@
 #include "error_banner.h"
 #include "generation_controller.h"
 #include "image_dialog.h"
+#include "live_mode.h"
 #include "model_chooser.h"
 #include "progress_panel.h"
 #include "prompt_panel.h"
@@ -45,6 +47,8 @@ class MainWindow : public QMainWindow {
   TimingsPanel* timingsPanel() const { return timings_; }
   ErrorBanner* errorBanner() const { return banner_; }
   QPushButton* generateButton() const { return generate_; }
+  QCheckBox* liveBox() const { return live_box_; }
+  LiveMode* liveMode() const { return live_; }
   QPushButton* cancelButton() const { return cancel_; }
   QTabWidget* tabs() const { return tabs_; }
   RunPtr lastRun() const { return last_run_; }
@@ -56,6 +60,8 @@ class MainWindow : public QMainWindow {
 
  public slots:
   bool generate();
+  // A run with the form as it is, keeping the seed (live mode's regenerations).
+  bool generateKeepingSeed();
   void cancel();
   bool runSeedComparison(octodiff::gui::JobKind kind, const std::vector<int64_t>& seeds);
   void loadModel(const QString& path, const QString& tokenizerDir);
@@ -86,6 +92,7 @@ class MainWindow : public QMainWindow {
   void connectController();
   void connectImageActions(QObject* source);
   bool startJob(const Job& job);
+  bool generateFromForm(bool live);
   void saveSettings();
   void applyRestoredForm(const FormState& form, const QStringList& notes, const QString& origin);
   void onModelLoaded(const QString& path, double seconds);
@@ -111,6 +118,8 @@ class MainWindow : public QMainWindow {
   SettingsPanel* settings_panel_;
   ProgressPanel* progress_;
   QPushButton *generate_, *cancel_;
+  QCheckBox* live_box_ = nullptr;
+  LiveMode* live_ = nullptr;
   QTabWidget* tabs_;
   ResultGridView* grid_;
   SeedComparisonView* comparison_;
