@@ -62,7 +62,7 @@ class LiveModeTest : public QObject {
   }
 
   void aChangeDuringARunCancelsItAndRunsTheNewestPrompt() {
-    fillForm(*w_, {"a blue square"}, /*seed=*/7, /*steps=*/1000);  // long enough to be caught mid-run
+    fillForm(*w_, {"a blue square"}, /*seed=*/7, /*steps=*/400);  // long enough to be caught mid-run
     QVERIFY(waitUntilSettled());
     QSignalSpy finished(w_->controller(), &GenerationController::jobFinished);
     w_->liveBox()->setChecked(true);
