@@ -185,7 +185,9 @@ TEST(FastSchedulerGoldens, EveryClassHasATrajectoryPerSpacing) {
       int found = 0;
       for (const TrajectoryCase& r : runs) found += r.cls.kind == c.kind && r.spacing == spacing;
       EXPECT_GE(found, 1) << c.name << " " << timestep_spacing_name(spacing);
-      if (c.kind == SchedulerKind::Lcm || c.kind == SchedulerKind::EulerAncestral) EXPECT_EQ(found, 4) << c.name;
+      if (c.kind == SchedulerKind::Lcm || c.kind == SchedulerKind::EulerAncestral) {
+        EXPECT_EQ(found, 4) << c.name;
+      }
     }
 }
 
