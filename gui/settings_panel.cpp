@@ -9,6 +9,7 @@
 #include <climits>
 
 #include "core/device.h"
+#include "pipeline/metadata.h"
 
 namespace octodiff::gui {
 namespace {
@@ -71,11 +72,14 @@ SettingsPanel::SettingsPanel(QWidget* parent) : QWidget(parent) {
 
   scheduler_ = new QComboBox;
   scheduler_->setObjectName(QStringLiteral("scheduler"));
+  scheduler_->addItem(tr("Model's own"), kModelsOwnScheduler);  // named once a model is loaded
   scheduler_->addItem(tr("PNDM (Flax default)"), static_cast<int>(SchedulerKind::Pndm));
   scheduler_->addItem(tr("DDIM"), static_cast<int>(SchedulerKind::Ddim));
   scheduler_->addItem(tr("LMS"), static_cast<int>(SchedulerKind::Lms));
   scheduler_->addItem(tr("DPM++ 2M"), static_cast<int>(SchedulerKind::DpmSolverPP));
   scheduler_->addItem(tr("Euler"), static_cast<int>(SchedulerKind::Euler));
+  scheduler_->addItem(tr("Euler a"), static_cast<int>(SchedulerKind::EulerAncestral));
+  scheduler_->addItem(tr("LCM"), static_cast<int>(SchedulerKind::Lcm));
   form->addRow(tr("Scheduler"), scheduler_);
 
   width_ = sizeBox(QStringLiteral("width"));
@@ -151,7 +155,9 @@ void SettingsPanel::applyTo(GenerationRequest* r) const {
   r->seed = seed_->value();
   r->steps = steps_->value();
   r->guidance_scale = guidance_->value();
-  r->scheduler = static_cast<SchedulerKind>(scheduler_->currentData().toInt());
+  const int scheduler = scheduler_->currentData().toInt();
+  r->scheduler = scheduler == kModelsOwnScheduler ? std::nullopt
+                                                  : std::optional(static_cast<SchedulerKind>(scheduler));
   r->width = width_->value();
   r->height = height_->value();
   r->devices = devices_->value();
@@ -162,11 +168,15 @@ void SettingsPanel::applyTo(GenerationRequest* r) const {
   r->threads = threads_->value();
 }
 
+void SettingsPanel::setModelScheduler(SchedulerKind kind) {
+  scheduler_->setItemText(0, tr("Model's own (%1)").arg(QString::fromStdString(sampler_display_name(kind))));
+}
+
 void SettingsPanel::setFrom(const GenerationRequest& r) {
   setSeed(r.seed);
   steps_->setValue(r.steps);
   guidance_->setValue(r.guidance_scale);
-  selectData(scheduler_, static_cast<int>(r.scheduler));
+  selectData(scheduler_, r.scheduler ? static_cast<int>(*r.scheduler) : kModelsOwnScheduler);
   width_->setValue(r.width);
   height_->setValue(r.height);
   devices_->setValue(r.devices);

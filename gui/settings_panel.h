@@ -30,6 +30,10 @@ class SettingsPanel : public QWidget {
   void setSeedLocked(bool locked) { lock_->setChecked(locked); }
   // Picks a new random seed (as octodiff-cli's --seed random does) and shows it.
   int64_t randomizeSeed();
+  // Names the model's own scheduler in the scheduler box's first entry ("Model's own (Euler)").
+  void setModelScheduler(SchedulerKind kind);
+  // The scheduler box's item data of that first entry (the others hold a SchedulerKind).
+  static constexpr int kModelsOwnScheduler = -1;
   // The size the model makes by default, and the multiple sizes must be of.
   void setModelSize(int defaultWidth, int defaultHeight, int multiple);
   bool advancedVisible() const;

@@ -28,7 +28,11 @@ const char* kGenerateUsage =
     "  --seed N|random           PRNGKey seed (default 0)\n"
     "  --steps N                 denoising steps (default 50)\n"
     "  --guidance G              classifier-free guidance scale (default 7.5)\n"
-    "  --scheduler NAME          pndm (default), ddim, lms, dpm++, euler\n"
+    "  --scheduler NAME          pndm, ddim, lms, dpm++, euler, euler-a (Euler ancestral),\n"
+    "                            lcm (default: the model's own: its scheduler_config.json\n"
+    "                            class, PNDM for single-file checkpoints)\n"
+    "  --timestep-spacing S      leading, linspace or trailing (default: the scheduler\n"
+    "                            config's; LCM has none)\n"
     "  --height H --width W      image size (default: the model's)\n"
     "  --devices D               devices (default: number of prompts / batch per device)\n"
     "  --batch-per-device B      images per device (default 1)\n"
@@ -71,7 +75,8 @@ nlohmann::json timings_json(const GenerationResult& r) {
 
 int run_generate(const std::vector<std::string>& argv) {
   Args args(argv,
-            {"negative-prompt", "model", "tokenizer", "seed", "steps", "guidance", "scheduler", "height", "width",
+            {"negative-prompt", "model", "tokenizer", "seed", "steps", "guidance", "scheduler", "timestep-spacing",
+             "height", "width",
              "devices", "batch-per-device", "compat", "rng", "dtype", "threads", "latents", "save-latents",
              "save-array", "out", "out-dir", "repeat", "scale"},
             {"json", "quiet", "help"}, {"prompt"});
@@ -97,7 +102,8 @@ int run_generate(const std::vector<std::string>& argv) {
   }
   req.steps = args.get_int("steps", 50, 1, 1000);
   req.guidance_scale = args.get_double("guidance", 7.5);
-  req.scheduler = parse_scheduler_kind(args.get_or("scheduler", "pndm"));
+  if (auto name = args.get("scheduler")) req.scheduler = parse_scheduler_kind(*name);
+  if (auto name = args.get("timestep-spacing")) req.timestep_spacing = parse_timestep_spacing(*name);
   req.height = args.get_int("height", 0, 1, 1 << 16);
   req.width = args.get_int("width", 0, 1, 1 << 16);
   req.devices = args.get_int("devices", 0, 1, 64);
@@ -133,6 +139,11 @@ int run_generate(const std::vector<std::string>& argv) {
                model->description().c_str(), load_seconds);
   std::fprintf(info, "signature: %s, seed %lld, rng %s\n", resolved.signature.str().c_str(),
                static_cast<long long>(req.seed), jax::rng_scheme_name(req.rng).c_str());
+  const bool models_own_scheduler = resolved.signature.scheduler == model->default_scheduler();
+  std::fprintf(info, "scheduler: %s (%s)%s, timestep spacing %s\n", scheduler_name(resolved.signature.scheduler).c_str(),
+               scheduler_class_name(resolved.signature.scheduler).c_str(),
+               models_own_scheduler ? ", the model's own" : "",
+               timestep_spacing_name(resolved.signature.timestep_spacing).c_str());
 
   // A live progress line on a terminal; logs and pipes get the summaries only.
   ProgressCallback progress;
@@ -206,6 +217,9 @@ int run_generate(const std::vector<std::string>& argv) {
           {"steps", s.steps},
           {"guidance_scale", req.guidance_scale},
           {"scheduler", scheduler_name(s.scheduler)},
+          {"scheduler_class", scheduler_class_name(s.scheduler)},
+          {"scheduler_is_models_own", models_own_scheduler},
+          {"timestep_spacing", timestep_spacing_name(s.timestep_spacing)},
           {"height", s.height},
           {"width", s.width},
           {"devices", s.devices},

@@ -37,7 +37,11 @@ struct GenerationRequest {
   int64_t seed = 0;
   int steps = 50;
   double guidance_scale = 7.5;
-  SchedulerKind scheduler = SchedulerKind::Pndm;
+  // nullopt: the model's own scheduler (StableDiffusionModel::default_scheduler()).
+  std::optional<SchedulerKind> scheduler;
+  // nullopt: the scheduler configuration's timestep_spacing (the class default when the model's
+  // scheduler_config.json has none). LCM ignores it, as diffusers' LCMScheduler does.
+  std::optional<TimestepSpacing> timestep_spacing;
   int height = 0, width = 0;   // 0: the model's default size
   int devices = 0;             // 0: prompts.size() / batch_per_device
   int batch_per_device = 1;
@@ -54,7 +58,8 @@ struct GenerationRequest {
 // The static part of a request: a new signature compiles a new plan, like a jit re-trace.
 struct Signature {
   int devices = 0, batch = 0, height = 0, width = 0, steps = 0;
-  SchedulerKind scheduler = SchedulerKind::Pndm;
+  SchedulerKind scheduler = SchedulerKind::Pndm;             // resolved: the request's or the model's
+  TimestepSpacing timestep_spacing = TimestepSpacing::Leading;  // resolved: the request's or the config's
   bool guidance = true;
   ComputeDType dtype = ComputeDType::F32;
   Compat compat = Compat::Flax;

@@ -19,6 +19,8 @@ std::string sampler_display_name(SchedulerKind kind) {
     case SchedulerKind::Lms: return "LMS";
     case SchedulerKind::DpmSolverPP: return "DPM++ 2M";
     case SchedulerKind::Euler: return "Euler";
+    case SchedulerKind::EulerAncestral: return "Euler a";
+    case SchedulerKind::Lcm: return "LCM";
   }
   return "?";
 }
@@ -31,6 +33,8 @@ ImageMetadata describe_image(const GenerationRequest& request, const GenerationR
   m.steps = s.steps;
   m.guidance_scale = request.guidance_scale;
   m.scheduler = s.scheduler;
+  m.scheduler_is_models_own = s.scheduler == model.default_scheduler();
+  m.timestep_spacing = s.timestep_spacing;
   m.width = s.width;
   m.height = s.height;
   m.devices = s.devices;
@@ -66,6 +70,8 @@ std::string a1111_parameters(const ImageMetadata& m) {
              ", Seed: ", m.seed, ", Size: ", m.width, "x", m.height, ", Model hash: ", m.model_hash,
              ", Model: ", m.model_name, ", RNG: JAX ", jax::rng_scheme_name(m.rng), ", Compat: ",
              compat_name(m.compat));
+  if (m.scheduler_is_models_own) out += ", Sampler source: model";
+  if (m.timestep_spacing) out += ", Timestep spacing: " + timestep_spacing_name(*m.timestep_spacing);
   if (m.device >= 0) out += cat(", Device: ", m.device + 1, "/", m.devices);
   if (m.devices * m.batch_per_device > 1 && m.device < 0) out += cat(", Grid: ", m.devices * m.batch_per_device, " images");
   if (!m.version.empty()) out += ", Version: Octodiff " + m.version;
@@ -82,6 +88,8 @@ std::string metadata_json(const ImageMetadata& m) {
   j["steps"] = m.steps;
   j["guidance_scale"] = m.guidance_scale;
   j["scheduler"] = scheduler_name(m.scheduler);
+  j["scheduler_is_models_own"] = m.scheduler_is_models_own;
+  if (m.timestep_spacing) j["timestep_spacing"] = timestep_spacing_name(*m.timestep_spacing);
   j["width"] = m.width;
   j["height"] = m.height;
   j["devices"] = m.devices;
@@ -117,6 +125,9 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
     m.steps = j.at("steps").get<int>();
     m.guidance_scale = j.at("guidance_scale").get<double>();
     m.scheduler = parse_scheduler_kind(j.at("scheduler").get<std::string>());
+    m.scheduler_is_models_own = j.value("scheduler_is_models_own", false);
+    if (j.contains("timestep_spacing"))
+      m.timestep_spacing = parse_timestep_spacing(j.at("timestep_spacing").get<std::string>());
     m.width = j.at("width").get<int>();
     m.height = j.at("height").get<int>();
     m.devices = j.value("devices", 1);
@@ -175,9 +186,12 @@ std::optional<ImageMetadata> from_a1111(const std::string& text) {
           m.height = std::stoi(value.substr(x + 1));
         }
       } else if (key == "Sampler") {
-        for (SchedulerKind k : {SchedulerKind::Pndm, SchedulerKind::Ddim, SchedulerKind::Lms,
-                                SchedulerKind::DpmSolverPP, SchedulerKind::Euler})
+        for (SchedulerKind k : all_scheduler_kinds())
           if (value == sampler_display_name(k)) m.scheduler = k;
+      } else if (key == "Sampler source") {
+        m.scheduler_is_models_own = value == "model";
+      } else if (key == "Timestep spacing") {
+        m.timestep_spacing = parse_timestep_spacing(value);
       } else if (key == "RNG") {
         m.rng = value.find("partitionable") != std::string::npos ? jax::RngScheme::Partitionable
                                                                   : jax::RngScheme::Classic;
@@ -211,7 +225,8 @@ GenerationRequest request_from_metadata(const ImageMetadata& m) {
   r.seed = m.seed;
   r.steps = m.steps;
   r.guidance_scale = m.guidance_scale;
-  r.scheduler = m.scheduler;
+  r.scheduler = m.scheduler;  // explicit: the same scheduler even if the model's default changes
+  r.timestep_spacing = m.timestep_spacing;
   r.width = m.width;
   r.height = m.height;
   r.compat = m.compat;

@@ -22,7 +22,9 @@ struct ImageMetadata {
   int64_t seed = 0;
   int steps = 0;
   double guidance_scale = 7.5;
-  SchedulerKind scheduler = SchedulerKind::Pndm;
+  SchedulerKind scheduler = SchedulerKind::Pndm;  // the scheduler actually used
+  bool scheduler_is_models_own = false;           // it is the model's default_scheduler()
+  std::optional<TimestepSpacing> timestep_spacing;  // as used (absent in older metadata)
   int width = 0, height = 0;
   int devices = 1, batch_per_device = 1;
   int device = -1, batch_index = -1;          // -1: a grid of all images
@@ -53,7 +55,7 @@ std::optional<ImageMetadata> parse_png_metadata(const std::vector<PngText>& text
 // A request that makes this image (or grid) again.
 GenerationRequest request_from_metadata(const ImageMetadata& m);
 
-// Canonical A1111-style sampler name ("PNDM", "DDIM", "LMS", "DPM++ 2M", "Euler").
+// Canonical A1111-style sampler name ("PNDM", "DDIM", "LMS", "DPM++ 2M", "Euler", "Euler a", "LCM").
 std::string sampler_display_name(SchedulerKind kind);
 
 }  // namespace octodiff

@@ -257,9 +257,38 @@ std::string StableDiffusionModel::display_name() const {
   return single_file_ ? p.stem().string() : p.filename().string();
 }
 
-SchedulerConfig StableDiffusionModel::scheduler_config(SchedulerKind kind) const {
-  if (scheduler_json_.empty()) return SchedulerConfig::defaults(kind);
-  return SchedulerConfig::from_json(scheduler_json_, kind);
+SchedulerConfig StableDiffusionModel::scheduler_config(SchedulerKind kind,
+                                                       std::optional<TimestepSpacing> spacing) const {
+  SchedulerConfig c = SchedulerConfig::defaults(kind);
+  if (!scheduler_json_.empty()) {
+    try {
+      c = SchedulerConfig::from_json(scheduler_json_, kind);
+    } catch (const Error& e) {
+      fail(scheduler_source_, ": ", e.what());
+    }
+  }
+  if (spacing) c.timestep_spacing = *spacing;
+  return c;
+}
+
+void StableDiffusionModel::set_scheduler_config(std::string json_text, const std::string& where) {
+  scheduler_json_ = std::move(json_text);
+  scheduler_source_ = where;
+  default_scheduler_ = SchedulerKind::Pndm;
+  std::optional<std::string> cls;
+  try {
+    cls = scheduler_config_class_name(scheduler_json_);
+  } catch (const Error& e) {
+    fail(where, ": ", e.what());
+  }
+  if (!cls) return;
+  if (auto kind = scheduler_kind_from_class_name(*cls)) {
+    default_scheduler_ = *kind;
+  } else {
+    load_notes_.push_back(cat(where, " names the scheduler class '", *cls,
+                              "', which Octodiff does not implement; the model's default scheduler is "
+                              "PNDMScheduler instead (a request may name another scheduler)"));
+  }
 }
 
 std::string StableDiffusionModel::model_hash() const {
@@ -293,7 +322,7 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
     model->text_encoder_ = std::make_shared<ClipTextModel>(
         model->load_component(options, ModelComponent::TextEncoder, files, *parts.text_encoder,
                               [&] { return ClipTextModel::load(*parts.text_encoder, parts.text_config); }));
-    model->scheduler_json_ = parts.scheduler_json;
+    model->set_scheduler_config(parts.scheduler_json, "the single-file scheduler configuration");
     release_freed_heap();
     model->decide_residency(options);
   model->finish_weight_caches_at_normal_priority();
@@ -345,8 +374,8 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
       model->load_component(options, ModelComponent::TextEncoder, te_files, *te_w,
                             [&] { return ClipTextModel::load(*te_w, te_cfg); }));
 
-  if (fs::exists(path / "scheduler" / "scheduler_config.json"))
-    model->scheduler_json_ = read_text_file(path / "scheduler" / "scheduler_config.json");
+  if (const fs::path sched = path / "scheduler" / "scheduler_config.json"; fs::exists(sched))
+    model->set_scheduler_config(read_text_file(sched), sched.string());
   model->hash_file_ = unet_files.front();
   for (const auto* list : {&te_files, &unet_files, &vae_files})
     for (const auto& f : *list) model->weights_bytes_ += static_cast<int64_t>(fs::file_size(f));

@@ -87,7 +87,19 @@ class StableDiffusionModel {
   const AutoencoderKL& vae() const { return *vae_; }
   // scheduler_config.json text (empty: SD's default PNDM configuration).
   const std::string& scheduler_config_json() const { return scheduler_json_; }
-  SchedulerConfig scheduler_config(SchedulerKind kind) const;
+  // Class `kind` configured from that file (diffusers' Cls.from_config), with the timestep
+  // spacing replaced when `spacing` is given. Errors name the config file.
+  SchedulerConfig scheduler_config(SchedulerKind kind, std::optional<TimestepSpacing> spacing = std::nullopt) const;
+  // The model's own scheduler, what a request without a scheduler uses:
+  // - a diffusers folder: the class its scheduler/scheduler_config.json names in "_class_name"
+  //   (PNDMScheduler, DDIMScheduler, LMSDiscreteScheduler, DPMSolverMultistepScheduler,
+  //   EulerDiscreteScheduler, EulerAncestralDiscreteScheduler, LCMScheduler); PNDM when the folder
+  //   has no scheduler config or the file names no class, and PNDM plus a load note when it names
+  //   a class Octodiff does not implement;
+  // - a single-file checkpoint (SD 1.x, SD 2.x, epsilon or v-prediction alike): PNDM, the
+  //   configuration the single-file loader writes (skip_prk_steps, steps_offset 1) and what the
+  //   Flax pipeline's from_pretrained of the converted model gives.
+  SchedulerKind default_scheduler() const { return default_scheduler_; }
 
   int vae_scale_factor() const { return vae_->config().scale_factor(); }
   int default_height() const { return unet_->config().sample_size * vae_scale_factor(); }
@@ -125,6 +137,8 @@ class StableDiffusionModel {
  private:
   void finish_weight_caches_at_normal_priority() const;
   void decide_residency(const ModelLoadOptions& options);
+  // Sets scheduler_json_ and default_scheduler_ from a scheduler_config.json text read from `where`.
+  void set_scheduler_config(std::string json_text, const std::string& where);
   template <typename Load>
   auto load_component(const ModelLoadOptions& o, ModelComponent c, const std::vector<std::filesystem::path>& files,
                       const WeightSource& source, Load load);
@@ -140,6 +154,8 @@ class StableDiffusionModel {
   std::shared_ptr<UNet2DCondition> unet_;
   std::shared_ptr<AutoencoderKL> vae_;
   std::string scheduler_json_;
+  std::string scheduler_source_;  // where scheduler_json_ came from, for errors
+  SchedulerKind default_scheduler_ = SchedulerKind::Pndm;
   std::shared_ptr<WeightCacheFile> caches_[3];
   bool from_cache_[3] = {false, false, false};
   bool resident_ = false;

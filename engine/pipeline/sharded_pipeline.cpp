@@ -52,7 +52,7 @@ ShardedPipeline::~ShardedPipeline() = default;
 
 std::string Signature::str() const {
   return cat("D=", devices, " B=", batch, " ", width, "x", height, " steps=", steps, " ", scheduler_name(scheduler),
-             guidance ? " cfg" : " no-cfg", " ", dtype_display_name(dtype), " ", compat_name(compat));
+             " ", timestep_spacing_name(timestep_spacing), guidance ? " cfg" : " no-cfg", " ", dtype_display_name(dtype), " ", compat_name(compat));
 }
 
 ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
@@ -130,7 +130,10 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
   s.height = H;
   s.width = W;
   s.steps = req.steps;
-  s.scheduler = req.scheduler;
+  s.scheduler = req.scheduler ? *req.scheduler : m.default_scheduler();
+  // The model's configuration for that class (validated here, before any work) decides the
+  // spacing unless the request overrides it.
+  s.timestep_spacing = m.scheduler_config(s.scheduler, req.timestep_spacing).timestep_spacing;
   s.guidance = req.compat == Compat::Flax || req.guidance_scale > 1.0;
   s.dtype = req.dtype;
   s.compat = req.compat;
@@ -163,7 +166,7 @@ ShardedPipeline::Plan& ShardedPipeline::plan_for(const ResolvedRequest& r, bool*
   plan->signature = s;
   const SchedulerSemantics semantics =
       s.compat == Compat::Flax ? SchedulerSemantics::Flax : SchedulerSemantics::Diffusers;
-  plan->scheduler = Scheduler::create(s.scheduler, model_->scheduler_config(s.scheduler), semantics);
+  plan->scheduler = Scheduler::create(s.scheduler, model_->scheduler_config(s.scheduler, s.timestep_spacing), semantics);
   plan->initial_state = plan->scheduler->set_timesteps(s.steps);
   plan->calls = plan->scheduler->num_model_calls(plan->initial_state);
   plan->init_noise_sigma = plan->scheduler->init_noise_sigma(plan->initial_state);

@@ -59,27 +59,8 @@ SchedulerState EulerDiscreteScheduler::set_timesteps(int n) const {
     state.sigmas.push_back(0.0);
     return state;
   }
-  std::vector<float> grid;  // float32, as torch stores them
-  switch (config_.timestep_spacing) {
-    case TimestepSpacing::Linspace: {
-      auto v = sched::numpy_linspace(0, T - 1, n);
-      for (auto it = v.rbegin(); it != v.rend(); ++it) grid.push_back(static_cast<float>(*it));
-      break;
-    }
-    case TimestepSpacing::Leading:
-      for (double t : sched::leading_grid(T, n, 0))
-        grid.push_back(static_cast<float>(t) + static_cast<float>(config_.steps_offset));
-      break;
-    case TimestepSpacing::Trailing:
-      for (double t : sched::trailing_grid(T, n, false)) grid.push_back(static_cast<float>(t));
-      break;
-  }
-  for (float t : grid) {
-    state.timesteps.push_back(t);
-    state.sigmas.push_back(static_cast<float>(sched::numpy_interp(t, train_sigmas_)));
-  }
-  state.sigmas.push_back(config_.final_sigmas_type == "sigma_min" ? train_sigmas_[0] : 0.0f);
-  return state;
+  return sched::sigma_family_state(config_, train_sigmas_, n,
+                                   config_.final_sigmas_type == "sigma_min" ? train_sigmas_[0] : 0.0f);
 }
 
 double EulerDiscreteScheduler::init_noise_sigma(const SchedulerState& state) const {
@@ -91,8 +72,7 @@ double EulerDiscreteScheduler::init_noise_sigma(const SchedulerState& state) con
     if (state.sigmas.empty()) fail("Euler init_noise_sigma: call set_timesteps() first");
     max_sigma = static_cast<float>(*std::max_element(state.sigmas.begin(), state.sigmas.end()));
   }
-  if (config_.timestep_spacing == TimestepSpacing::Leading) return std::sqrt(max_sigma * max_sigma + 1.0f);
-  return max_sigma;
+  return sched::sigma_family_init_noise_sigma(max_sigma, config_.timestep_spacing);
 }
 
 int EulerDiscreteScheduler::num_model_calls(const SchedulerState& state) const {
@@ -115,9 +95,7 @@ int EulerDiscreteScheduler::sigma_index(const SchedulerState& state, int i) cons
 Tensor EulerDiscreteScheduler::scale_model_input(const SchedulerState& state, const Tensor& sample,
                                                  int i) const {
   sched::check_call(state, i, "Euler scale_model_input");
-  const float sigma = static_cast<float>(state.sigmas[sigma_index(state, i)]);
-  const float scale = std::sqrt(sigma * sigma + 1.0f);
-  return elementwise([=](float x) { return x / scale; }, sample);
+  return sched::sigma_family_scale_input(sample, static_cast<float>(state.sigmas[sigma_index(state, i)]));
 }
 
 StepResult EulerDiscreteScheduler::step(const SchedulerState& state, const Tensor& model_output, int i,
@@ -127,20 +105,7 @@ StepResult EulerDiscreteScheduler::step(const SchedulerState& state, const Tenso
   const int idx = sigma_index(state, i);
   const float sigma = static_cast<float>(state.sigmas[idx]);
   // torch's sigma_hat = sigma·(gamma + 1) equals sigma with s_churn = 0.
-  Tensor x0;
-  switch (config_.prediction_type) {
-    case PredictionType::Epsilon:
-      x0 = elementwise([=](float x, float m) { return x - sigma * m; }, sample, model_output);
-      break;
-    case PredictionType::VPrediction: {
-      const float c_out = -sigma / std::sqrt(sigma * sigma + 1.0f), c_in = sigma * sigma + 1.0f;
-      x0 = elementwise([=](float x, float m) { return m * c_out + x / c_in; }, sample, model_output);
-      break;
-    }
-    case PredictionType::Sample:
-      x0 = model_output;
-      break;
-  }
+  const Tensor x0 = sched::sigma_family_x0(config_.prediction_type, sigma, model_output, sample);
   const float dt = static_cast<float>(state.sigmas[idx + 1]) - sigma;
   StepResult r;
   r.prev_sample = elementwise([=](float x, float p) { return x + (x - p) / sigma * dt; }, sample, x0);

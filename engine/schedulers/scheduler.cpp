@@ -10,6 +10,14 @@
 
 namespace octodiff {
 
+const std::vector<SchedulerKind>& all_scheduler_kinds() {
+  static const std::vector<SchedulerKind> kinds = {SchedulerKind::Pndm,  SchedulerKind::Ddim,
+                                                   SchedulerKind::Lms,   SchedulerKind::DpmSolverPP,
+                                                   SchedulerKind::Euler, SchedulerKind::EulerAncestral,
+                                                   SchedulerKind::Lcm};
+  return kinds;
+}
+
 SchedulerKind parse_scheduler_kind(const std::string& name) {
   std::string n = name;
   std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -18,7 +26,10 @@ SchedulerKind parse_scheduler_kind(const std::string& name) {
   if (n == "lms") return SchedulerKind::Lms;
   if (n == "dpm++" || n == "dpmpp2m" || n == "dpm") return SchedulerKind::DpmSolverPP;
   if (n == "euler") return SchedulerKind::Euler;
-  fail("unknown scheduler '", name, "' (valid: pndm, ddim, lms, dpm++, euler)");
+  if (n == "euler-a" || n == "euler_a" || n == "euler-ancestral" || n == "euler_ancestral")
+    return SchedulerKind::EulerAncestral;
+  if (n == "lcm") return SchedulerKind::Lcm;
+  fail("unknown scheduler '", name, "' (valid: pndm, ddim, lms, dpm++, euler, euler-a, lcm)");
 }
 
 std::string scheduler_name(SchedulerKind kind) {
@@ -33,6 +44,10 @@ std::string scheduler_name(SchedulerKind kind) {
       return "dpm++";
     case SchedulerKind::Euler:
       return "euler";
+    case SchedulerKind::EulerAncestral:
+      return "euler-a";
+    case SchedulerKind::Lcm:
+      return "lcm";
   }
   return "?";
 }
@@ -49,6 +64,35 @@ std::string scheduler_class_name(SchedulerKind kind) {
       return "DPMSolverMultistepScheduler";
     case SchedulerKind::Euler:
       return "EulerDiscreteScheduler";
+    case SchedulerKind::EulerAncestral:
+      return "EulerAncestralDiscreteScheduler";
+    case SchedulerKind::Lcm:
+      return "LCMScheduler";
+  }
+  return "?";
+}
+
+std::optional<SchedulerKind> scheduler_kind_from_class_name(const std::string& class_name) {
+  for (SchedulerKind k : all_scheduler_kinds())
+    if (scheduler_class_name(k) == class_name) return k;
+  return std::nullopt;
+}
+
+TimestepSpacing parse_timestep_spacing(const std::string& name) {
+  if (name == "leading") return TimestepSpacing::Leading;
+  if (name == "linspace") return TimestepSpacing::Linspace;
+  if (name == "trailing") return TimestepSpacing::Trailing;
+  fail("unknown timestep spacing '", name, "' (valid: leading, linspace, trailing)");
+}
+
+std::string timestep_spacing_name(TimestepSpacing spacing) {
+  switch (spacing) {
+    case TimestepSpacing::Leading:
+      return "leading";
+    case TimestepSpacing::Linspace:
+      return "linspace";
+    case TimestepSpacing::Trailing:
+      return "trailing";
   }
   return "?";
 }
@@ -73,8 +117,31 @@ std::unique_ptr<Scheduler> Scheduler::create(SchedulerKind kind, const Scheduler
       return std::make_unique<DpmSolverMultistepScheduler>(config, semantics);
     case SchedulerKind::Euler:
       return std::make_unique<EulerDiscreteScheduler>(config, semantics);
+    case SchedulerKind::EulerAncestral:
+      return std::make_unique<EulerAncestralDiscreteScheduler>(config, semantics);
+    case SchedulerKind::Lcm:
+      return std::make_unique<LcmScheduler>(config, semantics);
   }
   fail("unknown scheduler kind");
+}
+
+bool Scheduler::needs_noise(const SchedulerState&, int) const {
+  return false;
+}
+
+StepResult Scheduler::step(const SchedulerState& state, const Tensor& model_output, int i, const Tensor& sample,
+                           const Tensor& noise) const {
+  if (!needs_noise(state, i)) return step(state, model_output, i, sample);
+  const std::string cls = scheduler_class_name(kind());
+  if (!noise.defined() || noise.numel() == 0)
+    fail(cls, " step ", i, " adds noise but no noise tensor was given");
+  sched::check_same_shape(noise, sample, (cls + " step noise").c_str());
+  return step_with_noise(state, model_output, i, sample, noise);
+}
+
+StepResult Scheduler::step_with_noise(const SchedulerState&, const Tensor&, int i, const Tensor&,
+                                      const Tensor&) const {
+  fail(scheduler_class_name(kind()), " step ", i, " does not use noise");
 }
 
 }  // namespace octodiff

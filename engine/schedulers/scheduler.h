@@ -1,4 +1,5 @@
-// Schedulers: PNDM, DDIM, LMS, DPM-Solver++ and Euler as pure step functions over explicit state.
+// Schedulers: PNDM, DDIM, LMS, DPM-Solver++, Euler, Euler ancestral and LCM as pure step
+// functions over explicit state.
 //
 // As in diffusers, a scheduler object holds only configuration and tables; everything that
 // changes during sampling lives in a SchedulerState value. `step` takes the state and returns
@@ -12,9 +13,23 @@
 //   Diffusers — the PyTorch schedulers of diffusers 0.31 as StableDiffusionPipeline drives them
 //               (PNDM runs N+1 calls, float timesteps for LMS/Euler, DPM-Solver ends at sigma 0);
 //               this is what the goldens were computed with.
+//   There is no Flax LCMScheduler and no Flax EulerAncestralDiscreteScheduler in diffusers 0.31:
+//   under Flax semantics both run the torch algorithm (see lcm_scheduler.cpp and
+//   euler_ancestral_scheduler.cpp for what differs).
+//
+// Stochastic steps (LCM, Euler ancestral) add fresh Gaussian noise. The scheduler never draws
+// it: the caller asks needs_noise(state, i) and passes the noise to the five-argument step().
+// The pipeline's rule (one place for it): the noise of model call i on device d is
+//   jax::normal(jax::fold_in(key_d, i), B·C·h·w, request.rng)
+// read as a (B, C, h, w) NCHW tensor, then converted to the sample's layout (NHWC while
+// sampling: kernels::nchw_to_nhwc), where key_d is device d's key (GenerationResult::
+// device_keys[d], the key its initial latents were drawn from). Calls that need no noise draw
+// nothing. diffusers draws with torch's generator instead, so a stochastic run reproduces
+// diffusers only when the same noise is injected (the tests do that).
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,16 +37,30 @@
 
 namespace octodiff {
 
-enum class SchedulerKind { Pndm, Ddim, Lms, DpmSolverPP, Euler };
+// New kinds go at the end: the GUI stores a kind's number in its settings.
+enum class SchedulerKind { Pndm, Ddim, Lms, DpmSolverPP, Euler, EulerAncestral, Lcm };
 enum class SchedulerSemantics { Flax, Diffusers };
 enum class PredictionType { Epsilon, VPrediction, Sample };
 enum class TimestepSpacing { Leading, Linspace, Trailing };
 
-// "pndm", "ddim", "lms", "dpm++" (also "dpmpp2m", "dpm"), "euler"; throws octodiff::Error listing
-// the valid names otherwise.
+// Every kind, in enum order.
+const std::vector<SchedulerKind>& all_scheduler_kinds();
+// "pndm", "ddim", "lms", "dpm++" (also "dpmpp2m", "dpm"), "euler", "euler-a" (also "euler_a",
+// "euler-ancestral"), "lcm"; case-insensitive; throws octodiff::Error listing the valid names.
 SchedulerKind parse_scheduler_kind(const std::string& name);
 std::string scheduler_name(SchedulerKind kind);        // canonical CLI name ("dpm++", ...)
 std::string scheduler_class_name(SchedulerKind kind);  // diffusers class, e.g. "PNDMScheduler"
+// The kind whose diffusers class is `class_name` ("EulerDiscreteScheduler" -> Euler); nullopt
+// for any other class.
+std::optional<SchedulerKind> scheduler_kind_from_class_name(const std::string& class_name);
+// The "_class_name" of a scheduler_config.json text; nullopt when the key is absent. Throws
+// octodiff::Error for text that is not a JSON object or a "_class_name" that is not a string.
+std::optional<std::string> scheduler_config_class_name(const std::string& json_text);
+
+// "leading", "linspace", "trailing" (diffusers' timestep_spacing values); throws octodiff::Error
+// naming the valid values otherwise.
+TimestepSpacing parse_timestep_spacing(const std::string& name);
+std::string timestep_spacing_name(TimestepSpacing spacing);
 
 // Configuration as diffusers' `Cls.from_config(scheduler_config.json)` builds it: keys present
 // in the file override the defaults of the class `kind` (not of the class the file names), and
@@ -56,12 +85,16 @@ struct SchedulerConfig {
   // DPM-Solver/Euler under Diffusers semantics: the sigma the last step lands on ("zero" |
   // "sigma_min"). The Flax classes have no such option (DPM-Solver steps to training t = 0).
   std::string final_sigmas_type = "zero";
+  int original_inference_steps = 50;  // LCM: the distillation schedule's step count
+  double timestep_scaling = 10.0;     // LCM: t·timestep_scaling in the boundary conditions
 
   // Throws octodiff::Error naming the first value the class `kind` cannot use.
   void validate(SchedulerKind kind) const;
 
   static SchedulerConfig defaults(SchedulerKind kind);
-  // Parses scheduler_config.json text; throws octodiff::Error for malformed JSON or values.
+  // Parses scheduler_config.json text; throws octodiff::Error for malformed JSON or values, and
+  // for options this port does not implement set to a non-default value (use_karras_sigmas,
+  // rescale_betas_zero_snr, thresholding, ...), naming the key.
   static SchedulerConfig from_json(const std::string& json_text, SchedulerKind kind);
 };
 
@@ -112,11 +145,27 @@ class Scheduler {
   virtual Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const = 0;
 
   // One denoising step for call i: pure function of (state, model output, timestep, sample).
+  // Throws octodiff::Error when needs_noise(state, i): such a step needs the overload below.
   virtual StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
                           const Tensor& sample) const = 0;
 
+  // True when step i adds fresh noise (LCM: every step but the last; Euler ancestral: every step
+  // whose sigma_up is not 0, i.e. all but the last). Deterministic schedulers: always false.
+  virtual bool needs_noise(const SchedulerState& state, int i) const;
+
+  // The step for any scheduler, stochastic or not. `noise`: standard normal values with the
+  // shape and memory layout of `sample` (see the rule at the top of this file); required when
+  // needs_noise(state, i), otherwise ignored (an undefined Tensor() may be passed). Pure, like
+  // the four-argument step, which it equals when no noise is needed.
+  StepResult step(const SchedulerState& state, const Tensor& model_output, int i, const Tensor& sample,
+                  const Tensor& noise) const;
+
  protected:
   Scheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
+  // Step i with its noise (already checked: defined, shaped like `sample`). Only called when
+  // needs_noise(state, i); stochastic schedulers override it.
+  virtual StepResult step_with_noise(const SchedulerState& state, const Tensor& model_output, int i,
+                                     const Tensor& sample, const Tensor& noise) const;
   SchedulerConfig config_;
   SchedulerSemantics semantics_;
   std::vector<float> betas_, alphas_cumprod_;  // f32 tables, as diffusers keeps them

@@ -1,4 +1,4 @@
-// The five schedulers behind Scheduler::create. Each file <name>_scheduler.cpp implements one and
+// The seven schedulers behind Scheduler::create. Each file <name>_scheduler.cpp implements one and
 // documents how its Flax and Diffusers semantics differ.
 #pragma once
 
@@ -13,6 +13,7 @@ class PndmScheduler final : public Scheduler {
  public:
   PndmScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
   SchedulerKind kind() const override { return SchedulerKind::Pndm; }
+  using Scheduler::step;  // the five-argument step of the base class
   SchedulerState set_timesteps(int num_inference_steps) const override;
   double init_noise_sigma(const SchedulerState& state) const override;
   int num_model_calls(const SchedulerState& state) const override;
@@ -35,6 +36,7 @@ class DdimScheduler final : public Scheduler {
  public:
   DdimScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
   SchedulerKind kind() const override { return SchedulerKind::Ddim; }
+  using Scheduler::step;  // the five-argument step of the base class
   SchedulerState set_timesteps(int num_inference_steps) const override;
   double init_noise_sigma(const SchedulerState& state) const override;
   int num_model_calls(const SchedulerState& state) const override;
@@ -52,6 +54,7 @@ class LmsDiscreteScheduler final : public Scheduler {
  public:
   LmsDiscreteScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
   SchedulerKind kind() const override { return SchedulerKind::Lms; }
+  using Scheduler::step;  // the five-argument step of the base class
   SchedulerState set_timesteps(int num_inference_steps) const override;
   double init_noise_sigma(const SchedulerState& state) const override;
   int num_model_calls(const SchedulerState& state) const override;
@@ -69,6 +72,7 @@ class EulerDiscreteScheduler final : public Scheduler {
  public:
   EulerDiscreteScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
   SchedulerKind kind() const override { return SchedulerKind::Euler; }
+  using Scheduler::step;  // the five-argument step of the base class
   SchedulerState set_timesteps(int num_inference_steps) const override;
   double init_noise_sigma(const SchedulerState& state) const override;
   int num_model_calls(const SchedulerState& state) const override;
@@ -83,11 +87,60 @@ class EulerDiscreteScheduler final : public Scheduler {
   std::vector<float> train_sigmas_;
 };
 
+// Euler ancestral: Euler to sigma_down plus fresh noise of sigma_up (stochastic).
+class EulerAncestralDiscreteScheduler final : public Scheduler {
+ public:
+  EulerAncestralDiscreteScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
+  SchedulerKind kind() const override { return SchedulerKind::EulerAncestral; }
+  using Scheduler::step;  // the five-argument step of the base class
+  SchedulerState set_timesteps(int num_inference_steps) const override;
+  double init_noise_sigma(const SchedulerState& state) const override;
+  int num_model_calls(const SchedulerState& state) const override;
+  double model_timestep(const SchedulerState& state, int i) const override;
+  Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
+  StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
+                  const Tensor& sample) const override;
+  bool needs_noise(const SchedulerState& state, int i) const override;
+
+ protected:
+  StepResult step_with_noise(const SchedulerState& state, const Tensor& model_output, int i, const Tensor& sample,
+                             const Tensor& noise) const override;
+
+ private:
+  std::vector<float> train_sigmas_;
+};
+
+// LCM: consistency-model multistep sampling (stochastic: noise on every step but the last).
+class LcmScheduler final : public Scheduler {
+ public:
+  LcmScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
+  SchedulerKind kind() const override { return SchedulerKind::Lcm; }
+  using Scheduler::step;  // the five-argument step of the base class
+  SchedulerState set_timesteps(int num_inference_steps) const override;
+  double init_noise_sigma(const SchedulerState& state) const override;
+  int num_model_calls(const SchedulerState& state) const override;
+  double model_timestep(const SchedulerState& state, int i) const override;
+  Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
+  StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
+                  const Tensor& sample) const override;
+  bool needs_noise(const SchedulerState& state, int i) const override;
+
+ protected:
+  StepResult step_with_noise(const SchedulerState& state, const Tensor& model_output, int i, const Tensor& sample,
+                             const Tensor& noise) const override;
+
+ private:
+  // x0 from the model output at ᾱ_t = alpha (epsilon/sample/v), clipped when clip_sample.
+  Tensor predict_x0(const Tensor& model_output, const Tensor& sample, float alpha) const;
+  float final_alpha_cumprod_;
+};
+
 // DPM-Solver / DPM-Solver++ multistep (orders 1-3), the "DPM++ 2M" of UIs with the defaults.
 class DpmSolverMultistepScheduler final : public Scheduler {
  public:
   DpmSolverMultistepScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
   SchedulerKind kind() const override { return SchedulerKind::DpmSolverPP; }
+  using Scheduler::step;  // the five-argument step of the base class
   SchedulerState set_timesteps(int num_inference_steps) const override;
   double init_noise_sigma(const SchedulerState& state) const override;
   int num_model_calls(const SchedulerState& state) const override;

@@ -31,9 +31,7 @@ PredictionType parse_prediction(const std::string& s) {
 }
 
 TimestepSpacing parse_spacing(const std::string& s) {
-  if (s == "leading") return TimestepSpacing::Leading;
-  if (s == "linspace") return TimestepSpacing::Linspace;
-  if (s == "trailing") return TimestepSpacing::Trailing;
+  if (s == "leading" || s == "linspace" || s == "trailing") return parse_timestep_spacing(s);
   fail("scheduler config: timestep_spacing '", s, "' is not supported (use leading, linspace or trailing)");
 }
 
@@ -115,13 +113,13 @@ void reject_unsupported_options(const json& j, SchedulerKind kind) {
     if (it != j.end() && is_one_of(kind, kinds) && bool_value(*it, key))
       fail("scheduler config: '", key, "' = true is not supported by this ", scheduler_class_name(kind));
   };
-  flag("thresholding", {K::Ddim, K::DpmSolverPP});
+  flag("thresholding", {K::Ddim, K::DpmSolverPP, K::Lcm});
   flag("use_karras_sigmas", {K::Lms, K::Euler, K::DpmSolverPP});
   flag("use_exponential_sigmas", {K::Lms, K::Euler, K::DpmSolverPP});
   flag("use_beta_sigmas", {K::Lms, K::Euler, K::DpmSolverPP});
   flag("use_lu_lambdas", {K::DpmSolverPP});
   flag("euler_at_final", {K::DpmSolverPP});
-  flag("rescale_betas_zero_snr", {K::Ddim, K::Euler, K::DpmSolverPP});
+  flag("rescale_betas_zero_snr", {K::Ddim, K::Euler, K::DpmSolverPP, K::EulerAncestral, K::Lcm});
   const auto exact = [&](const char* key, SchedulerKind k, const json& allowed) {
     auto it = j.find(key);
     if (it != j.end() && kind == k && *it != allowed)
@@ -138,7 +136,25 @@ void reject_unsupported_options(const json& j, SchedulerKind kind) {
   }
 }
 
+json parse_config_object(const std::string& json_text) {
+  json j;
+  try {
+    j = json::parse(quote_nonfinite_words(json_text));
+  } catch (const json::exception& e) {
+    fail("scheduler config is not valid JSON: ", e.what());
+  }
+  if (!j.is_object()) fail("scheduler config must be a JSON object, got ", j.type_name());
+  return j;
+}
+
 }  // namespace
+
+std::optional<std::string> scheduler_config_class_name(const std::string& json_text) {
+  const json j = parse_config_object(json_text);
+  auto it = j.find("_class_name");
+  if (it == j.end()) return std::nullopt;
+  return string_value(*it, "_class_name");
+}
 
 SchedulerConfig SchedulerConfig::defaults(SchedulerKind kind) {
   // The constructor defaults of each diffusers class (torch and Flax agree on these).
@@ -158,25 +174,26 @@ SchedulerConfig SchedulerConfig::defaults(SchedulerKind kind) {
       break;
     case SchedulerKind::Lms:
     case SchedulerKind::Euler:
+    case SchedulerKind::EulerAncestral:
     case SchedulerKind::DpmSolverPP:
+      break;
+    case SchedulerKind::Lcm:  // LCMScheduler's own defaults: SD's betas, alpha one at the end
+      c.beta_start = 0.00085;
+      c.beta_end = 0.012;
+      c.beta_schedule = "scaled_linear";
+      c.set_alpha_to_one = true;
+      c.timestep_spacing = TimestepSpacing::Leading;
       break;
   }
   return c;
 }
 
 SchedulerConfig SchedulerConfig::from_json(const std::string& json_text, SchedulerKind kind) {
-  json j;
-  try {
-    j = json::parse(quote_nonfinite_words(json_text));
-  } catch (const json::exception& e) {
-    fail("scheduler config is not valid JSON: ", e.what());
-  }
-  if (!j.is_object()) fail("scheduler config must be a JSON object, got ", j.type_name());
-
+  const json j = parse_config_object(json_text);
   SchedulerConfig c = defaults(kind);
   const auto has = [&](const char* key) { return j.contains(key); };
   if (has("num_train_timesteps"))
-    c.num_train_timesteps = int_value(j["num_train_timesteps"], "num_train_timesteps");
+    c.num_train_timesteps = int_value(j.at("num_train_timesteps"), "num_train_timesteps");
   if (has("beta_start")) c.beta_start = number_value(j["beta_start"], "beta_start");
   if (has("beta_end")) c.beta_end = number_value(j["beta_end"], "beta_end");
   if (has("beta_schedule")) c.beta_schedule = string_value(j["beta_schedule"], "beta_schedule");
@@ -202,6 +219,9 @@ SchedulerConfig SchedulerConfig::from_json(const std::string& json_text, Schedul
   if (has("solver_type")) c.solver_type = string_value(j["solver_type"], "solver_type");
   if (has("final_sigmas_type"))
     c.final_sigmas_type = string_value(j["final_sigmas_type"], "final_sigmas_type");
+  if (has("original_inference_steps") && !j["original_inference_steps"].is_null())
+    c.original_inference_steps = int_value(j["original_inference_steps"], "original_inference_steps");
+  if (has("timestep_scaling")) c.timestep_scaling = number_value(j["timestep_scaling"], "timestep_scaling");
   reject_unsupported_options(j, kind);
   c.validate(kind);
   return c;
@@ -229,9 +249,17 @@ void SchedulerConfig::validate(SchedulerKind kind) const {
     fail(cls, ": steps_offset must lie in [0, num_train_timesteps) (got ", steps_offset, ")");
   if (!(clip_sample_range > 0 && std::isfinite(clip_sample_range)))
     fail(cls, ": clip_sample_range must be a positive number (got ", clip_sample_range, ")");
-  if (kind == SchedulerKind::Pndm && prediction_type == PredictionType::Sample)
-    fail(cls, ": prediction_type '", prediction_name(prediction_type),
-         "' is not supported (PNDM handles epsilon and v_prediction)");
+  if ((kind == SchedulerKind::Pndm || kind == SchedulerKind::EulerAncestral) &&
+      prediction_type == PredictionType::Sample)
+    fail(cls, ": prediction_type '", prediction_name(prediction_type), "' is not supported (",
+         kind == SchedulerKind::Pndm ? "PNDM" : "Euler ancestral", " handles epsilon and v_prediction)");
+  if (kind == SchedulerKind::Lcm) {
+    if (original_inference_steps < 1 || original_inference_steps > num_train_timesteps)
+      fail(cls, ": original_inference_steps must lie in [1, num_train_timesteps = ", num_train_timesteps,
+           "] (got ", original_inference_steps, ")");
+    if (!std::isfinite(timestep_scaling))
+      fail(cls, ": timestep_scaling must be a finite number (got ", timestep_scaling, ")");
+  }
   if (kind == SchedulerKind::DpmSolverPP) {
     if (solver_order < 1 || solver_order > 3)
       fail(cls, ": solver_order must be 1, 2 or 3 (got ", solver_order, ")");

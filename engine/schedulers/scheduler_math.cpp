@@ -200,6 +200,63 @@ float alpha_at(const std::vector<float>& alphas_cumprod, int t) {
   return alphas_cumprod[t];
 }
 
+std::vector<float> sigma_family_timesteps(const SchedulerConfig& config, int n) {
+  const int T = config.num_train_timesteps;
+  std::vector<float> grid;  // float32, as torch stores them
+  switch (config.timestep_spacing) {
+    case TimestepSpacing::Linspace: {
+      const std::vector<double> v = numpy_linspace(0, T - 1, n);
+      for (auto it = v.rbegin(); it != v.rend(); ++it) grid.push_back(static_cast<float>(*it));
+      break;
+    }
+    case TimestepSpacing::Leading:
+      for (double t : leading_grid(T, n, 0))
+        grid.push_back(static_cast<float>(t) + static_cast<float>(config.steps_offset));
+      break;
+    case TimestepSpacing::Trailing:
+      for (double t : trailing_grid(T, n, false)) grid.push_back(static_cast<float>(t));
+      break;
+  }
+  return grid;
+}
+
+SchedulerState sigma_family_state(const SchedulerConfig& config, const std::vector<float>& train_sigmas, int n,
+                                  float final_sigma) {
+  check_num_steps(config, n);
+  SchedulerState state;
+  state.num_inference_steps = n;
+  for (float t : sigma_family_timesteps(config, n)) {
+    state.timesteps.push_back(t);
+    state.sigmas.push_back(static_cast<float>(numpy_interp(t, train_sigmas)));
+  }
+  state.sigmas.push_back(final_sigma);
+  return state;
+}
+
+double sigma_family_init_noise_sigma(float max_sigma, TimestepSpacing spacing) {
+  if (spacing == TimestepSpacing::Leading) return std::sqrt(max_sigma * max_sigma + 1.0f);
+  return max_sigma;
+}
+
+Tensor sigma_family_scale_input(const Tensor& sample, float sigma) {
+  const float scale = std::sqrt(sigma * sigma + 1.0f);
+  return elementwise([=](float x) { return x / scale; }, sample);
+}
+
+Tensor sigma_family_x0(PredictionType prediction, float sigma, const Tensor& model_output, const Tensor& sample) {
+  switch (prediction) {
+    case PredictionType::Epsilon:
+      return elementwise([=](float x, float m) { return x - sigma * m; }, sample, model_output);
+    case PredictionType::VPrediction: {
+      const float c_out = -sigma / std::sqrt(sigma * sigma + 1.0f), c_in = sigma * sigma + 1.0f;
+      return elementwise([=](float x, float m) { return m * c_out + x / c_in; }, sample, model_output);
+    }
+    case PredictionType::Sample:
+      return model_output;
+  }
+  fail("unknown prediction type");
+}
+
 void check_num_steps(const SchedulerConfig& config, int n) {
   if (n < 1) fail("the number of inference steps must be at least 1 (got ", n, ")");
   if (n > config.num_train_timesteps)

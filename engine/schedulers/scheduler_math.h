@@ -56,6 +56,25 @@ std::vector<double> trailing_grid(int num_train, int n, bool round_in_f32);
 // alphas_cumprod[t] with an Error (not an exception of std::vector) outside the table.
 float alpha_at(const std::vector<float>& alphas_cumprod, int t);
 
+// ---- the sigma family: LMS, Euler, Euler ancestral (torch semantics) ---------------------------
+
+// The f32 timestep grid these torch classes build for config.timestep_spacing, identically in all
+// three: linspace = np.linspace(0, T−1, n) reversed; leading = reverse(arange(n)·(T//n)) +
+// steps_offset; trailing = round(arange(T, 0, −T/n)) − 1.
+std::vector<float> sigma_family_timesteps(const SchedulerConfig& config, int n);
+// A fresh state on that grid: sigmas = np.interp(t, arange(T), training sigmas) rounded to f32,
+// then `final_sigma` appended.
+SchedulerState sigma_family_state(const SchedulerConfig& config, const std::vector<float>& train_sigmas, int n,
+                                  float final_sigma);
+// init_noise_sigma of these classes from the largest sigma: max σ for linspace and trailing,
+// sqrt(max σ² + 1) for leading, in f32.
+double sigma_family_init_noise_sigma(float max_sigma, TimestepSpacing spacing);
+// 1/sqrt(σ² + 1)-scaled model input (f32: x / sqrt(σ·σ + 1)).
+Tensor sigma_family_scale_input(const Tensor& sample, float sigma);
+// x0 from the model output at noise level σ (f32): epsilon x − σ·m; v_prediction
+// m·(−σ/sqrt(σ²+1)) + x/(σ²+1); sample m.
+Tensor sigma_family_x0(PredictionType prediction, float sigma, const Tensor& model_output, const Tensor& sample);
+
 // Shared argument checks of set_timesteps/step.
 void check_num_steps(const SchedulerConfig& config, int n);
 void check_call(const SchedulerState& state, int i, const char* what);

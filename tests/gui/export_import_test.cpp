@@ -28,7 +28,7 @@ class ExportImportTest : public QObject {
     fillForm(*w_, eightPrompts(), /*seed=*/4242, /*steps=*/2);
     w_->promptPanel()->setNegativePrompt("blurry, low quality");
     w_->settingsPanel()->guidanceBox()->setValue(5.5);
-    w_->settingsPanel()->schedulerBox()->setCurrentIndex(1);  // DDIM
+    w_->settingsPanel()->schedulerBox()->setCurrentIndex(2);  // DDIM
     w_->settingsPanel()->rngBox()->setCurrentIndex(1);        // partitionable
     QVERIFY(w_->generate());
     QCOMPARE(waitForJob(*w_), std::optional<JobOutcome>(JobOutcome::Completed));
@@ -47,7 +47,7 @@ class ExportImportTest : public QObject {
     QCOMPARE(s->seed(), int64_t{4242});
     QCOMPARE(s->stepsBox()->value(), 2);
     QCOMPARE(s->guidanceBox()->value(), 5.5);
-    QCOMPARE(s->schedulerBox()->currentIndex(), 1);
+    QCOMPARE(s->schedulerBox()->currentIndex(), 2);
     QCOMPARE(s->rngBox()->currentIndex(), 1);
     QCOMPARE(s->compatBox()->currentIndex(), 0);
     QCOMPARE(s->widthBox()->value(), 64);

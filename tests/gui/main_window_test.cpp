@@ -23,6 +23,12 @@ class MainWindowTest : public QObject {
     QVERIFY2(w_->controller()->model() != nullptr, qPrintable(w_->errorBanner()->message()));
     QVERIFY(w_->windowTitle().contains("tiny random test model"));
     QVERIFY(w_->modelChooser()->statusLabel()->text().contains("tiny random test model"));
+    // A fresh form uses the model's own scheduler, named in the box's first entry.
+    QComboBox* scheduler = w_->settingsPanel()->schedulerBox();
+    QCOMPARE(scheduler->currentIndex(), 0);
+    QCOMPARE(scheduler->itemText(0), QString("Model's own (PNDM)"));
+    QVERIFY(scheduler->findText("Euler a") > 0);
+    QVERIFY(scheduler->findText("LCM") > 0);
   }
 
   void cleanupTestCase() { w_.reset(); }

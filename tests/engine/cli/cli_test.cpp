@@ -168,6 +168,8 @@ TEST(Cli, BadInputGetsClearErrorsAndNoPartialFiles) {
       {tiny({"--prompt", "x", "--height", "90"}), "multiple of"},
       {tiny({"--prompt", "x", "--steps", "0"}), "--steps must be between"},
       {tiny({"--prompt", "x", "--scheduler", "magic"}), "magic"},
+      {tiny({"--prompt", "x", "--timestep-spacing", "uniform"}),
+       "unknown timestep spacing 'uniform' (valid: leading, linspace, trailing)"},
       {tiny({"--prompt", "x", "--rng", "xla"}), "xla"},
       {tiny({"--prompt", "x", "--frobnicate", "1"}), "unknown option --frobnicate"},
       {tiny({}), "--prompt"},
@@ -189,4 +191,54 @@ TEST(Cli, BadInputGetsClearErrorsAndNoPartialFiles) {
   }
   for (const auto& e : fs::recursive_directory_iterator(dir))
     EXPECT_TRUE(e.path().filename() == "stderr.txt") << "left behind: " << e.path();
+}
+
+TEST(Cli, SchedulerDefaultsToTheModelsOwnAndCanBeOverridden) {
+  auto dir = test::temp_dir("cli_scheduler");
+  const fs::path model = dir / "model";
+  fs::copy(test::tiny_sd_dir(), model, fs::copy_options::recursive);
+  fs::remove_all(model / "goldens");
+  std::ofstream(model / "scheduler" / "scheduler_config.json", std::ios::trunc)
+      << R"({"_class_name": "EulerDiscreteScheduler", "beta_end": 0.012, "beta_schedule": "scaled_linear",
+             "beta_start": 0.00085, "steps_offset": 1, "timestep_spacing": "trailing"})";
+  const auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"generate", "--model", model.string(), "--prompt", "x", "--steps", "2",
+                                     "--compat", "diffusers", "--json", "--quiet", "--out", "grid.png"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    CliRun r = cli(args, dir);
+    EXPECT_EQ(r.code, 0) << r.err;
+    std::printf("%s", r.err.c_str());
+    return std::pair{nlohmann::json::parse(r.out)["settings"], r.err};
+  };
+  auto [own, own_log] = run({});
+  EXPECT_EQ(own["scheduler"], "euler");
+  EXPECT_EQ(own["scheduler_class"], "EulerDiscreteScheduler");
+  EXPECT_EQ(own["scheduler_is_models_own"], true);
+  EXPECT_EQ(own["timestep_spacing"], "trailing");
+  EXPECT_NE(own_log.find("scheduler: euler (EulerDiscreteScheduler), the model's own, timestep spacing trailing"),
+            std::string::npos);
+  std::vector<PngText> texts;
+  read_png(dir / "grid.png", &texts);
+  auto meta = parse_png_metadata(texts);
+  ASSERT_TRUE(meta.has_value());
+  EXPECT_EQ(meta->scheduler, SchedulerKind::Euler);
+  EXPECT_TRUE(meta->scheduler_is_models_own);
+
+  auto [ddim, ddim_log] = run({"--scheduler", "ddim", "--timestep-spacing", "linspace"});
+  EXPECT_EQ(ddim["scheduler"], "ddim");
+  EXPECT_EQ(ddim["scheduler_is_models_own"], false);
+  EXPECT_EQ(ddim["timestep_spacing"], "linspace");
+  EXPECT_EQ(ddim_log.find("the model's own"), std::string::npos);
+  texts.clear();
+  read_png(dir / "grid.png", &texts);
+  meta = parse_png_metadata(texts);
+  ASSERT_TRUE(meta.has_value());
+  EXPECT_EQ(meta->scheduler, SchedulerKind::Ddim);
+  EXPECT_FALSE(meta->scheduler_is_models_own);
+  EXPECT_EQ(meta->timestep_spacing, TimestepSpacing::Linspace);
+
+  CliRun help = cli({"generate", "--help"}, dir);
+  EXPECT_NE(help.out.find("euler-a"), std::string::npos);
+  EXPECT_NE(help.out.find("lcm"), std::string::npos);
+  EXPECT_NE(help.out.find("--timestep-spacing"), std::string::npos);
 }

@@ -39,6 +39,12 @@ inline const SafetensorsFile& golden_file(const std::string& name) {
 inline const SafetensorsFile& scheduler_goldens() {
   return golden_file("schedulers.safetensors");
 }
+// tests/data/fast-schedulers/schedulers.safetensors (tools/goldens/make_fast_scheduler_goldens.py).
+inline const SafetensorsFile& fast_scheduler_goldens() {
+  static std::shared_ptr<SafetensorsFile> f =
+      SafetensorsFile::open(data_dir() / "fast-schedulers" / "schedulers.safetensors");
+  return *f;
+}
 
 // Any numeric tensor as doubles (int64 timesteps, f32 timesteps/sigmas, f64 scalars).
 inline std::vector<double> golden_numbers(const SafetensorsFile& f, const std::string& name) {
