@@ -12,7 +12,8 @@ Writes:
   OUT/text_encoder, tokenizer, vae/   byte-for-byte copies of tiny-sd's
   OUT/model_index.json        LatentConsistencyModelPipeline
   OUT/goldens/unet.safetensors, guidance_embedding.safetensors, pipeline.safetensors
-What each tensor is: OUT/README.md (written by this script too).
+What each tensor is: tests/data/tiny-lcm/README.md (kept by hand; update it with this script).
+Rerunning reproduces every file bit for bit (checked: torch 1.13, 1 thread).
 """
 import argparse
 import json
