@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -27,14 +28,87 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 const char kUsage[] =
-    "  octodiff-cli make-random-model --arch sd15|sd21|sd21-base --layout diffusers|single-file\n"
-    "                                 --out DIR [--dtype f32|f16|bf16] [--seed N] [--tokenizer-from DIR]\n"
+    "  octodiff-cli make-random-model --arch sd15|sd21|sd21-base|lcm-sd15|sd-turbo\n"
+    "                                 --layout diffusers|single-file --out DIR [--dtype f32|f16|bf16]\n"
+    "                                 [--seed N] [--tokenizer-from DIR] [--configs-only]\n"
     "      write a full-size model with deterministic random weights (benchmarks only: it draws noise).\n"
+    "      --arch: sd15, sd21 (768-v), sd21-base; lcm-sd15 (an LCM-distilled SD 1.5 UNet:\n"
+    "      time_cond_proj_dim 256, LCMScheduler; diffusers layout only); sd-turbo (SD 2.1 at 512x512,\n"
+    "      epsilon, EulerDiscreteScheduler with trailing timesteps).\n"
     "      diffusers: DIR/{model_index.json,unet,vae,text_encoder,scheduler,tokenizer}/;\n"
     "      single-file: DIR/model.safetensors (ldm keys) and DIR/tokenizer/. DIR must be new or empty.\n"
     "      --dtype f32 (default) | f16 | bf16; --seed (default 0);\n"
     "      --tokenizer-from: a CLIP tokenizer folder to copy (default: the source tree's\n"
-    "      tests/data/tiny-sd/tokenizer, a small vocabulary; no real CLIP vocabulary is shipped).\n";
+    "      tests/data/tiny-sd/tokenizer, a small vocabulary; no real CLIP vocabulary is shipped);\n"
+    "      --configs-only: write the config files, tokenizer and README but no weights (a quick look at\n"
+    "      what an architecture is; the folder does not load).\n";
+
+// ---- Scheduler configs (key sets of diffusers 0.31's save_pretrained) ----
+
+// SD v1.x's PNDM config (spec schedulers.md §0); SD2 configs add their prediction type.
+json pndm_scheduler(const char* prediction_type) {
+  json j = {{"_class_name", "PNDMScheduler"},
+            {"_diffusers_version", "0.31.0"},
+            {"beta_end", 0.012},
+            {"beta_schedule", "scaled_linear"},
+            {"beta_start", 0.00085},
+            {"clip_sample", false},
+            {"num_train_timesteps", 1000},
+            {"set_alpha_to_one", false},
+            {"skip_prk_steps", true},
+            {"steps_offset", 1},
+            {"trained_betas", nullptr}};
+  if (prediction_type) j["prediction_type"] = prediction_type;
+  return j;
+}
+
+// LCM-Dreamshaper-v7's LCMScheduler settings (spec fast-sampling.md §1).
+json lcm_scheduler() {
+  return {{"_class_name", "LCMScheduler"},
+          {"_diffusers_version", "0.31.0"},
+          {"beta_end", 0.012},
+          {"beta_schedule", "scaled_linear"},
+          {"beta_start", 0.00085},
+          {"clip_sample", false},
+          {"clip_sample_range", 1.0},
+          {"dynamic_thresholding_ratio", 0.995},
+          {"num_train_timesteps", 1000},
+          {"original_inference_steps", 50},
+          {"prediction_type", "epsilon"},
+          {"rescale_betas_zero_snr", false},
+          {"sample_max_value", 1.0},
+          {"set_alpha_to_one", true},
+          {"steps_offset", 1},
+          {"thresholding", false},
+          {"timestep_scaling", 10.0},
+          {"timestep_spacing", "leading"},
+          {"trained_betas", nullptr}};
+}
+
+// SD-Turbo's scheduler (spec fast-sampling.md §2): Euler, epsilon, trailing timesteps, offset 1.
+json turbo_euler_scheduler() {
+  return {{"_class_name", "EulerDiscreteScheduler"},
+          {"_diffusers_version", "0.31.0"},
+          {"beta_end", 0.012},
+          {"beta_schedule", "scaled_linear"},
+          {"beta_start", 0.00085},
+          {"final_sigmas_type", "zero"},
+          {"interpolation_type", "linear"},
+          {"num_train_timesteps", 1000},
+          {"prediction_type", "epsilon"},
+          {"rescale_betas_zero_snr", false},
+          {"sigma_max", nullptr},
+          {"sigma_min", nullptr},
+          {"steps_offset", 1},
+          {"timestep_spacing", "trailing"},
+          {"timestep_type", "discrete"},
+          {"trained_betas", nullptr},
+          {"use_beta_sigmas", false},
+          {"use_exponential_sigmas", false},
+          {"use_karras_sigmas", false}};
+}
+
+// ---- Architectures ----
 
 struct Arch {
   std::string name;
@@ -42,34 +116,53 @@ struct Arch {
   ClipTextConfig text;
   UNetConfig unet;
   VaeConfig vae;
-  bool v_prediction;
+  json scheduler;  // scheduler/scheduler_config.json
+  std::string pipeline_class;
   std::string title;
+  // The ldm layout: whether it exists for this architecture, and the `global_step` its file
+  // carries (readers take SD2 files without one for 768-v models; 875000 marks 2-base).
+  bool single_file = true;
+  std::optional<int64_t> ldm_global_step;
 };
 
+UNetConfig lcm_unet() {
+  UNetConfig c = UNetConfig::sd1();
+  c.time_cond_proj_dim = 256;
+  return c;
+}
+
+VaeConfig vae_at(int sample_size) {
+  VaeConfig c = VaeConfig::sd();
+  c.sample_size = sample_size;
+  return c;
+}
+
+std::vector<Arch> architectures() {
+  using F = SingleFileCheckpoint::Family;
+  const char* sd = "StableDiffusionPipeline";
+  return {
+      {"sd15", F::SD1, ClipTextConfig::sd1(), UNetConfig::sd1(), vae_at(512), pndm_scheduler(nullptr), sd,
+       "Stable Diffusion 1.5", true, std::nullopt},
+      {"sd21", F::SD2, ClipTextConfig::sd2(), UNetConfig::sd2(true), vae_at(768), pndm_scheduler("v_prediction"),
+       sd, "Stable Diffusion 2.1 (768-v)", true, std::nullopt},
+      {"sd21-base", F::SD2, ClipTextConfig::sd2(), UNetConfig::sd2(false), vae_at(512),
+       pndm_scheduler("epsilon"), sd, "Stable Diffusion 2.1-base", true, 875000},
+      // diffusers' single-file converter has no ldm name for time_embedding.cond_proj.
+      {"lcm-sd15", F::SD1, ClipTextConfig::sd1(), lcm_unet(), vae_at(512), lcm_scheduler(),
+       "LatentConsistencyModelPipeline", "LCM-distilled Stable Diffusion 1.5 (LCM-Dreamshaper-v7 architecture)",
+       false, std::nullopt},
+      {"sd-turbo", F::SD2, ClipTextConfig::sd2(), UNetConfig::sd2(false), vae_at(512), turbo_euler_scheduler(),
+       sd, "SD-Turbo (Stable Diffusion 2.1 architecture at 512x512, epsilon)", true, 875000},
+  };
+}
+
 Arch arch_named(const std::string& name) {
-  Arch a;
-  if (name == "sd15") {
-    a = {name,
-         SingleFileCheckpoint::Family::SD1,
-         ClipTextConfig::sd1(),
-         UNetConfig::sd1(),
-         VaeConfig::sd(),
-         false,
-         "Stable Diffusion 1.5"};
-  } else if (name == "sd21" || name == "sd21-base") {
-    const bool v = name == "sd21";
-    a = {name,
-         SingleFileCheckpoint::Family::SD2,
-         ClipTextConfig::sd2(),
-         UNetConfig::sd2(v),
-         VaeConfig::sd(),
-         v,
-         v ? "Stable Diffusion 2.1 (768-v)" : "Stable Diffusion 2.1-base"};
-    if (v) a.vae.sample_size = 768;
-  } else {
-    fail("unknown --arch '", name, "' (use sd15, sd21 or sd21-base)");
+  std::string names;
+  for (const Arch& a : architectures()) {
+    if (a.name == name) return a;
+    names += (names.empty() ? "" : ", ") + a.name;
   }
-  return a;
+  fail("unknown --arch '", name, "' (use ", names, ")");
 }
 
 DType dtype_named(const std::string& s) {
@@ -150,7 +243,7 @@ json unet_config(const UNetConfig& c, bool sd2) {
           {"resnet_time_scale_shift", "default"},
           {"reverse_transformer_layers_per_block", nullptr},
           {"sample_size", c.sample_size},
-          {"time_cond_proj_dim", nullptr},
+          {"time_cond_proj_dim", c.time_cond_proj_dim > 0 ? json(c.time_cond_proj_dim) : json(nullptr)},
           {"time_embedding_act_fn", nullptr},
           {"time_embedding_dim", nullptr},
           {"time_embedding_type", "positional"},
@@ -185,32 +278,14 @@ json vae_config(const VaeConfig& c) {
           {"use_quant_conv", c.use_quant_conv}};
 }
 
-// SD v1.x's PNDM config (spec schedulers.md §0); SD2 adds its prediction type.
-json scheduler_config(const Arch& a) {
-  json j = {{"_class_name", "PNDMScheduler"},
-            {"_diffusers_version", "0.31.0"},
-            {"beta_end", 0.012},
-            {"beta_schedule", "scaled_linear"},
-            {"beta_start", 0.00085},
-            {"clip_sample", false},
-            {"num_train_timesteps", 1000},
-            {"set_alpha_to_one", false},
-            {"skip_prk_steps", true},
-            {"steps_offset", 1},
-            {"trained_betas", nullptr}};
-  if (a.family == SingleFileCheckpoint::Family::SD2)
-    j["prediction_type"] = a.v_prediction ? "v_prediction" : "epsilon";
-  return j;
-}
-
-json model_index() {
-  return {{"_class_name", "StableDiffusionPipeline"},
+json model_index(const Arch& a) {
+  return {{"_class_name", a.pipeline_class},
           {"_diffusers_version", "0.31.0"},
           {"feature_extractor", {nullptr, nullptr}},
           {"image_encoder", {nullptr, nullptr}},
           {"requires_safety_checker", false},
           {"safety_checker", {nullptr, nullptr}},
-          {"scheduler", {"diffusers", "PNDMScheduler"}},
+          {"scheduler", {"diffusers", a.scheduler["_class_name"]}},
           {"text_encoder", {"transformers", "CLIPTextModel"}},
           {"tokenizer", {"transformers", "CLIPTokenizer"}},
           {"unet", {"diffusers", "UNet2DConditionModel"}},
@@ -311,10 +386,8 @@ std::vector<TensorToWrite> ldm_extras(const Arch& a) {
                      [](uint8_t* dst, size_t) {
                        for (int64_t i = 0; i < 77; ++i) std::memcpy(dst + 8 * i, &i, 8);
                      }});
-  // Readers take SD2 files without global_step for 768-v models; mark the 2-base one (875000).
-  if (a.name == "sd21-base")
-    extra.push_back({"global_step", DType::I64, {}, [](uint8_t* dst, size_t) {
-                       const int64_t step = 875000;
+  if (a.ldm_global_step)
+    extra.push_back({"global_step", DType::I64, {}, [step = *a.ldm_global_step](uint8_t* dst, size_t) {
                        std::memcpy(dst, &step, 8);
                      }});
   return extra;
@@ -335,6 +408,14 @@ std::string readme(const Arch& a, const std::string& layout, DType dtype, uint64
       ".\n", "- Weights: deterministic synthetic values (seed ", seed,
       "): weights ~ N(0, 1/fan_in) (Irwin-Hall approximation), biases 0.01*N(0,1), embeddings "
       "0.02*N(0,1), norm scales 1, norm shifts 0.\n",
+      layout == "diffusers"
+          ? cat("- Scheduler: ", a.scheduler["_class_name"].get<std::string>(), " (scheduler/scheduler_config.json)",
+                a.unet.time_cond_proj_dim > 0
+                    ? cat("; the UNet is LCM-distilled (time_cond_proj_dim ", a.unet.time_cond_proj_dim,
+                          ": it takes the guidance embedding)")
+                    : std::string(),
+                ".\n")
+          : std::string(),
       "- Tokenizer: copied from `", tokenizer.string(), "` (", vocab, " entries). It is NOT the real CLIP ",
       "vocabulary (49408 entries), which is not shipped; its ids are valid rows of the 49408-row token "
       "embedding, so prompts tokenize, but to other ids than with real Stable Diffusion.\n",
@@ -350,8 +431,14 @@ const char* make_random_model_usage() {
 int run_make_random_model(const std::vector<std::string>& args) {
   std::map<std::string, std::string> opt = {{"--dtype", "f32"}, {"--seed", "0"}};
   std::string command = "octodiff-cli make-random-model";
+  bool configs_only = false;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string key = args[i], value;
+    if (key == "--configs-only") {
+      configs_only = true;
+      command += " " + key;
+      continue;
+    }
     const size_t eq = key.find('=');
     if (eq != std::string::npos) {
       value = key.substr(eq + 1);
@@ -379,6 +466,10 @@ int run_make_random_model(const std::vector<std::string>& args) {
   const std::string layout = opt["--layout"];
   if (layout != "diffusers" && layout != "single-file")
     fail("unknown --layout '", layout, "' (use diffusers or single-file)");
+  if (layout == "single-file" && !arch.single_file)
+    fail("--arch ", arch.name, " has no single-file (ldm) layout: diffusers' converter names no ldm key for "
+         "its time_embedding.cond_proj; use --layout diffusers");
+  if (layout == "single-file" && configs_only) fail("--configs-only writes a diffusers folder's configs; use --layout diffusers");
   const DType dtype = dtype_named(opt["--dtype"]);
   uint64_t seed = 0;
   try {
@@ -413,12 +504,21 @@ int run_make_random_model(const std::vector<std::string>& args) {
                                       arch.family == SingleFileCheckpoint::Family::SD2, arch.text.vocab_size);
   if (layout == "diffusers") {
     for (const char* dir : {"unet", "vae", "text_encoder", "scheduler"}) fs::create_directories(out / dir);
-    write_json(out / "model_index.json", model_index());
-    write_json(out / "scheduler" / "scheduler_config.json", scheduler_config(arch));
+    write_json(out / "model_index.json", model_index(arch));
+    write_json(out / "scheduler" / "scheduler_config.json", arch.scheduler);
     write_json(out / "unet" / "config.json",
                unet_config(arch.unet, arch.family == SingleFileCheckpoint::Family::SD2));
     write_json(out / "vae" / "config.json", vae_config(arch.vae));
     write_json(out / "text_encoder" / "config.json", text_encoder_config(arch.text, dtype));
+    if (configs_only) {
+      const std::string notes =
+          "**Configs only: no weights were written; this folder does not load.**\n\n" +
+          readme(arch, layout, dtype, seed, tokenizer_from, vocab, parameter_count(unet_specs),
+                 parameter_count(vae_specs), parameter_count(text_specs), command);
+      write_file_atomic(out / "README.md", notes.data(), notes.size());
+      std::printf("%s configs (no weights) in '%s'\n", arch.title.c_str(), out.string().c_str());
+      return 0;
+    }
     struct Part {
       const char* label;
       fs::path file;

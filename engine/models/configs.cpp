@@ -118,6 +118,8 @@ UNetConfig UNetConfig::from_json(const std::string& text, const std::string& wha
   read(j, "cross_attention_dim", &c.cross_attention_dim, what);
   read(j, "use_linear_projection", &c.use_linear_projection, what);
   read(j, "upcast_attention", &c.upcast_attention, what);
+  read(j, "time_cond_proj_dim", &c.time_cond_proj_dim, what);
+  if (c.time_cond_proj_dim != 0) require_positive(c.time_cond_proj_dim, "time_cond_proj_dim", what);
 
   const size_t n = c.block_out_channels.size();
   if (n == 0 || n > 8) fail("'", what, "': block_out_channels must have 1 to 8 entries");
@@ -156,7 +158,7 @@ UNetConfig UNetConfig::from_json(const std::string& text, const std::string& wha
     return (it == j.end() || it->is_null()) ? std::string() : it->dump();
   };
   for (const char* key : {"addition_embed_type", "class_embed_type", "encoder_hid_dim",
-                          "encoder_hid_dim_type", "time_cond_proj_dim", "num_class_embeds",
+                          "encoder_hid_dim_type", "num_class_embeds",
                           "timestep_post_act", "time_embedding_act_fn", "cross_attention_norm"})
     refuse_if(!str_or_null(key).empty(), what, std::string(key) + " = " + str_or_null(key));
   std::string v;

@@ -44,6 +44,9 @@ struct UNetConfig {
   std::vector<int> num_heads = {8, 8, 8, 8};  // per down block ("attention_head_dim" quirk applied)
   bool use_linear_projection = false;
   bool upcast_attention = false;  // fp32 compute already; accepted for SD2.1 configs
+  // LCM-distilled UNets: the width of the guidance embedding (`timestep_cond`) that
+  // time_embedding.cond_proj maps onto the sinusoidal projection; 0 = none (diffusers: null).
+  int time_cond_proj_dim = 0;
 
   static UNetConfig from_json(const std::string& text, const std::string& what);
   static UNetConfig sd1();

@@ -128,6 +128,7 @@ std::vector<ParameterSpec> unet_parameters(const UNetConfig& c) {
   const auto& boc = c.block_out_channels;
   const int n = static_cast<int>(boc.size());
   const int64_t T = c.time_embed_dim(), X = c.cross_attention_dim;
+  if (c.time_cond_proj_dim > 0) cat.linear("time_embedding.cond_proj", c.time_cond_proj_dim, boc[0], false);
   cat.linear("time_embedding.linear_1", boc[0], T, true);
   cat.linear("time_embedding.linear_2", T, T, true);
   cat.conv("conv_in", c.in_channels, boc[0], 3);

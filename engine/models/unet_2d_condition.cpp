@@ -26,22 +26,28 @@ Tensor to_nchw(const Tensor& x) {
   return y;
 }
 
-// Which samples of a batch repeat an earlier one at the same timestep (classifier-free guidance
-// evaluates every latent twice, with the negative and with the positive prompt): the distinct
-// samples in order, and for each sample its row among them.
+// Which samples of a batch repeat an earlier one at the same timestep and time condition
+// (classifier-free guidance evaluates every latent twice, with the negative and with the positive
+// prompt): the distinct samples in order, and for each sample its row among them.
 struct DistinctSamples {
   std::vector<int64_t> rows, slot;
 };
 
-DistinctSamples distinct_samples(const Tensor& sample, const std::vector<double>& timesteps) {
-  const int64_t N = sample.dim(0), per = sample.numel() / std::max<int64_t>(N, 1);
+bool same_rows(const Tensor& t, int64_t m, int64_t n) {
+  const int64_t per = t.numel() / std::max<int64_t>(t.dim(0), 1);
+  return std::memcmp(t.data() + m * per, t.data() + n * per, per * sizeof(float)) == 0;
+}
+
+DistinctSamples distinct_samples(const Tensor& sample, const std::vector<double>& timesteps,
+                                 const Tensor* timestep_cond) {
+  const int64_t N = sample.dim(0);
   DistinctSamples d;
   for (int64_t n = 0; n < N; ++n) {
     int64_t slot = static_cast<int64_t>(d.rows.size());
     for (size_t k = 0; k < d.rows.size(); ++k) {
       const int64_t m = d.rows[k];
-      if (timesteps[m] == timesteps[n] &&
-          std::memcmp(sample.data() + m * per, sample.data() + n * per, per * sizeof(float)) == 0) {
+      if (timesteps[m] == timesteps[n] && same_rows(sample, m, n) &&
+          (!timestep_cond || same_rows(*timestep_cond, m, n))) {
         slot = static_cast<int64_t>(k);
         break;
       }
@@ -72,6 +78,8 @@ UNet2DCondition UNet2DCondition::load(WeightSource& w, const UNetConfig& c, kern
   const int64_t T = c.time_embed_dim(), X = c.cross_attention_dim, G = c.norm_num_groups;
   const float eps = static_cast<float>(c.norm_eps);
 
+  if (c.time_cond_proj_dim > 0)
+    u.time_cond_proj_ = Linear::load(w, "time_embedding.cond_proj", c.time_cond_proj_dim, boc[0], false, precision);
   u.time_linear_1_ = Linear::load(w, "time_embedding.linear_1", boc[0], T, true, precision);
   u.time_linear_2_ = Linear::load(w, "time_embedding.linear_2", T, T, true, precision);
   u.conv_in_ = Conv2d::load_same(w, "conv_in", c.in_channels, boc[0], 3, precision);
@@ -154,15 +162,68 @@ Tensor UNet2DCondition::timestep_embedding(const std::vector<double>& timesteps,
   return emb;
 }
 
+Tensor lcm_guidance_embedding(const std::vector<double>& guidance_scales, int64_t dim) {
+  if (dim < 4 || dim > 1'000'000) fail("LCM guidance embedding: dimension ", dim, " must be at least 4");
+  const int64_t half = dim / 2, N = static_cast<int64_t>(guidance_scales.size());
+  // torch.log(torch.tensor(10000.0)) / (half_dim - 1), all float32.
+  const float step = std::log(10000.0f) / static_cast<float>(half - 1);
+  Tensor emb = Tensor::zeros({N, dim});  // the odd dimension's pad column stays 0
+  for (int64_t n = 0; n < N; ++n) {
+    const float w = static_cast<float>(guidance_scales[n] - 1.0);  // torch.tensor(guidance_scale - 1)
+    const float w1000 = w * 1000.0f;
+    for (int64_t k = 0; k < half; ++k) {
+      const float arg = w1000 * std::exp(static_cast<float>(k) * -step);
+      emb[n * dim + k] = std::sin(arg);
+      emb[n * dim + half + k] = std::cos(arg);
+    }
+  }
+  return emb;
+}
+
+Tensor UNet2DCondition::time_embedding(const Tensor& t_proj, const Tensor* timestep_cond) const {
+  Tensor h1;
+  if (timestep_cond) {
+    Tensor conditioned = time_cond_proj_(*timestep_cond, &t_proj);  // t_proj + cond_proj(timestep_cond)
+    h1 = time_linear_1_(conditioned);
+  } else {
+    h1 = time_linear_1_(t_proj);
+  }
+  kernels::silu(h1.data(), h1.numel(), h1.data());
+  return time_linear_2_(h1);
+}
+
 Tensor UNet2DCondition::forward(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
                                 const Numerics& numerics, UNetDebug* debug) const {
+  return forward(sample, timesteps, context, nullptr, numerics, debug);
+}
+
+Tensor UNet2DCondition::forward(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
+                                const Tensor* timestep_cond, const Numerics& numerics, UNetDebug* debug) const {
   if (sample.rank() != 4 || sample.dim(1) != config_.in_channels)
     fail("UNet input has shape ", shape_str(sample.shape()), ", expected N × ", config_.in_channels, " × h × w");
-  return to_nchw(forward_nhwc(to_nhwc(sample), timesteps, context, numerics, debug));
+  return to_nchw(forward_nhwc(to_nhwc(sample), timesteps, context, timestep_cond, numerics, debug));
 }
 
 Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<double>& timesteps,
                                      const Tensor& context, const Numerics& numerics, UNetDebug* debug) const {
+  return forward_nhwc(sample, timesteps, context, nullptr, numerics, debug);
+}
+
+void UNet2DCondition::check_timestep_cond(const Tensor* timestep_cond, int64_t N) const {
+  const int D = config_.time_cond_proj_dim;
+  if (D > 0 && !timestep_cond)
+    fail("UNet: this UNet has time_cond_proj_dim ", D,
+         " (an LCM-distilled UNet) and needs a timestep_cond (the guidance embedding, N × ", D, ")");
+  if (D == 0 && timestep_cond)
+    fail("UNet: a timestep_cond was given, but this UNet has no time_cond_proj_dim (no "
+         "time_embedding.cond_proj)");
+  if (timestep_cond && (timestep_cond->rank() != 2 || timestep_cond->dim(0) != N || timestep_cond->dim(1) != D))
+    fail("UNet: timestep_cond has shape ", shape_str(timestep_cond->shape()), ", expected ", N, " × ", D);
+}
+
+Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<double>& timesteps,
+                                     const Tensor& context, const Tensor* timestep_cond, const Numerics& numerics,
+                                     UNetDebug* debug) const {
   const int64_t N = sample.dim(0), h = sample.dim(1), w = sample.dim(2);
   const int m = config_.latent_multiple();
   if (sample.rank() != 4 || sample.dim(3) != config_.in_channels)
@@ -174,11 +235,11 @@ Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<dou
     fail("UNet: text context has shape ", shape_str(context.shape()), ", expected ", N, " × L × ",
          config_.cross_attention_dim);
 
+  check_timestep_cond(timestep_cond, N);
+
   const int64_t C0 = config_.block_out_channels[0];
   Tensor t_proj = timestep_embedding(timesteps, C0, config_.flip_sin_to_cos, config_.freq_shift);
-  Tensor h1 = time_linear_1_(t_proj);
-  kernels::silu(h1.data(), h1.numel(), h1.data());
-  Tensor temb = time_linear_2_(h1);
+  Tensor temb = time_embedding(t_proj, timestep_cond);
   if (debug) {
     debug->time_proj = t_proj;
     debug->time_embedding = temb.clone();
@@ -187,11 +248,12 @@ Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<dou
   kernels::silu(temb.data(), temb.numel(), temb.data());
 
   // Up to the first cross-attention the UNet does not see the text, so samples that repeat an
-  // earlier one (a guided step's two halves) would repeat its computation exactly: conv_in, the
+  // earlier one at the same timestep and time condition (a guided step's two halves) would
+  // repeat its computation exactly (their time embeddings are equal too): conv_in, the
   // first resnet and the first transformer's self-attention run on the distinct samples only,
   // then are copied out. Every kernel computes each sample on its own, in the same order
   // whatever the batch, so this changes no bit.
-  const DistinctSamples distinct = distinct_samples(sample, timesteps);
+  const DistinctSamples distinct = distinct_samples(sample, timesteps, timestep_cond);
   const bool shared = static_cast<int64_t>(distinct.rows.size()) < N && !down_.empty() &&
                       !down_[0].attentions.empty();
   if (debug) debug->text_free_samples = shared ? static_cast<int64_t>(distinct.rows.size()) : N;

@@ -1,6 +1,6 @@
 // UNet2DConditionModel — the denoiser of Stable Diffusion 1.x/2.x (spec/models.md §2):
 //
-//   temb = time_embedding(sinusoid(t));  x = conv_in(sample)
+//   temb = time_embedding(sinusoid(t) [+ cond_proj(timestep_cond)]);  x = conv_in(sample)
 //   down blocks: resnets (+ transformers on the text), downsample; every output kept as a skip
 //   mid block:   resnet, transformer, resnet
 //   up blocks:   concat [x, skip] → resnet (+ transformer), …, upsample
@@ -35,11 +35,23 @@ class UNet2DCondition {
 
   // sample: N × C × h × w (NCHW, as diffusers); timesteps: N values (fractional allowed);
   // context: N × L × cross_attention_dim. Returns the predicted noise, N × C_out × h × w.
+  // For UNets without time_cond_proj_dim (an LCM-distilled UNet refuses this form).
   Tensor forward(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
                  const Numerics& numerics, UNetDebug* debug = nullptr) const;
   // The same on NHWC tensors (what the pipeline keeps between steps).
   Tensor forward_nhwc(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
                       const Numerics& numerics, UNetDebug* debug = nullptr) const;
+
+  // With a per-sample condition of the time embedding, diffusers' `timestep_cond`:
+  // timestep_cond is N × time_cond_proj_dim float32 (for LCM-distilled UNets the guidance
+  // embedding, lcm_guidance_embedding below), added through time_embedding.cond_proj to the
+  // sinusoidal projection before linear_1. Required exactly when config().time_cond_proj_dim > 0:
+  // a null timestep_cond for such a UNet, or a non-null one for a UNet without cond_proj, is an
+  // error (diffusers would silently drop the condition in the first case).
+  Tensor forward(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
+                 const Tensor* timestep_cond, const Numerics& numerics, UNetDebug* debug = nullptr) const;
+  Tensor forward_nhwc(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
+                      const Tensor* timestep_cond, const Numerics& numerics, UNetDebug* debug = nullptr) const;
 
   const UNetConfig& config() const { return config_; }
   kernels::Precision precision() const { return precision_; }
@@ -47,8 +59,11 @@ class UNet2DCondition {
   // The sinusoidal timestep embedding, computed in float32 exactly as diffusers does.
   static Tensor timestep_embedding(const std::vector<double>& timesteps, int64_t dim, bool flip_sin_to_cos,
                                    double freq_shift);
+  // time_embedding(sinusoid(t) [+ cond_proj(timestep_cond)]) before the resnets' SiLU: N × 4·C0.
+  Tensor time_embedding(const Tensor& t_proj, const Tensor* timestep_cond) const;
 
  private:
+  void check_timestep_cond(const Tensor* timestep_cond, int64_t N) const;
   struct Level {  // one down or up block
     std::vector<ResnetBlock2D> resnets;
     std::vector<Transformer2D> attentions;  // empty for DownBlock2D / UpBlock2D
@@ -57,6 +72,7 @@ class UNet2DCondition {
   };
   UNetConfig config_;
   kernels::Precision precision_ = kernels::Precision::F32;
+  Linear time_cond_proj_;  // in = time_cond_proj_dim, out = C0, no bias; unset when the dim is 0
   Linear time_linear_1_, time_linear_2_;
   Conv2d conv_in_, conv_out_;
   std::vector<Level> down_, up_;
@@ -64,5 +80,14 @@ class UNet2DCondition {
   Transformer2D mid_attention_;
   GroupNorm norm_out_;
 };
+
+// The guidance embedding an LCM-distilled UNet takes as `timestep_cond`, exactly as diffusers'
+// LatentConsistencyModelPipeline.get_guidance_scale_embedding computes it, in float32 step by step:
+// w = float32(guidance_scale − 1) (the Imagen/diffusers guidance convention), w·1000, then with
+// half = dim / 2: f_k = exp(k · −(ln 10000 / (half − 1))), row = [sin(w·1000·f_k) | cos(…)] over
+// k < half, and a zero in the last column when dim is odd. One row per guidance scale given
+// (N × dim float32); dim is the UNet's config().time_cond_proj_dim (256 for LCM SD 1.5); dim must
+// be ≥ 4 (diffusers divides by half − 1).
+Tensor lcm_guidance_embedding(const std::vector<double>& guidance_scales, int64_t dim);
 
 }  // namespace octodiff

@@ -368,6 +368,20 @@ TEST(SingleFile, UnknownTensorsUnderAComponentAreReportedByFinish) {
   EXPECT_NE(msg.find("model.diffusion_model.input_blocks.1.0.bogus.weight"), std::string::npos) << msg;
 }
 
+// LCM-distilled UNets have no ldm name for time_embedding.cond_proj (diffusers 0.31's
+// single_file_utils and convert scripts map none), so a single file carrying one under a guessed
+// name is reported by the tensor's own name, never dropped: without it the model is another one.
+TEST(SingleFile, AnLcmCondProjInAnLdmFileIsReportedNotDropped) {
+  SingleFileContents contents = tiny_contents(Family::SD1);
+  contents.extra.push_back({"model.diffusion_model.time_embed.cond_proj.weight", DType::F32, {32, 256}, nullptr});
+  const fs::path path = test::temp_dir("single_file_lcm") / "tiny.safetensors";
+  write_single_file(path, contents, DType::F32);
+  SingleFileCheckpoint ck = open_single_file(path);
+  for (const auto& [name, t] : unet().tensors) ck.unet->take(name, t.shape());
+  std::string msg = error_of([&] { ck.unet->finish(); });
+  EXPECT_NE(msg.find("model.diffusion_model.time_embed.cond_proj.weight"), std::string::npos) << msg;
+}
+
 TEST(SingleFile, ForeignFilesAreRefusedClearly) {
   const fs::path dir = test::temp_dir("single_file_errors");
 

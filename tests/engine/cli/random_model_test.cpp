@@ -1,0 +1,142 @@
+// `octodiff-cli make-random-model` for the few-step benchmark architectures (lcm-sd15, sd-turbo):
+// full-size weights are GBs, so these tests run it with --configs-only and check what it declares —
+// the configs parse with the engine's readers, the parameter catalog of the written UNet config
+// has cond_proj, and the scheduler config names the right class with the right settings.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "io/files.h"
+#include "models/configs.h"
+#include "models/parameter_catalog.h"
+#include "schedulers/scheduler.h"
+#include "test_support.h"
+
+using namespace octodiff;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct CliResult {
+  int code = -1;
+  std::string out, err;
+};
+
+CliResult make_random_model(const std::vector<std::string>& args, const fs::path& cwd) {
+  std::string cmd = "cd '" + cwd.string() + "' && '" + OCTODIFF_CLI_PATH + "' make-random-model";
+  for (const auto& a : args) cmd += " '" + a + "'";  // plain test arguments: no quotes inside
+  cmd += " 2>'" + (cwd / "stderr.txt").string() + "'";
+  CliResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = read_text_file(cwd / "stderr.txt");
+  return r;
+}
+
+json read_json(const fs::path& p) { return json::parse(read_text_file(p)); }
+
+// Writes the configs of `arch` into dir/out and checks what every architecture shares.
+fs::path configs_of(const std::string& arch, const fs::path& dir) {
+  const CliResult r = make_random_model({"--arch", arch, "--layout", "diffusers", "--configs-only", "--out", "out"}, dir);
+  EXPECT_EQ(r.code, 0) << r.err << r.out;
+  const fs::path out = dir / "out";
+  EXPECT_FALSE(fs::exists(out / "unet" / "diffusion_pytorch_model.safetensors")) << "--configs-only wrote weights";
+  EXPECT_TRUE(fs::exists(out / "tokenizer" / "vocab.json"));
+  EXPECT_NE(read_text_file(out / "README.md").find("no weights"), std::string::npos);
+  return out;
+}
+
+}  // namespace
+
+TEST(RandomModel, LcmSd15DeclaresAnLcmUNetAndTheLcmScheduler) {
+  const fs::path out = configs_of("lcm-sd15", test::temp_dir("random_model_lcm"));
+  const UNetConfig unet = UNetConfig::from_json(read_text_file(out / "unet" / "config.json"), "unet/config.json");
+  EXPECT_EQ(unet.time_cond_proj_dim, 256);
+  EXPECT_EQ(unet.cross_attention_dim, 768);
+  EXPECT_EQ(unet.block_out_channels, (std::vector<int>{320, 640, 1280, 1280}));
+  const ClipTextConfig text =
+      ClipTextConfig::from_json(read_text_file(out / "text_encoder" / "config.json"), "text_encoder");
+  EXPECT_EQ(text.hidden_size, 768);
+
+  // The weights the tool would write: SD 1.5's UNet plus cond_proj (256 → 320, no bias).
+  const auto specs = unet_parameters(unet);
+  UNetConfig sd15 = unet;
+  sd15.time_cond_proj_dim = 0;
+  EXPECT_EQ(parameter_count(specs), parameter_count(unet_parameters(sd15)) + 256 * 320);
+  bool found = false;
+  for (const auto& s : specs)
+    if (s.name == "time_embedding.cond_proj.weight") found = s.shape == Shape{320, 256};
+  EXPECT_TRUE(found) << "no time_embedding.cond_proj.weight (320, 256) in the catalog";
+
+  const json sched = read_json(out / "scheduler" / "scheduler_config.json");
+  EXPECT_EQ(sched["_class_name"], "LCMScheduler");
+  EXPECT_EQ(sched["original_inference_steps"], 50);
+  EXPECT_EQ(sched["beta_schedule"], "scaled_linear");
+  EXPECT_EQ(sched["prediction_type"], "epsilon");
+  EXPECT_EQ(sched["timestep_scaling"], 10.0);
+  const json index = read_json(out / "model_index.json");
+  EXPECT_EQ(index["_class_name"], "LatentConsistencyModelPipeline");
+  EXPECT_EQ(index["scheduler"], json({"diffusers", "LCMScheduler"}));
+}
+
+TEST(RandomModel, SdTurboIsSd21At512WithTrailingEuler) {
+  const fs::path out = configs_of("sd-turbo", test::temp_dir("random_model_turbo"));
+  const UNetConfig unet = UNetConfig::from_json(read_text_file(out / "unet" / "config.json"), "unet/config.json");
+  EXPECT_EQ(unet.sample_size, 64);  // 512 × 512 images
+  EXPECT_EQ(unet.cross_attention_dim, 1024);
+  EXPECT_EQ(unet.num_heads, (std::vector<int>{5, 10, 20, 20}));
+  EXPECT_TRUE(unet.use_linear_projection);
+  EXPECT_EQ(unet.time_cond_proj_dim, 0);
+  const ClipTextConfig text =
+      ClipTextConfig::from_json(read_text_file(out / "text_encoder" / "config.json"), "text_encoder");
+  EXPECT_EQ(text.hidden_size, 1024);
+  EXPECT_EQ(text.num_hidden_layers, 23);
+  EXPECT_EQ(read_json(out / "vae" / "config.json")["sample_size"], 512);
+
+  const std::string sched_text = read_text_file(out / "scheduler" / "scheduler_config.json");
+  const json sched = json::parse(sched_text);
+  EXPECT_EQ(sched["_class_name"], "EulerDiscreteScheduler");
+  const SchedulerConfig c = SchedulerConfig::from_json(sched_text, SchedulerKind::Euler);
+  EXPECT_EQ(c.prediction_type, PredictionType::Epsilon);
+  EXPECT_EQ(c.timestep_spacing, TimestepSpacing::Trailing);
+  EXPECT_EQ(c.steps_offset, 1);
+  EXPECT_EQ(c.beta_schedule, "scaled_linear");
+  EXPECT_DOUBLE_EQ(c.beta_start, 0.00085);
+  EXPECT_DOUBLE_EQ(c.beta_end, 0.012);
+  const json index = read_json(out / "model_index.json");
+  EXPECT_EQ(index["_class_name"], "StableDiffusionPipeline");
+  EXPECT_EQ(index["scheduler"], json({"diffusers", "EulerDiscreteScheduler"}));
+}
+
+TEST(RandomModel, ExistingArchitecturesKeepTheirSchedulers) {
+  const json sd15 = read_json(configs_of("sd15", test::temp_dir("random_model_sd15")) / "scheduler" /
+                              "scheduler_config.json");
+  EXPECT_EQ(sd15["_class_name"], "PNDMScheduler");
+  EXPECT_FALSE(sd15.contains("prediction_type"));
+  const json v = read_json(configs_of("sd21", test::temp_dir("random_model_sd21")) / "scheduler" /
+                           "scheduler_config.json");
+  EXPECT_EQ(v["prediction_type"], "v_prediction");
+  const fs::path base = configs_of("sd21-base", test::temp_dir("random_model_sd21_base"));
+  EXPECT_EQ(read_json(base / "scheduler" / "scheduler_config.json")["prediction_type"], "epsilon");
+  EXPECT_EQ(read_json(base / "unet" / "config.json")["time_cond_proj_dim"], nullptr);
+}
+
+TEST(RandomModel, RefusesWhatItCannotWrite) {
+  const fs::path dir = test::temp_dir("random_model_refusals");
+  CliResult r = make_random_model({"--arch", "lcm-sd15", "--layout", "single-file", "--out", "single"}, dir);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("cond_proj"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "single" / "model.safetensors"));
+  r = make_random_model({"--arch", "sdxl-turbo", "--layout", "diffusers", "--out", "x"}, dir);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("lcm-sd15, sd-turbo"), std::string::npos) << r.err;
+}
