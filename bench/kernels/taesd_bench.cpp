@@ -3,10 +3,14 @@
 // image, in f32 and bf16. "FLOPS" counts the direct convolutions' products (taesd_*_flops,
 // models/flop_count.h: decode 141.4 GFLOP, encode 122.3 GFLOP; Winograd's figures are
 // "effective", as in BM_ConvWinograd); "of_peak" divides the rate by the fp32 (or bf16) peak
-// measured once on as many threads (bench/peak_flops.h).
+// measured once on as many threads (bench/peak_flops.h). Wall-clock rates, unless
+// OCTODIFF_BENCH_CPU_TIME is set: then rates (and of_peak) use the benchmark thread's CPU time —
+// with OCTODIFF_THREADS=1, what the model achieves while it has a core on a shared machine.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <ctime>
 #include <map>
 #include <memory>
 #include <filesystem>
@@ -63,16 +67,26 @@ Tensor random_tensor(const Shape& shape, float lo, float hi) {
   return t;
 }
 
-// Runs `call` per iteration, reporting FLOP/s and the fraction of the peak from wall time.
+bool cpu_time() { return std::getenv("OCTODIFF_BENCH_CPU_TIME") != nullptr; }
+
+double now_seconds() {
+  if (!cpu_time())
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Runs `call` per iteration, reporting FLOP/s and the fraction of the peak.
 template <typename Call>
 void run(benchmark::State& state, kernels::Precision precision, double flops, Call call) {
   const double peak = peak_gflops(precision);
   call();  // warm-up: first-touch of the activations
   double seconds = 0;
   for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = now_seconds();
     benchmark::DoNotOptimize(call());
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    seconds += now_seconds() - t0;
   }
   state.counters["FLOPS"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate,
                                                benchmark::Counter::kIs1000);
@@ -101,7 +115,8 @@ void BM_TaesdEncode512(benchmark::State& state) {
 }
 
 void taesd_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"bf16"})->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+  b->ArgNames({"bf16"})->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+  if (!cpu_time()) b->UseRealTime();
 }
 BENCHMARK(BM_TaesdDecode512)->Apply(taesd_args);
 BENCHMARK(BM_TaesdEncode512)->Apply(taesd_args);
