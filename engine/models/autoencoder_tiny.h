@@ -21,7 +21,9 @@
 //     every TAESD, so pass the UNet's final latents AS THEY ARE (not divided by the SD VAE's
 //     0.18215): `image = taesd.decode_nhwc(latents)`. It returns N × 8h × 8w × 3 in [0, 1]: the
 //     pipeline's output_type="np" numbers, `(decode(z).sample / 2 + 0.5).clamp(0, 1)` in NHWC,
-//     computed in that order in float32.
+//     computed in that order in float32. (Equivalently: decode_raw_nhwc, then the pipeline's own
+//     `clamp(v / 2 + 0.5, 0, 1)` loop, exactly as it post-processes AutoencoderKL's output; and
+//     dividing by config().scaling_factor = 1.0 first changes nothing.)
 //   - encode (img2img): `latents = taesd.encode_nhwc(image) * scaling_factor` with the image
 //     in [-1, 1] (what image_processor.preprocess makes, NHWC); encode_nhwc returns
 //     AutoencoderTiny.encode(image).latents (a plain tensor: no distribution, nothing to sample).
@@ -31,7 +33,6 @@
 // and gives ceil(H/8) × ceil(W/8) (each stride-2 convolution rounds up), as diffusers does.
 #pragma once
 
-#include <optional>
 #include <vector>
 
 #include "models/configs.h"
