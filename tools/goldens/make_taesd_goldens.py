@@ -22,6 +22,8 @@ import sys
 def parse_args():
     p = argparse.ArgumentParser()
     p.add_argument("out", help="output folder, e.g. tests/data/tiny-taesd")
+    p.add_argument("--tiny-sd", default="tests/data/tiny-sd",
+                   help="the tiny SD model whose UNet, scheduler and prompt embeddings the pipeline golden uses")
     p.add_argument("--diffusers", default="/work/diffusers-v0.31.0")
     p.add_argument("--shared-tools", default="/work/shared/tools")
     return p.parse_args()
@@ -153,13 +155,40 @@ def main():
         stats.append(f"encode {tag}: image {list(shape)} -> latents {list(latents.shape)}, "
                      f"|latents| max {latents.abs().max():.3f}")
 
+    pipeline_goldens, pipeline_stats = pipeline_with_taesd(vae)
+    stats += pipeline_stats
+
     os.makedirs(os.path.join(out, "goldens"), exist_ok=True)
     meta = {"diffusers": diffusers.__version__, "torch": torch.__version__, "seed": str(SEED),
             "made_by": "tools/goldens/make_taesd_goldens.py"}
     save_file({k: v.contiguous() for k, v in goldens.items()}, os.path.join(out, "goldens", "taesd.safetensors"),
               metadata=meta)
+    save_file({k: v.contiguous() for k, v in pipeline_goldens.items()},
+              os.path.join(out, "goldens", "pipeline_tiny_sd.safetensors"), metadata=meta)
     write_readme(out, vae, stats)
     print("\n".join(stats))
+
+
+def pipeline_with_taesd(vae):
+    """StableDiffusionPipeline with tiny-sd's UNet and scheduler and this TAESD as its vae."""
+    from diffusers import PNDMScheduler, StableDiffusionPipeline, UNet2DConditionModel
+    sd = ARGS.tiny_sd
+    unet = UNet2DConditionModel.from_pretrained(os.path.join(sd, "unet"))
+    scheduler = PNDMScheduler.from_pretrained(os.path.join(sd, "scheduler"))
+    pipe = StableDiffusionPipeline(vae=vae, text_encoder=None, tokenizer=None, unet=unet, scheduler=scheduler,
+                                   safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    pipe.set_progress_bar_config(disable=True)
+    g = load_file(os.path.join(sd, "goldens", "pipeline.safetensors"))
+    latents = g["latents_init"][:, :, :16, :16].contiguous()  # 128×128 images through TAESD's 8×
+    args = dict(prompt_embeds=g["prompt_embeds"], negative_prompt_embeds=g["negative_prompt_embeds"],
+                latents=latents, height=128, width=128, num_inference_steps=5, guidance_scale=7.5)
+    with torch.no_grad():
+        final = pipe(output_type="latent", **args).images
+        images = torch.from_numpy(pipe(output_type="np", **args).images)
+    _, direct = pipeline_image(vae, final)
+    assert torch.equal(direct, images), "the pipeline's decode is not vae.decode(latents / 1.0) + postprocess"
+    return ({"latents_init": latents, "latents_final": final, "images": images},
+            [f"pipeline: latents_final {list(final.shape)}, images {list(images.shape)}"])
 
 
 def write_readme(out, vae, stats):
@@ -186,6 +215,12 @@ it decodes noise, not pictures.
   - `encode_image_{{a,b}}`: images in [-1, 1] (a: 1×3×64×64, b: 2×3×36×50 — odd sizes: each stride-2
     convolution rounds up); `encode_latents_{{a,b}}`: `AutoencoderTiny.encode(image).latents` (what
     img2img then multiplies by scaling_factor = 1.0).
+- `goldens/pipeline_tiny_sd.safetensors`: `StableDiffusionPipeline(vae=<this TAESD>, unet=tiny-sd/unet,
+  scheduler=tiny-sd/scheduler (PNDM))` called with tiny-sd's `goldens/pipeline.safetensors` `prompt_embeds`
+  and `negative_prompt_embeds`, `latents=latents_init[:, :, :16, :16]` (stored as `latents_init`),
+  height = width = 128, 5 steps, guidance 7.5: `latents_final` (output_type="latent", 2×4×16×16) and
+  `images` (output_type="np", NHWC 2×128×128×3). The script checks that `images` is exactly
+  `decode_image` of `latents_final`: the pipeline decodes TAESD's latents undivided (scaling_factor 1.0).
 
 config: `{json.dumps(cfg)}`
 

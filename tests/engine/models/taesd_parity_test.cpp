@@ -1,7 +1,8 @@
 // AutoencoderTiny (TAESD) against diffusers 0.31 on the tiny random model in tests/data/tiny-taesd
 // (made by tools/goldens/make_taesd_goldens.py): decode (raw sample and the pipeline's final
-// image) and encode at two sizes, one of them non-square and odd, in float32 and bf16; and the
-// config.json settings this engine refuses. Every comparison prints its max abs error.
+// image) and encode at two sizes, one of them non-square and odd, in float32 and bf16; the final
+// images of diffusers' StableDiffusionPipeline with this TAESD as its vae; and the config.json
+// settings this engine refuses. Every comparison prints its max abs error.
 #include <gtest/gtest.h>
 
 #include "core/device.h"
@@ -94,6 +95,15 @@ TEST(TaesdParity, Bf16NearDiffusersAndDifferentFromFloat32) {
   const test::Diff d = test::diff(bf16.decode_raw_nhwc(latents), f32.decode_raw_nhwc(latents));
   std::printf("[bf16] taesd decode: bf16 vs our f32 max_abs_diff=%.3e\n", d.max_abs);
   EXPECT_GT(d.max_abs, 1e-5) << "bf16 products should differ from float32";
+}
+
+// The last step of diffusers' StableDiffusionPipeline with this TAESD as its vae (tiny-sd's UNet
+// made the latents): the pipeline's output images from its final latents, passed undivided.
+TEST(TaesdParity, StableDiffusionPipelineFinalImages) {
+  const AutoencoderTiny taesd = load(Precision::F32);
+  auto g = SafetensorsFile::open(model_dir() / "goldens" / "pipeline_tiny_sd.safetensors");
+  const Tensor latents = to_nhwc(g->to_f32("latents_final"));
+  test::expect_parity("f32 pipeline images", taesd.decode_nhwc(latents), g->to_f32("images"), 1e-4);
 }
 
 TEST(TaesdParity, ResultsDoNotDependOnThreadCount) {
