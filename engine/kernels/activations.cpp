@@ -106,6 +106,12 @@ void quick_gelu(const float* x, int64_t n, float* y) {
   map_parallel(x, n, y, detail::vec_math(kernel_isa()).quick_gelu);
 }
 
+void relu(const float* x, int64_t n, float* y) {
+  map_parallel(x, n, y, [](const float* a, int64_t m, float* b) {
+    for (int64_t i = 0; i < m; ++i) b[i] = a[i] < 0.0f ? 0.0f : a[i];  // vectorised by the compiler
+  });
+}
+
 void gelu(const float* x, int64_t n, float* y, Gelu kind) {
   const detail::VecMath& vm = detail::vec_math(kernel_isa());
   map_parallel(x, n, y, kind == Gelu::Erf ? vm.gelu_erf : vm.gelu_tanh);

@@ -10,6 +10,7 @@ enum class Gelu { Erf, Tanh };  // exact (torch) or tanh approximation (Flax nn.
 void silu(const float* x, int64_t n, float* y);
 void gelu(const float* x, int64_t n, float* y, Gelu kind);
 void quick_gelu(const float* x, int64_t n, float* y);  // x · sigmoid(1.702 x)
+void relu(const float* x, int64_t n, float* y);        // max(x, 0); NaN stays NaN, as in torch
 
 // u is rows × (2·inner): y[r, j] = u[r, j] · gelu(u[r, inner + j]); y is rows × inner and
 // must not overlap u.

@@ -257,6 +257,70 @@ VaeConfig VaeConfig::from_json(const std::string& text, const std::string& what)
   return c;
 }
 
+AutoencoderTinyConfig AutoencoderTinyConfig::from_json(const std::string& text, const std::string& what) {
+  json j = parse_config(text, what);
+  AutoencoderTinyConfig c;
+  read(j, "in_channels", &c.in_channels, what);
+  read(j, "out_channels", &c.out_channels, what);
+  read(j, "encoder_block_out_channels", &c.encoder_block_out_channels, what);
+  read(j, "decoder_block_out_channels", &c.decoder_block_out_channels, what);
+  read(j, "num_encoder_blocks", &c.num_encoder_blocks, what);
+  read(j, "num_decoder_blocks", &c.num_decoder_blocks, what);
+  read(j, "latent_channels", &c.latent_channels, what);
+  read(j, "upsampling_scaling_factor", &c.upsampling_scaling_factor, what);
+  read(j, "latent_magnitude", &c.latent_magnitude, what);
+  read(j, "latent_shift", &c.latent_shift, what);
+  read(j, "scaling_factor", &c.scaling_factor, what);
+  std::vector<int> saved_copy;
+  read(j, "block_out_channels", &saved_copy, what);
+  if (!saved_copy.empty() && saved_copy != c.decoder_block_out_channels)
+    fail("'", what, "': block_out_channels ", json(saved_copy).dump(), " contradicts decoder_block_out_channels ",
+         json(c.decoder_block_out_channels).dump());
+  std::string s = "relu";
+  read(j, "act_fn", &s, what);
+  refuse_if(s != "relu", what, "act_fn '" + s + "' (the tiny autoencoder is implemented with ReLU only)");
+  s = "nearest";
+  read(j, "upsample_fn", &s, what);
+  refuse_if(s != "nearest", what, "upsample_fn '" + s + "'");
+  double shift = 0;
+  read(j, "shift_factor", &shift, what);
+  refuse_if(shift != 0.0, what, "shift_factor (an SD3/Flux tiny autoencoder)");
+  c.validate(what);
+  return c;
+}
+
+void AutoencoderTinyConfig::validate(const std::string& what) const {
+  for (auto [v, k] : {std::pair{in_channels, "in_channels"}, {out_channels, "out_channels"},
+                      {latent_channels, "latent_channels"}})
+    require_positive(v, k, what);
+  auto check_half = [&](const char* half, const std::vector<int>& channels, const std::vector<int>& blocks) {
+    if (channels.empty() || channels.size() > 8)
+      fail("'", what, "': ", half, "_block_out_channels must have 1 to 8 entries");
+    if (blocks.size() != channels.size())
+      fail("'", what, "': num_", half, "_blocks has ", blocks.size(), " entries but ", half,
+           "_block_out_channels has ", channels.size());
+    for (int ch : channels) require_positive(ch, "block_out_channels", what);
+    for (int ch : channels)
+      refuse_if(ch != channels.front(), what,
+                cat(half, "_block_out_channels ", json(channels).dump(),
+                    " (diffusers' ", half, " feeds each stage the previous stage's width: all must be equal)"));
+    for (int n : blocks)
+      if (n < 0 || n > 1000) fail("'", what, "': num_", half, "_blocks entries must be 0 to 1000, got ", n);
+  };
+  check_half("encoder", encoder_block_out_channels, num_encoder_blocks);
+  check_half("decoder", decoder_block_out_channels, num_decoder_blocks);
+  refuse_if(upsampling_scaling_factor != 2, what,
+            "upsampling_scaling_factor " + std::to_string(upsampling_scaling_factor) + " (only 2 is implemented)");
+  if (!(scaling_factor > 0)) fail("'", what, "': scaling_factor must be positive");
+  if (!(latent_magnitude > 0)) fail("'", what, "': latent_magnitude must be positive");
+}
+
+int AutoencoderTinyConfig::decoder_scale_factor() const {
+  int f = 1;
+  for (size_t i = 1; i < num_decoder_blocks.size(); ++i) f *= upsampling_scaling_factor;
+  return f;
+}
+
 VaeConfig VaeConfig::sd() {
   VaeConfig c;
   c.block_out_channels = {128, 256, 512, 512};

@@ -74,4 +74,37 @@ struct VaeConfig {
   int scale_factor() const { return 1 << (static_cast<int>(block_out_channels.size()) - 1); }
 };
 
+// diffusers' AutoencoderTiny (TAESD, madebyollin): a 3×3-conv/ReLU encoder and decoder, no norms,
+// no attention (models/autoencoder_tiny.h). Defaults are TAESD's (= AutoencoderTiny()'s).
+// diffusers' EncoderTiny/DecoderTiny feed each stage the previous stage's width, so every entry
+// of a *_block_out_channels must be the same (anything else would fail in diffusers too).
+// `block_out_channels`, which save_pretrained writes as a copy of decoder_block_out_channels, is
+// checked against it; diffusers ignores it when loading.
+struct AutoencoderTinyConfig {
+  int in_channels = 3;
+  int out_channels = 3;
+  std::vector<int> encoder_block_out_channels = {64, 64, 64, 64};
+  std::vector<int> decoder_block_out_channels = {64, 64, 64, 64};
+  std::vector<int> num_encoder_blocks = {1, 3, 3, 3};  // residual blocks per encoder stage
+  std::vector<int> num_decoder_blocks = {3, 3, 3, 1};  // residual blocks per decoder stage
+  int latent_channels = 4;
+  int upsampling_scaling_factor = 2;  // nearest-neighbour; only 2 is implemented
+  // Used only by AutoencoderTiny.forward's 8-bit latent round trip (scale_latents), never by
+  // encode/decode or the pipelines: kept for completeness.
+  double latent_magnitude = 3;
+  double latent_shift = 0.5;
+  // What pipelines divide latents by before decode and multiply encoder latents by: 1.0 for
+  // every TAESD (it decodes the UNet's latents as they are).
+  double scaling_factor = 1.0;
+
+  static AutoencoderTinyConfig from_json(const std::string& text, const std::string& what);
+  // Checks the invariants from_json enforces (for configs built in code, e.g. from a single file).
+  void validate(const std::string& what) const;
+  int channels() const { return decoder_block_out_channels.front(); }  // the decoder's width
+  // Image pixels per latent pixel: decoder (upsampling_scaling_factor per stage after the first)
+  // and encoder (one stride-2 convolution per stage after the first).
+  int decoder_scale_factor() const;
+  int encoder_scale_factor() const { return 1 << (static_cast<int>(num_encoder_blocks.size()) - 1); }
+};
+
 }  // namespace octodiff

@@ -1,5 +1,6 @@
 #include "models/flop_count.h"
 
+#include <cmath>
 #include <vector>
 
 namespace octodiff {
@@ -101,6 +102,39 @@ double vae_decode_flops(const VaeConfig& c, int64_t batch, int64_t h, int64_t w)
     }
   }
   f += conv(pixels, boc[0], c.out_channels);
+  return f * static_cast<double>(batch);
+}
+
+double taesd_decode_flops(const AutoencoderTinyConfig& c, int64_t batch, int64_t h, int64_t w) {
+  const double C = c.channels(), k = c.upsampling_scaling_factor;
+  double pixels = static_cast<double>(h) * w;
+  double f = conv(pixels, c.latent_channels, C);
+  const size_t stages = c.num_decoder_blocks.size();
+  for (size_t s = 0; s < stages; ++s) {
+    f += 3 * c.num_decoder_blocks[s] * conv(pixels, C, C);
+    if (s + 1 < stages) {
+      pixels *= k * k;
+      f += conv(pixels, C, C);
+    } else {
+      f += conv(pixels, C, c.out_channels);
+    }
+  }
+  return f * static_cast<double>(batch);
+}
+
+double taesd_encode_flops(const AutoencoderTinyConfig& c, int64_t batch, int64_t H, int64_t W) {
+  const double C = c.encoder_block_out_channels.front();
+  double h = static_cast<double>(H), w = static_cast<double>(W);
+  double f = conv(h * w, c.in_channels, C);
+  for (size_t s = 0; s < c.num_encoder_blocks.size(); ++s) {
+    if (s > 0) {
+      h = std::ceil(h / 2);
+      w = std::ceil(w / 2);
+      f += conv(h * w, C, C);
+    }
+    f += 3 * c.num_encoder_blocks[s] * conv(h * w, C, C);
+  }
+  f += conv(h * w, C, c.latent_channels);
   return f * static_cast<double>(batch);
 }
 

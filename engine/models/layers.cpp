@@ -123,7 +123,7 @@ void Linear::forward(const float* x, int64_t rows, float* y, const float* residu
 }
 
 Conv2d Conv2d::load(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, int k,
-                    kernels::Conv2dGeometry geometry, kernels::Precision precision) {
+                    kernels::Conv2dGeometry geometry, kernels::Precision precision, bool has_bias) {
   Conv2d c;
   c.geometry = geometry;
   const Shape shape{out, in, k, k};
@@ -136,7 +136,7 @@ Conv2d Conv2d::load(WeightSource& w, const std::string& prefix, int64_t in, int6
     Tensor weight = w.take_to_read(prefix + ".weight", shape);
     return kernels::pack_conv2d(weight.data(), nullptr, out, in, k, k, precision, c.weight.algorithm).packed;
   });
-  c.weight.bias = to_vector(w.take(prefix + ".bias", {out}));
+  if (has_bias) c.weight.bias = to_vector(w.take(prefix + ".bias", {out}));
   return c;
 }
 

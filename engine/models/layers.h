@@ -43,11 +43,12 @@ struct Conv2d {
   kernels::Conv2dWeights weight;
   kernels::Conv2dGeometry geometry;
 
+  // `<prefix>.weight` (out, in, k, k) and, when `has_bias`, `<prefix>.bias`.
   static Conv2d load(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, int k,
-                     kernels::Conv2dGeometry geometry, kernels::Precision precision);
+                     kernels::Conv2dGeometry geometry, kernels::Precision precision, bool has_bias = true);
   static Conv2d load_same(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, int k,
-                          kernels::Precision precision) {
-    return load(w, prefix, in, out, k, kernels::Conv2dGeometry::same(k), precision);
+                          kernels::Precision precision, bool has_bias = true) {
+    return load(w, prefix, in, out, k, kernels::Conv2dGeometry::same(k), precision, has_bias);
   }
   // x: N × H × W × Cin -> N × Ho × Wo × Cout, plus `residual` when given.
   Tensor operator()(const Tensor& x, const Tensor* residual = nullptr) const;

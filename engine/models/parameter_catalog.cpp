@@ -25,9 +25,13 @@ class Catalog {
     add(p + ".weight", conv1x1 ? Shape{out, in, 1, 1} : Shape{out, in}, ParameterKind::Weight);
     if (bias) add(p + ".bias", {out}, ParameterKind::Bias);
   }
-  void conv(const std::string& p, int64_t in, int64_t out, int k) {
+  void conv(const std::string& p, int64_t in, int64_t out, int k, bool bias = true) {
     add(p + ".weight", {out, in, k, k}, ParameterKind::Weight);
-    add(p + ".bias", {out}, ParameterKind::Bias);
+    if (bias) add(p + ".bias", {out}, ParameterKind::Bias);
+  }
+  // AutoencoderTinyBlock: conv.0, conv.2, conv.4 (3×3, with bias), no skip (in == out).
+  void tiny_block(const std::string& p, int64_t c) {
+    for (const char* i : {".conv.0", ".conv.2", ".conv.4"}) conv(p + i, c, c, 3);
   }
   void norm(const std::string& p, int64_t c) {
     add(p + ".weight", {c}, ParameterKind::NormScale);
@@ -214,6 +218,37 @@ std::vector<ParameterSpec> vae_parameters(const VaeConfig& c, bool with_encoder)
     cat.norm("encoder.conv_norm_out", top);
     cat.conv("encoder.conv_out", top, 2 * L, 3);
     if (c.use_quant_conv) cat.linear("quant_conv", 2 * L, 2 * L, true, /*conv1x1=*/true);
+  }
+  return cat.specs;
+}
+
+// AutoencoderTiny::load_decoder / load_encoder: diffusers' Sequential, one index per entry
+// (ReLU and Upsample entries hold no tensors but take an index).
+std::vector<ParameterSpec> autoencoder_tiny_parameters(const AutoencoderTinyConfig& c, bool with_encoder) {
+  Catalog cat;
+  const int64_t C = c.channels();
+  int i = 0;
+  auto name = [&](const char* half) { return std::string(half) + ".layers." + std::to_string(i++); };
+  cat.conv(name("decoder"), c.latent_channels, C, 3);
+  ++i;  // ReLU
+  const size_t stages = c.num_decoder_blocks.size();
+  for (size_t s = 0; s < stages; ++s) {
+    for (int b = 0; b < c.num_decoder_blocks[s]; ++b) cat.tiny_block(name("decoder"), C);
+    const bool last = s + 1 == stages;
+    if (!last) ++i;  // Upsample
+    cat.conv(name("decoder"), C, last ? c.out_channels : C, 3, /*bias=*/last);
+  }
+  if (with_encoder) {
+    const int64_t E = c.encoder_block_out_channels.front();
+    i = 0;
+    for (size_t s = 0; s < c.num_encoder_blocks.size(); ++s) {
+      if (s == 0)
+        cat.conv(name("encoder"), c.in_channels, E, 3);
+      else
+        cat.conv(name("encoder"), E, E, 3, /*bias=*/false);
+      for (int b = 0; b < c.num_encoder_blocks[s]; ++b) cat.tiny_block(name("encoder"), E);
+    }
+    cat.conv(name("encoder"), E, c.latent_channels, 3);
   }
   return cat.specs;
 }

@@ -37,6 +37,9 @@ std::vector<ParameterSpec> unet_parameters(const UNetConfig& config);
 // `with_encoder = false` lists only what AutoencoderKL::load takes for decoding.
 std::vector<ParameterSpec> vae_parameters(const VaeConfig& config, bool with_encoder = true);
 
+// What AutoencoderTiny::load takes (diffusers names); the decoder only when !with_encoder.
+std::vector<ParameterSpec> autoencoder_tiny_parameters(const AutoencoderTinyConfig& config, bool with_encoder = true);
+
 int64_t parameter_count(const std::vector<ParameterSpec>& params);
 
 // Fills shape_numel(p.shape) floats at dst: weights ~ N(0, 1/fan_in) (approximately normal:

@@ -1,0 +1,160 @@
+#include "models/autoencoder_tiny.h"
+
+#include <cmath>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "kernels/activations.h"
+#include "kernels/tensor_ops.h"
+
+namespace octodiff {
+namespace {
+
+constexpr kernels::Conv2dGeometry kStride2Pad1{2, 1, 1, 1, 1};  // nn.Conv2d(k=3, stride=2, padding=1)
+
+std::string layer_name(const char* half, size_t index) { return cat(half, ".layers.", index); }
+
+void relu_in_place(Tensor& x) { kernels::relu(x.data(), x.numel(), x.data()); }
+
+}  // namespace
+
+Tensor AutoencoderTiny::Block::operator()(const Tensor& x) const {
+  Tensor h = conv0(x);
+  relu_in_place(h);
+  h = conv2(h);
+  relu_in_place(h);
+  Tensor y = conv4(h, /*residual=*/&x);
+  relu_in_place(y);
+  return y;
+}
+
+// DecoderTiny.__init__'s list, in its order (the index of each entry names its weights).
+std::vector<AutoencoderTiny::Layer> AutoencoderTiny::load_decoder(WeightSource& w, const AutoencoderTinyConfig& c,
+                                                                  kernels::Precision p) {
+  const int64_t C = c.channels();
+  std::vector<Layer> layers;
+  auto add_conv = [&](int64_t in, int64_t out, bool bias) {
+    Layer l;
+    l.kind = Layer::Kind::Conv;
+    l.conv = Conv2d::load_same(w, layer_name("decoder", layers.size()), in, out, 3, p, bias);
+    layers.push_back(std::move(l));
+  };
+  auto add = [&](Layer::Kind kind) { layers.push_back(Layer{kind, {}, {}}); };
+
+  add_conv(c.latent_channels, C, true);
+  add(Layer::Kind::Relu);
+  const size_t stages = c.num_decoder_blocks.size();
+  for (size_t s = 0; s < stages; ++s) {
+    for (int b = 0; b < c.num_decoder_blocks[s]; ++b) {
+      const std::string name = layer_name("decoder", layers.size());
+      Layer l;
+      l.kind = Layer::Kind::Block;
+      l.block.conv0 = Conv2d::load_same(w, name + ".conv.0", C, C, 3, p);
+      l.block.conv2 = Conv2d::load_same(w, name + ".conv.2", C, C, 3, p);
+      l.block.conv4 = Conv2d::load_same(w, name + ".conv.4", C, C, 3, p);
+      layers.push_back(std::move(l));
+    }
+    const bool last = s + 1 == stages;
+    if (!last) add(Layer::Kind::Upsample2x);
+    add_conv(C, last ? c.out_channels : C, /*bias=*/last);
+  }
+  return layers;
+}
+
+// EncoderTiny.__init__'s list, in its order.
+std::vector<AutoencoderTiny::Layer> AutoencoderTiny::load_encoder(WeightSource& w, const AutoencoderTinyConfig& c,
+                                                                  kernels::Precision p) {
+  const int64_t C = c.encoder_block_out_channels.front();
+  std::vector<Layer> layers;
+  auto add_conv = [&](int64_t in, int64_t out, kernels::Conv2dGeometry geometry, bool bias) {
+    Layer l;
+    l.kind = Layer::Kind::Conv;
+    l.conv = Conv2d::load(w, layer_name("encoder", layers.size()), in, out, 3, geometry, p, bias);
+    layers.push_back(std::move(l));
+  };
+  for (size_t s = 0; s < c.num_encoder_blocks.size(); ++s) {
+    if (s == 0)
+      add_conv(c.in_channels, C, kernels::Conv2dGeometry::same(3), true);
+    else
+      add_conv(C, C, kStride2Pad1, /*bias=*/false);
+    for (int b = 0; b < c.num_encoder_blocks[s]; ++b) {
+      const std::string name = layer_name("encoder", layers.size());
+      Layer l;
+      l.kind = Layer::Kind::Block;
+      l.block.conv0 = Conv2d::load_same(w, name + ".conv.0", C, C, 3, p);
+      l.block.conv2 = Conv2d::load_same(w, name + ".conv.2", C, C, 3, p);
+      l.block.conv4 = Conv2d::load_same(w, name + ".conv.4", C, C, 3, p);
+      layers.push_back(std::move(l));
+    }
+  }
+  add_conv(C, c.latent_channels, kernels::Conv2dGeometry::same(3), true);
+  return layers;
+}
+
+AutoencoderTiny AutoencoderTiny::load(WeightSource& decoder, WeightSource* encoder, const AutoencoderTinyConfig& c,
+                                      kernels::Precision precision) {
+  c.validate("AutoencoderTiny config");
+  AutoencoderTiny taesd;
+  taesd.config_ = c;
+  taesd.precision_ = precision;
+  taesd.decoder_ = load_decoder(decoder, c, precision);
+  if (encoder) taesd.encoder_ = load_encoder(*encoder, c, precision);
+  decoder.finish();
+  if (encoder && encoder != &decoder) encoder->finish();
+  return taesd;
+}
+
+AutoencoderTiny AutoencoderTiny::load(WeightSource& w, const AutoencoderTinyConfig& c, kernels::Precision precision) {
+  const bool with_encoder = w.has("encoder.layers.0.weight");
+  return load(w, with_encoder ? &w : nullptr, c, precision);
+}
+
+Tensor AutoencoderTiny::run(const std::vector<Layer>& layers, Tensor x) {
+  for (const Layer& layer : layers) {
+    check_cancelled();
+    switch (layer.kind) {
+      case Layer::Kind::Conv: x = layer.conv(x); break;
+      case Layer::Kind::Relu: relu_in_place(x); break;
+      case Layer::Kind::Block: x = layer.block(x); break;
+      case Layer::Kind::Upsample2x: {
+        Tensor up = Tensor::empty({x.dim(0), 2 * x.dim(1), 2 * x.dim(2), x.dim(3)});
+        kernels::upsample_nearest2x_nhwc(x.data(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), up.data());
+        x = std::move(up);
+        break;
+      }
+    }
+  }
+  return x;
+}
+
+Tensor AutoencoderTiny::decode_raw_nhwc(const Tensor& latents) const {
+  if (latents.rank() != 4 || latents.dim(3) != config_.latent_channels || latents.numel() == 0)
+    fail("tiny autoencoder decoder input has shape ", shape_str(latents.shape()), ", expected N × h × w × ",
+         config_.latent_channels);
+  Tensor x = Tensor::empty(latents.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) x[i] = std::tanh(latents[i] / 3.0f) * 3.0f;  // DecoderTiny's clamp
+  x = run(decoder_, std::move(x));
+  for (int64_t i = 0; i < x.numel(); ++i) x[i] = x[i] * 2.0f - 1.0f;  // [0, 1] → [-1, 1]
+  return x;
+}
+
+Tensor AutoencoderTiny::decode_nhwc(const Tensor& latents) const {
+  Tensor image = decode_raw_nhwc(latents);
+  for (int64_t i = 0; i < image.numel(); ++i) {  // VaeImageProcessor.denormalize: (x / 2 + 0.5).clamp(0, 1)
+    const float v = image[i] / 2.0f + 0.5f;
+    image[i] = v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v);
+  }
+  return image;
+}
+
+Tensor AutoencoderTiny::encode_nhwc(const Tensor& images) const {
+  if (!has_encoder()) fail("this tiny autoencoder was loaded without its encoder");
+  if (images.rank() != 4 || images.dim(3) != config_.in_channels || images.numel() == 0)
+    fail("tiny autoencoder encoder input has shape ", shape_str(images.shape()), ", expected N × H × W × ",
+         config_.in_channels);
+  Tensor x = Tensor::empty(images.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) x[i] = (images[i] + 1.0f) / 2.0f;  // EncoderTiny: x.add(1).div(2)
+  return run(encoder_, std::move(x));
+}
+
+}  // namespace octodiff
