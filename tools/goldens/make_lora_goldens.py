@@ -39,7 +39,7 @@ diffusers_env.setup("/work/diffusers-v0.31.0")
 
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-from diffusers import UNet2DConditionModel  # noqa: E402
+from diffusers import AutoencoderKL, PNDMScheduler, StableDiffusionPipeline, UNet2DConditionModel  # noqa: E402
 from diffusers.loaders.lora_pipeline import StableDiffusionLoraLoaderMixin  # noqa: E402
 from diffusers.utils.state_dict_utils import (  # noqa: E402
     convert_state_dict_to_diffusers,
@@ -206,6 +206,28 @@ def main(model_dir, out_dir):
         with torch.no_grad():
             return unet(sample, timestep, encoder_hidden_states=context).sample
 
+    # The pipeline: StableDiffusionPipeline on the folder's VAE and scheduler (PNDM), the tiny-sd pipeline
+    # goldens' two prompts and initial latents, negative prompt "" (embeddings from the reference text
+    # encoder with the same LoRA fused: tokenizer goldens rows 1, 2 and 0), 5 steps, guidance 7.5.
+    tok = load_file(os.path.join(model_dir, "goldens", "tokenizer.safetensors"))["input_ids"].long()
+    latents_init = load_file(os.path.join(model_dir, "goldens", "pipeline.safetensors"))["latents_init"]
+    vae = AutoencoderKL.from_pretrained(os.path.join(model_dir, "vae")).eval()
+    scheduler = PNDMScheduler.from_pretrained(os.path.join(model_dir, "scheduler"))
+
+    def pipeline_out(unet_weights, te_weights):
+        unet.load_state_dict(unet_weights)
+        pipe = StableDiffusionPipeline(vae=vae, text_encoder=None, tokenizer=None, unet=unet, scheduler=scheduler,
+                                       safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+        embeds = clip_text_forward(te_weights, te_cfg, tok[[1, 2, 0]])
+        out = {}
+        for kind in ("latent", "np"):
+            with torch.no_grad():
+                r = pipe(prompt_embeds=embeds[:2], negative_prompt_embeds=embeds[2:3].repeat(2, 1, 1),
+                         num_inference_steps=5, guidance_scale=7.5, latents=latents_init.clone(), output_type=kind,
+                         height=64, width=64).images
+            out[kind] = torch.as_tensor(r)
+        return out["latent"], out["np"]
+
     goldens = {"sample": sample, "encoder_hidden_states": context, "timestep": torch.tensor([timestep]),
                "input_ids": tg["input_ids"], "unet_base": unet_out(unet_sd), "text_encoder_base": base_te}
     specs = {  # format: (seed, rank, alpha)
@@ -225,6 +247,8 @@ def main(model_dir, out_dir):
         modules_of[fmt] = modules
         goldens["unet_" + fmt] = unet_out(fuse(unet_sd, modules, "unet", 1.0))
         goldens["text_encoder_" + fmt] = clip_text_forward(fuse(te_sd, modules, "text_encoder", 1.0), te_cfg, input_ids)
+        lat, img = pipeline_out(fuse(unet_sd, modules, "unet", 1.0), fuse(te_sd, modules, "text_encoder", 1.0))
+        goldens["pipeline_" + fmt + ".latents_final"], goldens["pipeline_" + fmt + ".images"] = lat, img
         print(f"{fmt}: {len(file_sd)} tensors, {len(modules)} modules; UNet output moved by "
               f"{(goldens['unet_' + fmt] - goldens['unet_base']).abs().max().item():.3g}")
     # Two LoRAs at once: kohya at 0.7, then PEFT at -0.5 (one fused after the other).
@@ -232,6 +256,10 @@ def main(model_dir, out_dir):
     goldens["unet_kohya0.7_peft-0.5"] = unet_out(sd)
     te = fuse(fuse(te_sd, modules_of["kohya"], "text_encoder", 0.7), modules_of["peft"], "text_encoder", -0.5)
     goldens["text_encoder_kohya0.7_peft-0.5"] = clip_text_forward(te, te_cfg, input_ids)
+    lat, img = pipeline_out(sd, te)
+    goldens["pipeline_kohya0.7_peft-0.5.latents_final"], goldens["pipeline_kohya0.7_peft-0.5.images"] = lat, img
+    lat, img = pipeline_out(unet_sd, te_sd)
+    goldens["pipeline_base.latents_final"], goldens["pipeline_base.images"] = lat, img
     save_file({k: v.contiguous() for k, v in goldens.items()}, os.path.join(out_dir, "goldens.safetensors"),
               metadata={"made_by": "tools/goldens/make_lora_goldens.py", "diffusers": "0.31.0",
                         "torch": torch.__version__, "timestep": str(timestep)})

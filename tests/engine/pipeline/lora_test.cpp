@@ -10,11 +10,15 @@
 #include <functional>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
+#include "io/files.h"
 #include "io/safetensors.h"
 #include "models/numerics.h"
 #include "pipeline/lora.h"
 #include "pipeline/model.h"
+#include "pipeline/sharded_pipeline.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -90,6 +94,38 @@ TEST(Lora, EachFormatMatchesDiffusersFused) {
     test::expect_parity(fmt + " unet", unet_output(*m), goldens()->to_f32("unet_" + fmt));
     expect_lora_moves(fmt + " text encoder", "text_encoder_" + fmt, "text_encoder_base");
     test::expect_parity(fmt + " text encoder", text_encoder_output(*m), goldens()->to_f32("text_encoder_" + fmt));
+  }
+}
+
+// The whole pipeline (--compat diffusers, PNDM, 5 steps, guidance 7.5, negative prompt "") against
+// diffusers' StableDiffusionPipeline with the same LoRAs fused into the UNet and text encoder.
+TEST(Lora, PipelineMatchesDiffusersWithTheLorasFused) {
+  const auto pj = nlohmann::json::parse(read_text_file(test::tiny_sd_dir() / "goldens" / "prompts.json"));
+  const Tensor init = SafetensorsFile::open(test::tiny_sd_dir() / "goldens" / "pipeline.safetensors")->to_f32("latents_init");
+  const std::vector<std::pair<std::string, std::vector<LoraSpec>>> cases = {
+      {"base", {}},
+      {"kohya", {{lora_file("kohya"), 1.0f}}},
+      {"kohya_ldm", {{lora_file("kohya_ldm"), 1.0f}}},
+      {"peft", {{lora_file("peft"), 1.0f}}},
+      {"diffusers_old", {{lora_file("diffusers_old"), 1.0f}}},
+      {"kohya0.7_peft-0.5", {{lora_file("kohya"), 0.7f}, {lora_file("peft"), -0.5f}}},
+  };
+  auto g = goldens();
+  for (const auto& [name, loras] : cases) {
+    ShardedPipeline pipe(load(loras));
+    GenerationRequest req;
+    for (const auto& p : pj["pipeline_prompts"]) req.prompts.push_back(p.get<std::string>());
+    req.negative_prompts = {""};
+    req.steps = 5;
+    req.guidance_scale = 7.5;
+    req.scheduler = SchedulerKind::Pndm;
+    req.compat = Compat::Diffusers;
+    req.latents = init.reshaped({2, 1, 4, 32, 32});
+    GenerationResult res = pipe.run(req);
+    const std::string key = "pipeline_" + name;
+    if (name != "base") expect_lora_moves(key + " images", key + ".images", "pipeline_base.images");
+    test::expect_parity(key + " final latents", res.final_latents.reshaped({2, 4, 32, 32}), g->to_f32(key + ".latents_final"));
+    test::expect_close_abs(key + " images", res.images.reshaped({2, 64, 64, 3}), g->to_f32(key + ".images"), 1e-3);
   }
 }
 
