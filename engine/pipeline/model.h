@@ -82,7 +82,9 @@ class StableDiffusionModel {
   // encoder layer no LoRA touches; only the touched layers are read, merged and packed (see
   // pipeline/lora.h). Switching LoRAs or strengths = calling this again on the same model. An
   // empty list gives the base. Errors (a file that is not a LoRA for this model, …) name the
-  // file and the tensor; the model is unchanged then.
+  // file and the tensor; the model is unchanged then. Memory: the result keeps its base alive
+  // (base_model()) and adds only the touched layers' packed weights (on the heap); the base keeps
+  // its components' weight sources, i.e. the checkpoint stays mapped (address space, not RSS).
   static std::shared_ptr<const StableDiffusionModel> with_loras(const std::shared_ptr<const StableDiffusionModel>& model,
                                                                 const std::vector<LoraSpec>& loras);
   // The LoRAs merged into this model (empty for a base model).
