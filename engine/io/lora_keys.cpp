@@ -37,9 +37,9 @@ bool replace_leaf(std::string& module, const std::string& from, const std::strin
   return true;
 }
 
-// diffusers' old LoRA names (utils/state_dict_utils.py, DIFFUSERS_OLD_TO_PEFT and
-// DIFFUSERS_OLD_TO_PEFT for text encoders): attention processors of the UNet
-// (`attn1.processor.to_q_lora`) and the text encoder's attention (`self_attn.to_q_lora`).
+// diffusers' old LoRA names (utils/state_dict_utils.py: KEYS_TO_ALWAYS_REPLACE drops ".processor.",
+// UNET_TO_DIFFUSERS maps the UNet's `to_q_lora` → `to_q`, `to_out_lora` → `to_out.0`, and
+// DIFFUSERS_OLD_TO_PEFT the text encoder's `to_q_lora` → `q_proj`, `to_out_lora` → `out_proj`).
 std::string resolve_old_names(LoraComponent component, std::string module) {
   if (auto p = module.find(".processor."); p != std::string::npos) module.erase(p, std::string(".processor").size());
   static const std::pair<const char*, const char*> kUNet[] = {
