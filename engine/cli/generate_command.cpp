@@ -1,6 +1,7 @@
 // octodiff-cli generate: the sharded text-to-image pipeline from the command line.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <future>
@@ -13,6 +14,7 @@
 #include "core/error.h"
 #include "io/npy.h"
 #include "pipeline/export.h"
+#include "pipeline/lora.h"
 #include "pipeline/metadata.h"
 #include "pipeline/sharded_pipeline.h"
 
@@ -25,6 +27,11 @@ const char* kGenerateUsage =
     "  --model PATH              diffusers folder or single-file .safetensors (default: the\n"
     "                            embedded demo model)\n"
     "  --tokenizer DIR           folder with vocab.json + merges.txt (single-file checkpoints)\n"
+    "  --lora FILE[:STRENGTH]    merge a LoRA (.safetensors: kohya, diffusers/PEFT) into the model\n"
+    "                            at load, strength default 1 (repeat for several)\n"
+    "  --lora-dir DIR            folder for the prompt syntax <lora:NAME> / <lora:NAME:STRENGTH>\n"
+    "                            (DIR/NAME.safetensors; the tags are removed from the prompts and\n"
+    "                            the LoRAs apply to every image)\n"
     "  --seed N|random           PRNGKey seed (default 0)\n"
     "  --steps N                 denoising steps (default 50)\n"
     "  --guidance G              classifier-free guidance scale (default 7.5)\n"
@@ -71,6 +78,28 @@ nlohmann::json timings_json(const GenerationResult& r) {
           {"peak_rss_mb", static_cast<double>(r.peak_rss_bytes) / (1024.0 * 1024.0)}};
 }
 
+// --lora FILE[:STRENGTH] (repeatable) and the prompts' <lora:NAME:STRENGTH> tags against
+// --lora-dir; the tags are removed from req.prompts. A file given both ways must have one strength.
+std::vector<LoraSpec> lora_options(const Args& args, GenerationRequest& req) {
+  std::vector<LoraSpec> loras;
+  for (const auto& text : args.all("lora")) loras.push_back(parse_lora_argument(text));
+  PromptLoras tagged = extract_prompt_loras(req.prompts, args.get_or("lora-dir", ""));
+  req.prompts = tagged.prompts;
+  for (const LoraSpec& t : tagged.loras) {
+    auto same = std::find_if(loras.begin(), loras.end(), [&](const LoraSpec& l) {
+      std::error_code ec;
+      return std::filesystem::equivalent(l.path, t.path, ec);
+    });
+    if (same == loras.end()) {
+      loras.push_back(t);
+    } else if (same->strength != t.strength) {
+      fail("LoRA '", t.path.string(), "' is given with strength ", same->strength, " (--lora) and ", t.strength,
+           " (in a prompt)");
+    }
+  }
+  return loras;
+}
+
 }  // namespace
 
 int run_generate(const std::vector<std::string>& argv) {
@@ -78,8 +107,8 @@ int run_generate(const std::vector<std::string>& argv) {
             {"negative-prompt", "model", "tokenizer", "seed", "steps", "guidance", "scheduler", "timestep-spacing",
              "height", "width",
              "devices", "batch-per-device", "compat", "rng", "dtype", "threads", "latents", "save-latents",
-             "save-array", "out", "out-dir", "repeat", "scale"},
-            {"json", "quiet", "help"}, {"prompt"});
+             "save-array", "out", "out-dir", "repeat", "scale", "lora-dir"},
+            {"json", "quiet", "help"}, {"prompt", "lora"});
   if (args.flag("help")) {
     std::printf("%s", kGenerateUsage);
     return 0;
@@ -119,6 +148,7 @@ int run_generate(const std::vector<std::string>& argv) {
   ModelLoadOptions load;
   if (auto t = args.get("tokenizer")) load.tokenizer_dir = *t;
   load.dtype = req.dtype;  // weights are packed in the compute dtype at load
+  load.loras = lora_options(args, req);
   const std::filesystem::path model_path = args.get_or("model", StableDiffusionModel::default_model_path().string());
   const auto t_load = Clock::now();
   auto model = StableDiffusionModel::load(model_path, load);
@@ -137,6 +167,9 @@ int run_generate(const std::vector<std::string>& argv) {
 
   std::fprintf(info, "model: %s (%s), loaded in %.2f s\n", model->path().string().c_str(),
                model->description().c_str(), load_seconds);
+  for (const AppliedLora& l : model->loras())
+    std::fprintf(info, "lora: %s (%s) strength %g: %d UNet and %d text-encoder weights\n", l.spec.path.string().c_str(),
+                 l.format.c_str(), static_cast<double>(l.spec.strength), l.unet_layers, l.text_encoder_layers);
   std::fprintf(info, "signature: %s, seed %lld, rng %s\n", resolved.signature.str().c_str(),
                static_cast<long long>(req.seed), jax::rng_scheme_name(req.rng).c_str());
   const bool models_own_scheduler = resolved.signature.scheduler == model->default_scheduler();

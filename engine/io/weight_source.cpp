@@ -24,6 +24,24 @@ void WeightSource::add(const std::string& name, Entry entry) {
   entries_[name] = std::move(entry);
 }
 
+void WeightSource::patch(const std::string& name, std::function<Tensor(const Tensor&)> fn) {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) fail("tensor '", name, "' is missing from ", description_);
+  Entry& e = it->second;
+  if (e.transform) {
+    e.transform = [inner = std::move(e.transform), fn = std::move(fn)](const Tensor& t) { return fn(inner(t)); };
+  } else {
+    // Stored in another shape only by 1×1 trailing dims (take() checks the result's shape).
+    e.transform = [fn = std::move(fn), shape = e.shape](const Tensor& t) { return fn(t.reshaped(shape)); };
+  }
+  e.patched = true;
+}
+
+bool WeightSource::patched(const std::string& name) const {
+  auto it = entries_.find(name);
+  return it != entries_.end() && it->second.patched;
+}
+
 const Shape& WeightSource::shape_of(const std::string& name) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) fail("tensor '", name, "' is missing from ", description_);

@@ -32,11 +32,17 @@ class WeightSource {
     // rows of a fused projection). Receives the stored tensor as float32.
     std::function<Tensor(const Tensor&)> transform;
     std::string origin;         // the stored name, for messages
+    bool patched = false;       // changed by patch() (e.g. a LoRA merged in)
   };
 
   explicit WeightSource(std::string description) : description_(std::move(description)) {}
 
   void add(const std::string& name, Entry entry);
+  // Applies `fn` to the tensor after the entry's own transform, every time it is taken, and marks
+  // it patched (pipeline/lora.h merges LoRAs this way); several patches apply in order. `fn` gets
+  // the tensor as float32 in the diffusers shape and returns the same shape.
+  void patch(const std::string& name, std::function<Tensor(const Tensor&)> fn);
+  bool patched(const std::string& name) const;
   // Names that may be present and are never needed (e.g. "text_model.embeddings.position_ids").
   void ignore(const std::string& name) { ignored_.insert(name); }
 

@@ -11,6 +11,36 @@ namespace octodiff {
 
 namespace {
 
+struct LayerScopeState {
+  PackedLayers* record = nullptr;
+  const PackedLayers* reuse = nullptr;
+  PackedLayerStats* stats = nullptr;
+};
+thread_local LayerScopeState t_layers;
+
+void count(int PackedLayerStats::*field) {
+  if (t_layers.stats) ++(t_layers.stats->*field);
+}
+
+std::string layer_key(const std::vector<std::pair<std::string, Shape>>& tensors) {
+  std::string key;
+  for (const auto& [name, shape] : tensors) key += (key.empty() ? "" : "+") + name;
+  return key;
+}
+
+// The packed weight an earlier load made of the same, unpatched tensors (or nullptr).
+const kernels::PackedMatrix* reusable(const WeightSource& w, const std::string& key,
+                                      const std::vector<std::pair<std::string, Shape>>& tensors, int64_t K, int64_t N,
+                                      kernels::Precision precision) {
+  if (!t_layers.reuse) return nullptr;
+  for (const auto& [name, shape] : tensors)
+    if (w.patched(name)) return nullptr;
+  auto it = t_layers.reuse->matrices.find(key);
+  if (it == t_layers.reuse->matrices.end()) return nullptr;
+  const kernels::PackedMatrix& m = it->second;
+  return m.K() == K && m.N() == N && m.precision() == precision ? &m : nullptr;
+}
+
 CachingArena& packing_scratch() {
   thread_local CachingArena arena;
   return arena;
@@ -18,23 +48,40 @@ CachingArena& packing_scratch() {
 
 // A weight matrix packed for the kernels: from the component's weight cache when one is being
 // read (the listed tensors are then only checked, never read), else read and packed by `pack`.
+// With a PackedLayersScope: shared with an earlier load when its tensors are unpatched.
 template <typename Pack>
-kernels::PackedMatrix packed_weight(WeightSource& w, const std::vector<std::pair<std::string, Shape>>& tensors,
-                                    int64_t K, int64_t N, kernels::Precision precision, Pack pack) {
+kernels::PackedMatrix packed_weight_uncounted(WeightSource& w, const std::vector<std::pair<std::string, Shape>>& tensors,
+                                              int64_t K, int64_t N, kernels::Precision precision, Pack pack) {
   WeightCacheFile* cache = active_weight_cache();
   if (!cache || !cache->reading()) {
     const AllocatorScope scratch(&packing_scratch());  // the packed result is weight storage
+    count(&PackedLayerStats::packed);
     return pack();
   }
   for (const auto& [name, shape] : tensors) w.claim(name, shape);
   const std::string tag = kernels::packed_tag(K, N, precision);
   const size_t bytes = kernels::packed_size(K, N, precision);
+  count(&PackedLayerStats::from_cache);
   return kernels::PackedMatrix::adopt(K, N, precision, cache->next(bytes, tag), bytes);
 }
 
-}  // namespace
+template <typename Pack>
+kernels::PackedMatrix packed_weight(WeightSource& w, const std::vector<std::pair<std::string, Shape>>& tensors,
+                                    int64_t K, int64_t N, kernels::Precision precision, Pack pack) {
+  const std::string key = t_layers.record || t_layers.reuse ? layer_key(tensors) : std::string();
+  kernels::PackedMatrix m;
+  if (const kernels::PackedMatrix* earlier = reusable(w, key, tensors, K, N, precision)) {
+    for (const auto& [name, shape] : tensors) w.claim(name, shape);
+    count(&PackedLayerStats::reused);
+    m = *earlier;
+  } else {
+    m = packed_weight_uncounted(w, tensors, K, N, precision, pack);
+  }
+  if (t_layers.record) t_layers.record->matrices[key] = m;
+  return m;
+}
 
-Tensor stored_tensor(WeightSource& w, const std::string& name, const Shape& shape) {
+Tensor stored_tensor_uncounted(WeightSource& w, const std::string& name, const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
@@ -50,6 +97,32 @@ Tensor stored_tensor(WeightSource& w, const std::string& name, const Shape& shap
   w.take_into(name, shape, static_cast<float*>(data.get()));
   return Tensor::wrap(shape, static_cast<float*>(data.get()), data);
 }
+
+}  // namespace
+
+Tensor stored_tensor(WeightSource& w, const std::string& name, const Shape& shape) {
+  const Tensor* earlier = nullptr;
+  if (t_layers.reuse && !w.patched(name)) {
+    auto it = t_layers.reuse->stored.find(name);
+    if (it != t_layers.reuse->stored.end() && it->second.shape() == shape) earlier = &it->second;
+  }
+  Tensor t;
+  if (earlier) {
+    w.claim(name, shape);
+    t = *earlier;
+  } else {
+    t = stored_tensor_uncounted(w, name, shape);
+  }
+  if (t_layers.record) t_layers.record->stored[name] = t;
+  return t;
+}
+
+PackedLayersScope::PackedLayersScope(PackedLayers* record, const PackedLayers* reuse, PackedLayerStats* stats)
+    : record_(t_layers.record), reuse_(t_layers.reuse), stats_(t_layers.stats) {
+  t_layers = {record, reuse, stats};
+}
+
+PackedLayersScope::~PackedLayersScope() { t_layers = {record_, reuse_, stats_}; }
 
 std::vector<float> to_vector(const Tensor& t) { return std::vector<float>(t.begin(), t.end()); }
 

@@ -9,6 +9,7 @@
 // outputs stay float32.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,40 @@ struct LayerNorm {
 // A large weight used as is (e.g. an embedding table): kept in the component's weight cache
 // like the packed weights when one is active (io/weight_cache.h), else on the heap.
 Tensor stored_tensor(WeightSource& w, const std::string& name, const Shape& shape);
+
+// Packed weights of one loaded component, by the tensors they were made from, so that loading the
+// component again with a few of its tensors changed (LoRAs merged, pipeline/lora.h) packs only
+// the layers those tensors belong to and shares every other layer's packed weights with the
+// first load: nothing of them is read or packed again (biases and norm parameters, small, are
+// read again). The matrices hold their storage (heap or weight-cache mapping) by shared_ptr.
+struct PackedLayers {
+  std::map<std::string, kernels::PackedMatrix> matrices;  // key: the tensors' names joined by '+'
+  std::map<std::string, Tensor> stored;                   // stored_tensor() weights by name
+};
+
+// What a load did with its packed weights (counted while a PackedLayersScope is alive).
+struct PackedLayerStats {
+  int packed = 0;      // packed from the weights (read, converted, packed)
+  int reused = 0;      // shared with an earlier load (PackedLayers)
+  int from_cache = 0;  // mapped from the component's weight cache (io/weight_cache.h)
+};
+
+// While alive, on this thread: every packed weight and stored tensor a layer loads is recorded
+// into `record` (when not null); a layer none of whose tensors is patched in its WeightSource
+// (WeightSource::patched) takes its packed weights from `reuse` when they are there (when not
+// null), else packs them; `stats` (when not null) counts which. Nests like the other scopes.
+class PackedLayersScope {
+ public:
+  PackedLayersScope(PackedLayers* record, const PackedLayers* reuse, PackedLayerStats* stats);
+  ~PackedLayersScope();
+  PackedLayersScope(const PackedLayersScope&) = delete;
+  PackedLayersScope& operator=(const PackedLayersScope&) = delete;
+
+ private:
+  PackedLayers* record_;
+  const PackedLayers* reuse_;
+  PackedLayerStats* stats_;
+};
 
 // Copies a loaded tensor into a std::vector (biases, norm parameters).
 std::vector<float> to_vector(const Tensor& t);

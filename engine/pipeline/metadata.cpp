@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "pipeline/model.h"
+#include "pipeline/model_hash.h"
 
 namespace octodiff {
 
@@ -44,6 +45,8 @@ ImageMetadata describe_image(const GenerationRequest& request, const GenerationR
   m.dtype = s.dtype;
   m.model_name = model.display_name();
   m.model_hash = model.model_hash();
+  for (const AppliedLora& l : model.loras())
+    m.loras.push_back({l.name, l.spec.strength, cached_file_sha256(l.spec.path).substr(0, 12)});
   m.injected_latents = request.latents.has_value();
   m.version = OCTODIFF_VERSION;
   if (d < 0) {
@@ -60,8 +63,19 @@ ImageMetadata describe_image(const GenerationRequest& request, const GenerationR
   return m;
 }
 
+namespace {
+
+std::string strength_text(float s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", static_cast<double>(s));
+  return text;
+}
+
+}  // namespace
+
 std::string a1111_parameters(const ImageMetadata& m) {
   std::string out = m.prompts.empty() ? "" : m.prompts[0];
+  for (const auto& l : m.loras) out += cat(out.empty() ? "" : " ", "<lora:", l.name, ":", strength_text(l.strength), ">");
   const std::string neg = m.negative_prompts.empty() ? "" : m.negative_prompts[0];
   if (!neg.empty()) out += "\nNegative prompt: " + neg;
   char cfg[32];
@@ -72,6 +86,11 @@ std::string a1111_parameters(const ImageMetadata& m) {
              compat_name(m.compat));
   if (m.scheduler_is_models_own) out += ", Sampler source: model";
   if (m.timestep_spacing) out += ", Timestep spacing: " + timestep_spacing_name(*m.timestep_spacing);
+  if (!m.loras.empty()) {
+    std::string hashes;
+    for (const auto& l : m.loras) hashes += cat(hashes.empty() ? "" : ", ", l.name, ": ", l.hash);
+    out += ", Lora hashes: \"" + hashes + "\"";
+  }
   if (m.device >= 0) out += cat(", Device: ", m.device + 1, "/", m.devices);
   if (m.devices * m.batch_per_device > 1 && m.device < 0) out += cat(", Grid: ", m.devices * m.batch_per_device, " images");
   if (!m.version.empty()) out += ", Version: Octodiff " + m.version;
@@ -104,6 +123,10 @@ std::string metadata_json(const ImageMetadata& m) {
   j["dtype"] = dtype_display_name(m.dtype);
   j["model"] = {{"name", m.model_name}, {"hash", m.model_hash}};
   j["latents"] = m.injected_latents ? "injected" : "seeded";
+  if (!m.loras.empty()) {
+    j["loras"] = json::array();
+    for (const auto& l : m.loras) j["loras"].push_back({{"name", l.name}, {"strength", l.strength}, {"hash", l.hash}});
+  }
   return j.dump();
 }
 
@@ -143,6 +166,9 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
       m.model_hash = j["model"].value("hash", "");
     }
     m.injected_latents = j.value("latents", "seeded") == "injected";
+    if (j.contains("loras"))
+      for (const auto& l : j.at("loras"))
+        m.loras.push_back({l.at("name").get<std::string>(), l.at("strength").get<float>(), l.value("hash", "")});
     return m;
   } catch (const std::exception&) {
     return std::nullopt;  // a damaged chunk: fall back to the A1111 text

@@ -33,6 +33,17 @@ struct ImageMetadata {
   jax::RngScheme rng = jax::RngScheme::Classic;
   ComputeDType dtype = ComputeDType::F32;
   std::string model_name, model_hash;
+  // LoRAs merged into the model (StableDiffusionModel::loras()). In the A1111 text, as A1111 writes
+  // them: a `<lora:NAME:STRENGTH>` tag per LoRA appended to the prompt and
+  // `Lora hashes: "NAME: HASH, …"` (HASH = the first 12 hex digits of the file's SHA-256, A1111's
+  // short hash), so A1111 applies them again; in the JSON, "loras": [{name, strength, hash}]
+  // beside the prompts as the pipeline ran them (without tags).
+  struct Lora {
+    std::string name;
+    float strength = 1.0f;
+    std::string hash;
+  };
+  std::vector<Lora> loras;
   bool injected_latents = false;
   std::string version;                        // octodiff version that made it (empty if unknown)
 

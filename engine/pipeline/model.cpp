@@ -201,6 +201,62 @@ void StableDiffusionModel::prefetch(ModelComponent c) const {
   if (const auto& cache = caches_[static_cast<int>(c)]) cache->prefetch();
 }
 
+void StableDiffusionModel::keep_sources(const WeightSource& unet, const WeightSource& text_encoder) {
+  unet_source_ = std::make_shared<const WeightSource>(unet);
+  text_encoder_source_ = std::make_shared<const WeightSource>(text_encoder);
+}
+
+PackedLayersScope StableDiffusionModel::recorder(ModelComponent c) {
+  const int slot = static_cast<int>(c);
+  packed_layers_[slot] = {};
+  layer_stats_[slot] = {};  // a load retried without its stale cache counts afresh
+  return PackedLayersScope(&packed_layers_[slot], nullptr, &layer_stats_[slot]);
+}
+
+PackedLayerStats StableDiffusionModel::packed_layer_stats(ModelComponent c) const {
+  if (c == ModelComponent::Vae) return {};
+  return layer_stats_[static_cast<int>(c)];
+}
+
+std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::with_loras(
+    const std::shared_ptr<const StableDiffusionModel>& model, const std::vector<LoraSpec>& loras) {
+  const std::shared_ptr<const StableDiffusionModel> base = model->base_ ? model->base_ : model;
+  if (loras.empty()) return base;
+  if (!base->unet_source_ || !base->text_encoder_source_) fail("internal: the model keeps no weight sources");
+  auto m = std::make_shared<StableDiffusionModel>();
+  m->path_ = base->path_;
+  m->single_file_ = base->single_file_;
+  m->description_ = base->description_;
+  m->dtype_ = base->dtype_;
+  m->hash_file_ = base->hash_file_;
+  m->weights_bytes_ = base->weights_bytes_;
+  m->tokenizer_ = base->tokenizer_;
+  m->vae_ = base->vae_;
+  m->scheduler_json_ = base->scheduler_json_;
+  for (int i = 0; i < 3; ++i) {
+    m->caches_[i] = base->caches_[i];  // release()/prefetch() reach the shared layers
+    m->from_cache_[i] = base->from_cache_[i];
+  }
+  m->load_notes_ = base->load_notes_;
+  m->resident_ = base->resident_;
+  m->base_ = base;
+  WeightSource unet_w = *base->unet_source_, te_w = *base->text_encoder_source_;
+  m->loras_ = patch_loras(loras, lora_targets(base->unet_->config(), base->text_encoder_->config()), unet_w, te_w);
+  {
+    const int slot = static_cast<int>(ModelComponent::UNet);
+    const PackedLayersScope reuse(nullptr, &base->packed_layers_[slot], &m->layer_stats_[slot]);
+    m->unet_ = std::make_shared<UNet2DCondition>(UNet2DCondition::load(unet_w, base->unet_->config(), base->unet_->precision()));
+  }
+  {
+    const int slot = static_cast<int>(ModelComponent::TextEncoder);
+    const PackedLayersScope reuse(nullptr, &base->packed_layers_[slot], &m->layer_stats_[slot]);
+    m->text_encoder_ = std::make_shared<ClipTextModel>(ClipTextModel::load(te_w, base->text_encoder_->config()));
+  }
+  release_packing_scratch();
+  release_freed_heap();
+  return m;
+}
+
 bool StableDiffusionModel::loaded_from_cache(ModelComponent c) const { return from_cache_[static_cast<int>(c)]; }
 
 std::vector<fs::path> component_weight_files(const fs::path& dir, const std::string& base,
@@ -299,6 +355,11 @@ std::string StableDiffusionModel::model_hash() const {
 std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs::path& path,
                                                                        const ModelLoadOptions& options) {
   if (!fs::exists(path)) fail("model '", path.string(), "' does not exist");
+  if (!options.loras.empty()) {
+    ModelLoadOptions base_options = options;
+    base_options.loras.clear();
+    return with_loras(load(path, base_options), options.loras);
+  }
   auto model = std::make_shared<StableDiffusionModel>();
   model->path_ = path;
   model->dtype_ = options.dtype;
@@ -313,19 +374,24 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
     model->weights_bytes_ = static_cast<int64_t>(fs::file_size(path));
     model->tokenizer_ = std::make_shared<ClipTokenizer>(ClipTokenizer::from_folder(parts.tokenizer_dir));
     const std::vector<fs::path> files{path};
+    model->keep_sources(*parts.unet, *parts.text_encoder);
     // The text encoder last, as for a folder (below).
-    model->unet_ = std::make_shared<UNet2DCondition>(model->load_component(
-        options, ModelComponent::UNet, files, *parts.unet, [&] { return UNet2DCondition::load(*parts.unet, parts.unet_config, precision); }));
+    model->unet_ = std::make_shared<UNet2DCondition>(model->load_component(options, ModelComponent::UNet, files, *parts.unet, [&] {
+      const PackedLayersScope record(model->recorder(ModelComponent::UNet));
+      return UNet2DCondition::load(*parts.unet, parts.unet_config, precision);
+    }));
     model->vae_ = std::make_shared<AutoencoderKL>(model->load_component(options, ModelComponent::Vae, files, *parts.vae, [&] {
       return AutoencoderKL::load(*parts.vae, parts.vae_config, options.load_vae_encoder, precision);
     }));
     model->text_encoder_ = std::make_shared<ClipTextModel>(
-        model->load_component(options, ModelComponent::TextEncoder, files, *parts.text_encoder,
-                              [&] { return ClipTextModel::load(*parts.text_encoder, parts.text_config); }));
+        model->load_component(options, ModelComponent::TextEncoder, files, *parts.text_encoder, [&] {
+          const PackedLayersScope record(model->recorder(ModelComponent::TextEncoder));
+          return ClipTextModel::load(*parts.text_encoder, parts.text_config);
+        }));
     model->set_scheduler_config(parts.scheduler_json, "the single-file scheduler configuration");
     release_freed_heap();
     model->decide_residency(options);
-  model->finish_weight_caches_at_normal_priority();
+    model->finish_weight_caches_at_normal_priority();
     return model;
   }
 
@@ -352,8 +418,11 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
   if (unet_cfg.cross_attention_dim != te_cfg.hidden_size)
     fail("the UNet expects text embeddings of width ", unet_cfg.cross_attention_dim, " but the text encoder makes ",
          te_cfg.hidden_size, " (are these components from the same model?)");
-  model->unet_ = std::make_shared<UNet2DCondition>(model->load_component(
-      options, ModelComponent::UNet, unet_files, *unet_w, [&] { return UNet2DCondition::load(*unet_w, unet_cfg, precision); }));
+  model->keep_sources(*unet_w, *te_w);
+  model->unet_ = std::make_shared<UNet2DCondition>(model->load_component(options, ModelComponent::UNet, unet_files, *unet_w, [&] {
+    const PackedLayersScope record(model->recorder(ModelComponent::UNet));
+    return UNet2DCondition::load(*unet_w, unet_cfg, precision);
+  }));
 
   auto vae_files = component_weight_files(vae_dir, "diffusion_pytorch_model", options.variant);
   auto vae_w = weights_from_safetensors(vae_files, describe_files(vae_dir, vae_files));
@@ -371,8 +440,10 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
   // the fp16 single file in bf16 2.13 → 1.62 s and 2.46 → 2.19 s (system time 2.6 → 1.9 s,
   // 2.9 → 2.3 s); the f32 folder in bf16 1.59 → 1.72 s and 1.94 → 1.80 s, in f32 2.58 s both.
   model->text_encoder_ = std::make_shared<ClipTextModel>(
-      model->load_component(options, ModelComponent::TextEncoder, te_files, *te_w,
-                            [&] { return ClipTextModel::load(*te_w, te_cfg); }));
+      model->load_component(options, ModelComponent::TextEncoder, te_files, *te_w, [&] {
+        const PackedLayersScope record(model->recorder(ModelComponent::TextEncoder));
+        return ClipTextModel::load(*te_w, te_cfg);
+      }));
 
   if (const fs::path sched = path / "scheduler" / "scheduler_config.json"; fs::exists(sched))
     model->set_scheduler_config(read_text_file(sched), sched.string());

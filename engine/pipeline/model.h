@@ -11,8 +11,10 @@
 
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
+#include "models/layers.h"
 #include "models/unet_2d_condition.h"
 #include "pipeline/generation.h"
+#include "pipeline/lora.h"
 #include "schedulers/scheduler.h"
 #include "text/clip_tokenizer.h"
 
@@ -59,6 +61,9 @@ struct ModelLoadOptions {
   // Whether the pipeline drops a network's weights from memory after its phase (weights in cache
   // files only; see WeightResidency). $OCTODIFF_WEIGHT_RESIDENCY=auto|minimal|resident overrides.
   WeightResidency residency = WeightResidency::Auto;
+  // LoRAs merged into the UNet and text encoder (pipeline/lora.h), in order. load() loads the
+  // model without them first (its base, through the weight cache as usual), then with_loras().
+  std::vector<LoraSpec> loras;
 };
 
 class WeightCacheFile;
@@ -71,6 +76,24 @@ class StableDiffusionModel {
   // checkpoint (.safetensors with ldm keys). Errors name the file and what is wrong.
   static std::shared_ptr<const StableDiffusionModel> load(const std::filesystem::path& path,
                                                           const ModelLoadOptions& options = {});
+
+  // `model` (or the base it was made from) with `loras` merged, sharing everything the LoRAs do
+  // not change: tokenizer, VAE, weight caches, and the packed weights of every UNet and text
+  // encoder layer no LoRA touches; only the touched layers are read, merged and packed (see
+  // pipeline/lora.h). Switching LoRAs or strengths = calling this again on the same model. An
+  // empty list gives the base. Errors (a file that is not a LoRA for this model, …) name the
+  // file and the tensor; the model is unchanged then. Memory: the result keeps its base alive
+  // (base_model()) and adds only the touched layers' packed weights (on the heap); the base keeps
+  // its components' weight sources, i.e. the checkpoint stays mapped (address space, not RSS).
+  static std::shared_ptr<const StableDiffusionModel> with_loras(const std::shared_ptr<const StableDiffusionModel>& model,
+                                                                const std::vector<LoraSpec>& loras);
+  // The LoRAs merged into this model (empty for a base model).
+  const std::vector<AppliedLora>& loras() const { return loras_; }
+  // The model without LoRAs this one was made from (nullptr when this is one).
+  const std::shared_ptr<const StableDiffusionModel>& base_model() const { return base_; }
+  // How the UNet's / text encoder's packed weights were obtained by the load that made this
+  // model: packed, mapped from the weight cache, or shared with the base (with_loras).
+  PackedLayerStats packed_layer_stats(ModelComponent c) const;
 
   // The embedded default model shipped in resources/ (installed or in the source tree).
   static std::filesystem::path default_model_path();
@@ -139,6 +162,8 @@ class StableDiffusionModel {
   void decide_residency(const ModelLoadOptions& options);
   // Sets scheduler_json_ and default_scheduler_ from a scheduler_config.json text read from `where`.
   void set_scheduler_config(std::string json_text, const std::string& where);
+  void keep_sources(const WeightSource& unet, const WeightSource& text_encoder);
+  PackedLayersScope recorder(ModelComponent c);  // records a component's packed layers as it loads
   template <typename Load>
   auto load_component(const ModelLoadOptions& o, ModelComponent c, const std::vector<std::filesystem::path>& files,
                       const WeightSource& source, Load load);
@@ -156,6 +181,13 @@ class StableDiffusionModel {
   std::string scheduler_json_;
   std::string scheduler_source_;  // where scheduler_json_ came from, for errors
   SchedulerKind default_scheduler_ = SchedulerKind::Pndm;
+  // What with_loras() needs to load the UNet and text encoder again: their weight sources as
+  // they were before loading (nothing taken), and the packed layers the first load made.
+  std::shared_ptr<const WeightSource> unet_source_, text_encoder_source_;
+  PackedLayers packed_layers_[2];    // by ModelComponent: TextEncoder, UNet
+  PackedLayerStats layer_stats_[2];  // by ModelComponent: TextEncoder, UNet
+  std::vector<AppliedLora> loras_;
+  std::shared_ptr<const StableDiffusionModel> base_;
   std::shared_ptr<WeightCacheFile> caches_[3];
   bool from_cache_[3] = {false, false, false};
   bool resident_ = false;
