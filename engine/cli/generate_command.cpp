@@ -34,13 +34,19 @@ const char* kGenerateUsage =
     "                            the LoRAs apply to every image)\n"
     "  --seed N|random           PRNGKey seed (default 0)\n"
     "  --steps N                 denoising steps (default 50)\n"
-    "  --guidance G              classifier-free guidance scale (default 7.5)\n"
+    "  --guidance G              classifier-free guidance scale (default 7.5); at <= 1 one pass\n"
+    "                            on the prompts alone (SD-Turbo: --guidance 0); an LCM-distilled\n"
+    "                            UNet takes it as its guidance embedding, one pass per step\n"
     "  --scheduler NAME          pndm, ddim, lms, dpm++, euler, euler-a (Euler ancestral),\n"
     "                            lcm (default: the model's own: its scheduler_config.json\n"
     "                            class, PNDM for single-file checkpoints)\n"
     "  --timestep-spacing S      leading, linspace or trailing (default: the scheduler\n"
     "                            config's; LCM has none)\n"
     "  --height H --width W      image size (default: the model's)\n"
+    "  --taesd PATH              a tiny autoencoder (TAESD: diffusers AutoencoderTiny folder or\n"
+    "                            taesd_decoder.safetensors) loaded beside the model\n"
+    "  --decoder vae|taesd       what decodes the final images (default: taesd when --taesd is\n"
+    "                            given, else the model's VAE)\n"
     "  --devices D               devices (default: number of prompts / batch per device)\n"
     "  --batch-per-device B      images per device (default 1)\n"
     "  --compat flax|diffusers   pipeline semantics (default flax)\n"
@@ -107,7 +113,7 @@ int run_generate(const std::vector<std::string>& argv) {
             {"negative-prompt", "model", "tokenizer", "seed", "steps", "guidance", "scheduler", "timestep-spacing",
              "height", "width",
              "devices", "batch-per-device", "compat", "rng", "dtype", "threads", "latents", "save-latents",
-             "save-array", "out", "out-dir", "repeat", "scale", "lora-dir"},
+             "save-array", "out", "out-dir", "repeat", "scale", "lora-dir", "taesd", "decoder"},
             {"json", "quiet", "help"}, {"prompt", "lora"});
   if (args.flag("help")) {
     std::printf("%s", kGenerateUsage);
@@ -149,6 +155,8 @@ int run_generate(const std::vector<std::string>& argv) {
   if (auto t = args.get("tokenizer")) load.tokenizer_dir = *t;
   load.dtype = req.dtype;  // weights are packed in the compute dtype at load
   load.loras = lora_options(args, req);
+  if (auto t = args.get("taesd")) load.tiny_autoencoder = *t;
+  req.decoder = parse_decoder_name(args.get_or("decoder", load.tiny_autoencoder ? "taesd" : "vae"));
   const std::filesystem::path model_path = args.get_or("model", StableDiffusionModel::default_model_path().string());
   const auto t_load = Clock::now();
   auto model = StableDiffusionModel::load(model_path, load);
@@ -260,6 +268,7 @@ int run_generate(const std::vector<std::string>& argv) {
           {"compat", compat_name(s.compat)},
           {"rng", jax::rng_scheme_name(req.rng)},
           {"dtype", dtype_display_name(s.dtype)},
+          {"decoder", decoder_name(s.decoder)},
           {"device_keys", keys}}},
         {"load_seconds", load_seconds},
         {"runs", runs},

@@ -20,3 +20,11 @@ Tensor decode_with_vae(const AutoencoderKL& vae, const Tensor& latents, Compat c
 }
 
 }  // namespace octodiff
+
+namespace octodiff {
+
+Tensor decode_with_tiny_autoencoder(const AutoencoderTiny& tiny, const Tensor& latents) {
+  return tiny.decode_nhwc(latents);  // (x/2 + 0.5) clamped, as decode_with_vae
+}
+
+}  // namespace octodiff

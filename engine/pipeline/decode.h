@@ -3,6 +3,7 @@
 
 #include "core/tensor.h"
 #include "models/autoencoder_kl.h"
+#include "models/autoencoder_tiny.h"
 #include "pipeline/generation.h"
 
 namespace octodiff {
@@ -11,5 +12,9 @@ namespace octodiff {
 // divided by the VAE's scaling factor as the `compat` mode's pipeline forms it (Flax: times
 // (1/sf) formed in double; torch: divided by sf in float32), decoded, then (x/2 + 0.5) clamped.
 Tensor decode_with_vae(const AutoencoderKL& vae, const Tensor& latents, Compat compat);
+
+// The same with a tiny autoencoder (TAESD), which takes the latents as sampling left them
+// (its scaling factor is 1), in both compat modes, as diffusers' pipelines with `vae=AutoencoderTiny`.
+Tensor decode_with_tiny_autoencoder(const AutoencoderTiny& tiny, const Tensor& latents);
 
 }  // namespace octodiff

@@ -2,9 +2,11 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "core/device.h"
 #include "kernels/gemm.h"
+#include "pipeline/latents.h"
 
 namespace octodiff {
 namespace {
@@ -30,14 +32,14 @@ Tensor apply_guidance(const DenoiseSetup& setup, const Tensor& eps) {
   const int64_t n = guided.numel();
   const float* u = eps.data();
   const float* c = eps.data() + n;
-  const float g = setup.guidance_scale;
+  const float g = static_cast<float>(setup.guidance_scale);
   for (int64_t k = 0; k < n; ++k) guided[k] = u[k] + g * (c[k] - u[k]);
   return guided;
 }
 
-// The noise prediction of call i for latents x.
+// The noise prediction of call i for latents x (timestep_cond: the embedded guidance, or null).
 Tensor predict_noise(const DenoiseSetup& setup, const SchedulerState& state, const Tensor& x, const Tensor& context,
-                     int i) {
+                     const Tensor* timestep_cond, int i) {
   const Scheduler& scheduler = *setup.scheduler;
   const double t = scheduler.model_timestep(state, i);
   const Tensor input = scheduler.scale_model_input(state, model_batch(setup, x), i);
@@ -50,20 +52,38 @@ Tensor predict_noise(const DenoiseSetup& setup, const SchedulerState& state, con
   const kernels::ScopedBf16Activations activations(i == 0 ? kernels::Bf16Activations::Split
                                                           : kernels::Bf16Activations::Rounded);
   const Tensor eps =
-      setup.unet->forward_nhwc(input, std::vector<double>(input.dim(0), t), context, setup.numerics);
+      setup.unet->forward_nhwc(input, std::vector<double>(input.dim(0), t), context, timestep_cond, setup.numerics);
   return apply_guidance(setup, eps);
 }
 
 }  // namespace
 
-Tensor denoise(const DenoiseSetup& setup, Tensor x, const Tensor& context, const StepObserver& observer) {
+Tensor step_noise(const StepNoise& noise, int i, const Tensor& x) {
+  const Shape nchw{x.dim(0), x.dim(3), x.dim(1), x.dim(2)};
+  Tensor drawn = Tensor::empty(nchw);
+  if (noise.injected)
+    std::memcpy(drawn.data(), noise.injected + i * drawn.numel(), sizeof(float) * drawn.numel());
+  else
+    jax::normal_into(jax::fold_in(noise.key, static_cast<uint32_t>(i)), drawn.numel(), noise.rng, drawn.data());
+  return to_sampling_layout(drawn, 1.0f);
+}
+
+Tensor denoise(const DenoiseSetup& setup, Tensor x, const Tensor& context, const StepNoise& noise,
+               const StepObserver& observer) {
   using Clock = std::chrono::steady_clock;
   SchedulerState state = *setup.initial_state;
+  std::optional<Tensor> guidance_embedding;  // (B, time_cond_proj_dim): the same for every step
+  if (setup.guidance == GuidanceKind::Embedded)
+    guidance_embedding = lcm_guidance_embedding(std::vector<double>(x.dim(0), setup.guidance_scale),
+                                                setup.unet->config().time_cond_proj_dim);
+  const Tensor* timestep_cond = guidance_embedding ? &*guidance_embedding : nullptr;
   for (int i = 0; i < setup.calls; ++i) {
     check_cancelled();
     const auto t0 = Clock::now();
-    const Tensor eps = predict_noise(setup, state, x, context, i);
-    StepResult next = setup.scheduler->step(state, eps, i, x);
+    const Tensor eps = predict_noise(setup, state, x, context, timestep_cond, i);
+    const Scheduler& scheduler = *setup.scheduler;
+    StepResult next = scheduler.needs_noise(state, i) ? scheduler.step(state, eps, i, x, step_noise(noise, i, x))
+                                                       : scheduler.step(state, eps, i, x);
     x = std::move(next.prev_sample);
     state = std::move(next.state);
     if (observer) observer(i, std::chrono::duration<double>(Clock::now() - t0).count(), x);

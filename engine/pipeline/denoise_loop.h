@@ -10,6 +10,7 @@
 #include "core/tensor.h"
 #include "models/numerics.h"
 #include "models/unet_2d_condition.h"
+#include "random/jax_prng.h"
 #include "schedulers/scheduler.h"
 
 namespace octodiff {
@@ -18,8 +19,12 @@ namespace octodiff {
 enum class GuidanceKind {
   // Classifier-free guidance: [uncond; cond] in one batch, noise = u + g·(c − u).
   ClassifierFree,
-  // The prompts alone in one pass, noise = c (no negative prompt).
+  // The prompts alone in one pass, noise = c (no negative prompt): guidance ≤ 1 (SD-Turbo-style
+  // runs) in both compat modes.
   None,
+  // A guidance-distilled UNet (LCM, time_cond_proj_dim > 0): the prompts alone in one pass, the
+  // guidance scale given to the UNet as its timestep_cond (lcm_guidance_embedding).
+  Embedded,
 };
 
 // What every device of a run shares (owned by the plan and the model).
@@ -30,7 +35,16 @@ struct DenoiseSetup {
   int calls = 0;                 // UNet calls per device
   Numerics numerics;
   GuidanceKind guidance = GuidanceKind::ClassifierFree;
-  float guidance_scale = 7.5f;
+  double guidance_scale = 7.5;  // as requested (CFG multiplies in float32)
+};
+
+// Where a device's stochastic steps draw their noise (schedulers/scheduler.h states the rule:
+// call i draws normal(fold_in(key, i), (B, C, h, w)) in NCHW order).
+struct StepNoise {
+  jax::Key key;  // the device's key, the one its initial latents came from
+  jax::RngScheme rng = jax::RngScheme::Classic;
+  // Instead, this device's rows of GenerationRequest::step_noise: (calls, B, C, h, w).
+  const float* injected = nullptr;
 };
 
 // Called after each step with the call index, its seconds and the latents (B, h, w, C) after it.
@@ -38,6 +52,10 @@ using StepObserver = std::function<void(int call, double seconds, const Tensor& 
 
 // Runs every step on x (B, h, w, C), the initial latents already scaled by init_noise_sigma,
 // with `context` from encode_device_prompts ((2B or B), L, hidden). Returns the final latents.
-Tensor denoise(const DenoiseSetup& setup, Tensor x, const Tensor& context, const StepObserver& observer);
+Tensor denoise(const DenoiseSetup& setup, Tensor x, const Tensor& context, const StepNoise& noise,
+               const StepObserver& observer);
+
+// The fresh noise of call i for a sample shaped like x (B, h, w, C): StepNoise's rule.
+Tensor step_noise(const StepNoise& noise, int i, const Tensor& x);
 
 }  // namespace octodiff

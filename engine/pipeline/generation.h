@@ -16,13 +16,24 @@
 namespace octodiff {
 
 // flax      — as FlaxStableDiffusionPipeline: PNDM makes N UNet calls, classifier-free guidance
-//             always, Flax scheduler semantics, `flax` numerics. The default.
+//             for every guidance scale above 1, Flax scheduler semantics, `flax` numerics. The
+//             default. (The Flax pipeline guides at every scale; at guidance ≤ 1 Octodiff runs one
+//             pass on the prompts alone in both modes, as SD-Turbo-style models expect: with 1
+//             the results differ from two passes by rounding only, below 1 Flax would steer
+//             towards the negative prompt.)
 // diffusers — as the PyTorch StableDiffusionPipeline: PNDM makes N+1 calls, guidance only when
 //             guidance_scale > 1, torch scheduler semantics, `diffusers` numerics — so results
 //             can be compared with diffusers' outputs.
 enum class Compat { Flax, Diffusers };
 Compat parse_compat(const std::string& name);
 std::string compat_name(Compat c);
+
+// What turns the final latents into images: the model's VAE, or a tiny autoencoder (TAESD,
+// diffusers' AutoencoderTiny: ~18× fewer products, "fudges fine details") loaded beside it
+// (ModelLoadOptions::tiny_autoencoder).
+enum class Decoder { Vae, Tiny };
+Decoder parse_decoder_name(const std::string& name);  // "vae", "taesd"
+std::string decoder_name(Decoder d);                  // "vae", "taesd"
 
 enum class ComputeDType { F32, BF16 };
 ComputeDType parse_dtype_name(const std::string& name);  // "f32"/"float32", "bf16"/"bfloat16"
@@ -52,7 +63,13 @@ struct GenerationRequest {
   // Initial noise, (D, B, C, h, w) float32: the Flax pipeline's `latents` argument. When absent
   // each device draws normal(key_d, (B, C, h, w)) from split(PRNGKey(seed), D)[d].
   std::optional<Tensor> latents;
+  // The fresh noise of stochastic schedulers' steps (LCM, Euler ancestral), (D, N, B, C, h, w)
+  // float32 for N UNet calls per device: call i of device d takes [d, i] when its scheduler step
+  // adds noise. When absent, each call draws its own from the device's key (the rule in
+  // schedulers/scheduler.h). For replaying a run whose noise came from elsewhere (diffusers').
+  std::optional<Tensor> step_noise;
   bool preview = false;        // send a cheap latent→RGB preview after every step
+  Decoder decoder = Decoder::Vae;
 };
 
 // The static part of a request: a new signature compiles a new plan, like a jit re-trace.
@@ -60,9 +77,11 @@ struct Signature {
   int devices = 0, batch = 0, height = 0, width = 0, steps = 0;
   SchedulerKind scheduler = SchedulerKind::Pndm;             // resolved: the request's or the model's
   TimestepSpacing timestep_spacing = TimestepSpacing::Leading;  // resolved: the request's or the config's
-  bool guidance = true;
+  bool guidance = true;           // classifier-free guidance: two passes ([uncond; cond]) a step
+  bool embedded_guidance = false;  // a guidance-distilled (LCM) UNet: one pass, guidance as its input
   ComputeDType dtype = ComputeDType::F32;
   Compat compat = Compat::Flax;
+  Decoder decoder = Decoder::Vae;
   bool operator==(const Signature&) const = default;
   std::string str() const;
 };
@@ -104,7 +123,8 @@ struct ProgressEvent {
 
 // Called from worker threads: GUIs must forward to their UI thread.
 using ProgressCallback = std::function<void(const ProgressEvent&)>;
-// Preview of device d's first image after `step` steps (a linear latent→RGB approximation).
+// Preview of device d's first image after `step` steps: decoded by the tiny autoencoder when the
+// model has one, else a linear latent→RGB approximation.
 using PreviewCallback = std::function<void(int device, int step, const Image8& preview)>;
 
 }  // namespace octodiff

@@ -36,6 +36,7 @@ ImageMetadata describe_image(const GenerationRequest& request, const GenerationR
   m.scheduler = s.scheduler;
   m.scheduler_is_models_own = s.scheduler == model.default_scheduler();
   m.timestep_spacing = s.timestep_spacing;
+  m.decoder = s.decoder;
   m.width = s.width;
   m.height = s.height;
   m.devices = s.devices;
@@ -86,6 +87,7 @@ std::string a1111_parameters(const ImageMetadata& m) {
              compat_name(m.compat));
   if (m.scheduler_is_models_own) out += ", Sampler source: model";
   if (m.timestep_spacing) out += ", Timestep spacing: " + timestep_spacing_name(*m.timestep_spacing);
+  if (m.decoder == Decoder::Tiny) out += ", VAE: TAESD";
   if (!m.loras.empty()) {
     std::string hashes;
     for (const auto& l : m.loras) hashes += cat(hashes.empty() ? "" : ", ", l.name, ": ", l.hash);
@@ -109,6 +111,7 @@ std::string metadata_json(const ImageMetadata& m) {
   j["scheduler"] = scheduler_name(m.scheduler);
   j["scheduler_is_models_own"] = m.scheduler_is_models_own;
   if (m.timestep_spacing) j["timestep_spacing"] = timestep_spacing_name(*m.timestep_spacing);
+  j["decoder"] = decoder_name(m.decoder);
   j["width"] = m.width;
   j["height"] = m.height;
   j["devices"] = m.devices;
@@ -151,6 +154,7 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
     m.scheduler_is_models_own = j.value("scheduler_is_models_own", false);
     if (j.contains("timestep_spacing"))
       m.timestep_spacing = parse_timestep_spacing(j.at("timestep_spacing").get<std::string>());
+    m.decoder = parse_decoder_name(j.value("decoder", "vae"));
     m.width = j.at("width").get<int>();
     m.height = j.at("height").get<int>();
     m.devices = j.value("devices", 1);
@@ -218,6 +222,8 @@ std::optional<ImageMetadata> from_a1111(const std::string& text) {
         m.scheduler_is_models_own = value == "model";
       } else if (key == "Timestep spacing") {
         m.timestep_spacing = parse_timestep_spacing(value);
+      } else if (key == "VAE") {
+        if (value == "TAESD") m.decoder = Decoder::Tiny;
       } else if (key == "RNG") {
         m.rng = value.find("partitionable") != std::string::npos ? jax::RngScheme::Partitionable
                                                                   : jax::RngScheme::Classic;

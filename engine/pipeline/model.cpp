@@ -16,6 +16,7 @@
 #include "io/weight_cache.h"
 #include "io/weight_source.h"
 #include "models/layers.h"
+#include "pipeline/autoencoder_tiny_loader.h"
 #include "pipeline/model_hash.h"
 #include "pipeline/single_file_model.h"
 
@@ -186,6 +187,16 @@ std::string weight_residency_name(WeightResidency r) {
   return "auto";
 }
 
+void StableDiffusionModel::load_tiny_autoencoder(const ModelLoadOptions& options) {
+  if (!options.tiny_autoencoder) return;
+  auto tiny = load_autoencoder_tiny(*options.tiny_autoencoder, options.dtype);
+  const int channels = tiny->config().latent_channels, expected = vae_->config().latent_channels;
+  if (channels != expected)
+    fail("tiny autoencoder '", options.tiny_autoencoder->string(), "' takes ", channels,
+         "-channel latents; this model's VAE makes ", expected, " (a TAESD for another architecture?)");
+  tiny_autoencoder_ = std::move(tiny);
+}
+
 void StableDiffusionModel::decide_residency(const ModelLoadOptions& options) {
   WeightResidency r = options.residency;
   if (const char* env = std::getenv("OCTODIFF_WEIGHT_RESIDENCY"); env && *env) r = parse_weight_residency(env);
@@ -233,6 +244,9 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::with_loras(
   m->tokenizer_ = base->tokenizer_;
   m->vae_ = base->vae_;
   m->scheduler_json_ = base->scheduler_json_;
+  m->scheduler_source_ = base->scheduler_source_;
+  m->default_scheduler_ = base->default_scheduler_;
+  m->tiny_autoencoder_ = base->tiny_autoencoder_;
   for (int i = 0; i < 3; ++i) {
     m->caches_[i] = base->caches_[i];  // release()/prefetch() reach the shared layers
     m->from_cache_[i] = base->from_cache_[i];
@@ -390,6 +404,7 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
         }));
     model->set_scheduler_config(parts.scheduler_json, "the single-file scheduler configuration");
     release_freed_heap();
+    model->load_tiny_autoencoder(options);
     model->decide_residency(options);
     model->finish_weight_caches_at_normal_priority();
     return model;
@@ -451,6 +466,7 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
   for (const auto* list : {&te_files, &unet_files, &vae_files})
     for (const auto& f : *list) model->weights_bytes_ += static_cast<int64_t>(fs::file_size(f));
   release_freed_heap();
+  model->load_tiny_autoencoder(options);
   model->decide_residency(options);
   model->finish_weight_caches_at_normal_priority();
   return model;

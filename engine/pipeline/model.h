@@ -10,6 +10,7 @@
 #include <string>
 
 #include "models/autoencoder_kl.h"
+#include "models/autoencoder_tiny.h"
 #include "models/clip_text_model.h"
 #include "models/layers.h"
 #include "models/unet_2d_condition.h"
@@ -64,6 +65,10 @@ struct ModelLoadOptions {
   // LoRAs merged into the UNet and text encoder (pipeline/lora.h), in order. load() loads the
   // model without them first (its base, through the weight cache as usual), then with_loras().
   std::vector<LoraSpec> loras;
+  // A tiny autoencoder (TAESD: a diffusers AutoencoderTiny folder or madebyollin's
+  // *_decoder.safetensors) loaded beside the model: GenerationRequest::decoder = Tiny decodes
+  // with it, and previews use it. Its latent channels must be the VAE's.
+  std::optional<std::filesystem::path> tiny_autoencoder;
 };
 
 class WeightCacheFile;
@@ -108,6 +113,8 @@ class StableDiffusionModel {
   const ClipTextModel& text_encoder() const { return *text_encoder_; }
   const UNet2DCondition& unet() const { return *unet_; }
   const AutoencoderKL& vae() const { return *vae_; }
+  // The tiny autoencoder ModelLoadOptions::tiny_autoencoder named; null when none was given.
+  const std::shared_ptr<const AutoencoderTiny>& tiny_autoencoder() const { return tiny_autoencoder_; }
   // scheduler_config.json text (empty: SD's default PNDM configuration).
   const std::string& scheduler_config_json() const { return scheduler_json_; }
   // Class `kind` configured from that file (diffusers' Cls.from_config), with the timestep
@@ -160,6 +167,7 @@ class StableDiffusionModel {
  private:
   void finish_weight_caches_at_normal_priority() const;
   void decide_residency(const ModelLoadOptions& options);
+  void load_tiny_autoencoder(const ModelLoadOptions& options);
   // Sets scheduler_json_ and default_scheduler_ from a scheduler_config.json text read from `where`.
   void set_scheduler_config(std::string json_text, const std::string& where);
   void keep_sources(const WeightSource& unet, const WeightSource& text_encoder);
@@ -178,6 +186,7 @@ class StableDiffusionModel {
   std::shared_ptr<ClipTextModel> text_encoder_;
   std::shared_ptr<UNet2DCondition> unet_;
   std::shared_ptr<AutoencoderKL> vae_;
+  std::shared_ptr<const AutoencoderTiny> tiny_autoencoder_;
   std::string scheduler_json_;
   std::string scheduler_source_;  // where scheduler_json_ came from, for errors
   SchedulerKind default_scheduler_ = SchedulerKind::Pndm;

@@ -51,8 +51,10 @@ ShardedPipeline::ShardedPipeline(std::shared_ptr<const StableDiffusionModel> mod
 ShardedPipeline::~ShardedPipeline() = default;
 
 std::string Signature::str() const {
-  return cat("D=", devices, " B=", batch, " ", width, "x", height, " steps=", steps, " ", scheduler_name(scheduler),
-             " ", timestep_spacing_name(timestep_spacing), guidance ? " cfg" : " no-cfg", " ", dtype_display_name(dtype), " ", compat_name(compat));
+  const char* guidance_str = embedded_guidance ? " embedded-cfg" : guidance ? " cfg" : " no-cfg";
+  return cat("D=", devices, " B=", batch, " ", width, "x", height, " steps=", steps, " ", scheduler_name(scheduler), " ",
+             timestep_spacing_name(timestep_spacing), guidance_str, " ", dtype_display_name(dtype), " ",
+             compat_name(compat), decoder == Decoder::Tiny ? " taesd" : "");
 }
 
 ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
@@ -90,13 +92,20 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
   }
 
   const StableDiffusionModel& m = *model_;
-  const int H = req.height ? req.height : m.default_height();
-  const int W = req.width ? req.width : m.default_width();
-  const int mult = m.size_multiple();
+  if (req.decoder == Decoder::Tiny && !m.tiny_autoencoder())
+    fail("the tiny autoencoder decoder (taesd) needs one loaded beside the model "
+         "(ModelLoadOptions::tiny_autoencoder; octodiff-cli --taesd PATH)");
+  // Pixels per latent: the decoder's, as in diffusers, whose pipelines take vae_scale_factor from
+  // the VAE they are given (the same 8 for SD's VAE and TAESD).
+  const int scale =
+      req.decoder == Decoder::Tiny ? m.tiny_autoencoder()->config().decoder_scale_factor() : m.vae_scale_factor();
+  const int H = req.height ? req.height : m.unet().config().sample_size * scale;
+  const int W = req.width ? req.width : m.unet().config().sample_size * scale;
+  const int mult = scale * m.unet().config().latent_multiple();
   for (auto [v, name] : {std::pair{H, "height"}, {W, "width"}}) {
     if (v < 0) fail(name, " must be positive, got ", v);
     if (v % mult)
-      fail(name, " ", v, " is not a multiple of ", mult, " (this model's VAE scale ", m.vae_scale_factor(),
+      fail(name, " ", v, " is not a multiple of ", mult, " (this model's ", decoder_name(req.decoder), " scale ", scale,
            " × UNet down-sampling ", m.unet().config().latent_multiple(), "); try ", std::max(mult, v / mult * mult));
     if (v > kMaxSide) fail(name, " ", v, " is larger than the maximum of ", kMaxSide, " pixels");
   }
@@ -114,8 +123,8 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
   if (r.latent_channels != m.vae().config().latent_channels)
     fail("this model's UNet takes ", r.latent_channels, " input channels (an inpainting model?); "
          "text-to-image needs ", m.vae().config().latent_channels);
-  r.latent_height = H / m.vae_scale_factor();
-  r.latent_width = W / m.vae_scale_factor();
+  r.latent_height = H / scale;
+  r.latent_width = W / scale;
   if (req.latents) {
     const Shape expected{D, B, r.latent_channels, r.latent_height, r.latent_width};
     if (req.latents->shape() != expected)
@@ -134,7 +143,11 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
   // The model's configuration for that class (validated here, before any work) decides the
   // spacing unless the request overrides it.
   s.timestep_spacing = m.scheduler_config(s.scheduler, req.timestep_spacing).timestep_spacing;
-  s.guidance = req.compat == Compat::Flax || req.guidance_scale > 1.0;
+  // A guidance-distilled (LCM) UNet takes the scale as an input and runs one pass; other UNets
+  // guide with two passes above 1 and run the prompts alone at ≤ 1 (generation.h, Compat).
+  s.embedded_guidance = m.unet().config().time_cond_proj_dim > 0;
+  s.guidance = !s.embedded_guidance && req.guidance_scale > 1.0;
+  s.decoder = req.decoder;
   s.dtype = req.dtype;
   s.compat = req.compat;
   return r;
@@ -145,6 +158,15 @@ bool ShardedPipeline::is_compiled(const Signature& s) const { return plans_.coun
 void ShardedPipeline::clear_plans() {
   std::lock_guard<std::mutex> lock(run_mutex_);
   plans_.clear();
+}
+
+Image8 ShardedPipeline::render_preview(const Tensor& latents) const {
+  const int h = static_cast<int>(latents.dim(1)), w = static_cast<int>(latents.dim(2));
+  if (const auto& tiny = model_->tiny_autoencoder()) {
+    const Tensor image = decode_with_tiny_autoencoder(*tiny, latents.slice0(0, 1));
+    return to_uint8(image.data(), static_cast<int>(image.dim(1)), static_cast<int>(image.dim(2)));
+  }
+  return previewer_->render(latents.data(), h, w);
 }
 
 const LatentPreview& ShardedPipeline::previewer() {
@@ -283,13 +305,14 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
     auto observe = [&](int i, double seconds, const Tensor& x) {
       dw.step_seconds.push_back(seconds);
       report(Phase::Denoise, d, i + 1, plan.calls, seconds);
-      if (show_preview) preview(d, i + 1, previewer_->render(x.data(), r.latent_height, r.latent_width));
+      if (show_preview) preview(d, i + 1, render_preview(x));
     };
     dw.latents = denoise(setup, to_sampling_layout(dw.initial_latents, static_cast<float>(plan.init_noise_sigma)),
-                         dw.context, observe);
+                         dw.context, device_step_noise(r, plan, result.device_keys[d], d), observe);
   });
   phase(Phase::Decode, ModelComponent::Vae, &result.timings.decode, [&](int d) {
-    work[d].images = decode_with_vae(m.vae(), work[d].latents, s.compat);
+    work[d].images = s.decoder == Decoder::Tiny ? decode_with_tiny_autoencoder(*m.tiny_autoencoder(), work[d].latents)
+                                                : decode_with_vae(m.vae(), work[d].latents, s.compat);
     report(Phase::Decode, d);
   });
 
@@ -301,6 +324,20 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
   return result;
 }
 
+StepNoise ShardedPipeline::device_step_noise(const ResolvedRequest& r, const Plan& plan, const jax::Key& key,
+                                             int d) const {
+  StepNoise noise{key, r.request.rng, nullptr};
+  if (const auto& given = r.request.step_noise) {
+    const Signature& s = r.signature;
+    const Shape expected{s.devices, plan.calls, s.batch, r.latent_channels, r.latent_height, r.latent_width};
+    if (given->shape() != expected)
+      fail("the given step noise has shape ", shape_str(given->shape()), "; this run needs ", shape_str(expected),
+           " (devices, UNet calls, batch, channels, height, width)");
+    noise.injected = given->data() + d * (given->numel() / s.devices);
+  }
+  return noise;
+}
+
 DenoiseSetup ShardedPipeline::denoise_setup(const Plan& plan, const ResolvedRequest& r) const {
   DenoiseSetup setup;
   setup.unet = &model_->unet();
@@ -308,12 +345,22 @@ DenoiseSetup ShardedPipeline::denoise_setup(const Plan& plan, const ResolvedRequ
   setup.initial_state = &plan.initial_state;
   setup.calls = plan.calls;
   setup.numerics = plan.numerics;
-  setup.guidance = r.signature.guidance ? GuidanceKind::ClassifierFree : GuidanceKind::None;
-  setup.guidance_scale = static_cast<float>(r.request.guidance_scale);
+  setup.guidance = r.signature.embedded_guidance ? GuidanceKind::Embedded
+                   : r.signature.guidance         ? GuidanceKind::ClassifierFree
+                                                  : GuidanceKind::None;
+  setup.guidance_scale = r.request.guidance_scale;
   return setup;
 }
 
 // ---------------------------------------------------------------------------------------------
+
+Decoder parse_decoder_name(const std::string& name) {
+  if (name == "vae") return Decoder::Vae;
+  if (name == "taesd" || name == "tiny") return Decoder::Tiny;
+  fail("unknown decoder '", name, "' (expected 'vae' or 'taesd')");
+}
+
+std::string decoder_name(Decoder d) { return d == Decoder::Vae ? "vae" : "taesd"; }
 
 Compat parse_compat(const std::string& name) {
   if (name == "flax") return Compat::Flax;

@@ -57,7 +57,10 @@ class ShardedPipeline {
   struct Plan;
   Plan& plan_for(const ResolvedRequest& r, bool* compiled, double* seconds);
   const LatentPreview& previewer();
+  // The preview image of a device's latents (B, h, w, C) after a step: its first image.
+  Image8 render_preview(const Tensor& latents) const;
   DenoiseSetup denoise_setup(const Plan& plan, const ResolvedRequest& r) const;
+  StepNoise device_step_noise(const ResolvedRequest& r, const Plan& plan, const jax::Key& key, int d) const;
 
   std::shared_ptr<const StableDiffusionModel> model_;
   std::mutex run_mutex_;  // one run at a time

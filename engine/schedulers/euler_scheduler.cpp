@@ -29,10 +29,6 @@ using sched::elementwise;
 EulerDiscreteScheduler::EulerDiscreteScheduler(const SchedulerConfig& config, SchedulerSemantics semantics)
     : Scheduler(config, semantics), train_sigmas_(sched::training_sigmas(alphas_cumprod_)) {
   if (semantics_ == SchedulerSemantics::Flax) {
-    if (config_.timestep_spacing == TimestepSpacing::Trailing)
-      fail(
-          "EulerDiscreteScheduler (Flax): timestep_spacing 'trailing' is not supported (use linspace or "
-          "leading)");
     if (config_.prediction_type == PredictionType::Sample)
       fail(
           "EulerDiscreteScheduler (Flax): prediction_type 'sample' is not supported (use epsilon or "
@@ -49,6 +45,11 @@ SchedulerState EulerDiscreteScheduler::set_timesteps(int n) const {
     std::vector<float> grid;
     if (config_.timestep_spacing == TimestepSpacing::Linspace) {
       grid = sched::jax_linspace_f32(static_cast<float>(T - 1), 0.0f, n);
+    } else if (config_.timestep_spacing == TimestepSpacing::Trailing) {
+      // FlaxEulerDiscreteScheduler has no trailing spacing, and SD-Turbo-style models ask for it:
+      // Octodiff takes the torch class's trailing timesteps (held in f32 as jnp would) and keeps
+      // the Flax sigma interpolation and step.
+      for (double t : sched::trailing_grid(T, n, /*round_in_f32=*/true)) grid.push_back(static_cast<float>(t));
     } else {
       for (double t : sched::leading_grid(T, n, 0)) grid.push_back(static_cast<float>(t) + 1.0f);
     }

@@ -146,8 +146,13 @@ TEST(SchedulerConfigTest, RejectsBadJsonAndValues) {
 TEST(SchedulerConfigTest, SemanticsSpecificRestrictions) {
   SchedulerConfig euler = SchedulerConfig::defaults(SchedulerKind::Euler);
   euler.timestep_spacing = TimestepSpacing::Trailing;
-  expect_error([&] { Scheduler::create(SchedulerKind::Euler, euler, SchedulerSemantics::Flax); }, "trailing");
+  // Flax's Euler has no trailing spacing; Octodiff extends it with the torch grid (SD-Turbo's),
+  // checked in scheduler_flax_test.cpp (FlaxEulerTrailing).
+  EXPECT_NO_THROW(Scheduler::create(SchedulerKind::Euler, euler, SchedulerSemantics::Flax));
   EXPECT_NO_THROW(Scheduler::create(SchedulerKind::Euler, euler, SchedulerSemantics::Diffusers));
+  euler.timestep_spacing = TimestepSpacing::Leading;
+  euler.prediction_type = PredictionType::Sample;
+  expect_error([&] { Scheduler::create(SchedulerKind::Euler, euler, SchedulerSemantics::Flax); }, "sample");
   SchedulerConfig dpm = SchedulerConfig::defaults(SchedulerKind::DpmSolverPP);
   dpm.algorithm_type = "dpmsolver";
   expect_error([&] { Scheduler::create(SchedulerKind::DpmSolverPP, dpm, SchedulerSemantics::Diffusers); },

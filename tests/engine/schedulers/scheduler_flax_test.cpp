@@ -334,3 +334,25 @@ TEST(FlaxVsTorch, EulerLinspaceFallsBackToIndexZero) {
 }
 
 }  // namespace
+
+// SD-Turbo-style models ask for Euler with trailing spacing, which FlaxEulerDiscreteScheduler
+// lacks: under Flax semantics Octodiff takes the torch class's trailing timesteps (and keeps the
+// Flax sigma interpolation), so such a model runs in the default compat mode.
+TEST(FlaxEulerTrailing, TakesTheTorchTrailingTimesteps) {
+  SchedulerConfig config = SchedulerConfig::defaults(SchedulerKind::Euler);
+  config.beta_schedule = "scaled_linear";
+  config.beta_start = 0.00085;
+  config.beta_end = 0.012;
+  config.steps_offset = 1;
+  config.timestep_spacing = TimestepSpacing::Trailing;
+  const auto flax = Scheduler::create(SchedulerKind::Euler, config, SchedulerSemantics::Flax);
+  const auto torch = Scheduler::create(SchedulerKind::Euler, config, SchedulerSemantics::Diffusers);
+  for (int n : {1, 2, 4, 8}) {
+    const SchedulerState f = flax->set_timesteps(n), t = torch->set_timesteps(n);
+    ASSERT_EQ(f.timesteps.size(), t.timesteps.size()) << n;
+    for (size_t i = 0; i < f.timesteps.size(); ++i) EXPECT_EQ(f.timesteps[i], t.timesteps[i]) << n << " " << i;
+    EXPECT_EQ(f.timesteps.front(), 999.0) << "the first step starts at the last training timestep";
+    for (size_t i = 0; i < f.timesteps.size(); ++i)
+      EXPECT_NEAR(f.sigmas[i], t.sigmas[i], 1e-5 * t.sigmas[i]) << n << " " << i;
+  }
+}
