@@ -109,12 +109,7 @@ Tensor AutoencoderKL::decode_nhwc(const Tensor& z) const {
 
 Tensor AutoencoderKL::decode(const Tensor& z) const {
   if (z.rank() != 4) fail("VAE decoder input must be N × C × h × w, got ", shape_str(z.shape()));
-  Tensor zn = Tensor::empty({z.dim(0), z.dim(2), z.dim(3), z.dim(1)});
-  kernels::nchw_to_nhwc(z.data(), z.dim(0), z.dim(1), z.dim(2), z.dim(3), zn.data());
-  Tensor y = decode_nhwc(zn);
-  Tensor out = Tensor::empty({y.dim(0), y.dim(3), y.dim(1), y.dim(2)});
-  kernels::nhwc_to_nchw(y.data(), y.dim(0), y.dim(1), y.dim(2), y.dim(3), out.data());
-  return out;
+  return to_nchw(decode_nhwc(to_nhwc(z)));
 }
 
 Tensor AutoencoderKL::encode_moments(const Tensor& image) const {
@@ -125,9 +120,7 @@ Tensor AutoencoderKL::encode_moments(const Tensor& image) const {
   if (image.dim(2) % m || image.dim(3) % m)
     fail("image size ", image.dim(2), "×", image.dim(3), " must be a multiple of ", m);
   const Coder& enc = *encoder_;
-  Tensor x = Tensor::empty({image.dim(0), image.dim(2), image.dim(3), image.dim(1)});
-  kernels::nchw_to_nhwc(image.data(), image.dim(0), image.dim(1), image.dim(2), image.dim(3), x.data());
-  x = enc.conv_in(x);
+  Tensor x = enc.conv_in(to_nhwc(image));
   for (const Level& level : enc.levels) {
     for (const auto& r : level.resnets) {
       check_cancelled();
@@ -138,9 +131,7 @@ Tensor AutoencoderKL::encode_moments(const Tensor& image) const {
   x = run_mid(enc, x);
   x = enc.conv_out(enc.norm_out(x, /*silu=*/true));
   if (quant_conv_) x = (*quant_conv_)(x);
-  Tensor out = Tensor::empty({x.dim(0), x.dim(3), x.dim(1), x.dim(2)});
-  kernels::nhwc_to_nchw(x.data(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), out.data());
-  return out;
+  return to_nchw(x);
 }
 
 }  // namespace octodiff

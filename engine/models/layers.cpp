@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "io/weight_cache.h"
 #include "kernels/norm.h"
+#include "kernels/tensor_ops.h"
 
 namespace octodiff {
 
@@ -264,6 +265,18 @@ Tensor LayerNorm::operator()(const Tensor& x) const {
     fail("internal: LayerNorm(", channels, ") applied to shape ", shape_str(x.shape()));
   Tensor y = Tensor::empty(x.shape());
   kernels::layer_norm(x.data(), x.numel() / channels, channels, eps, gamma.data(), beta.data(), y.data());
+  return y;
+}
+
+Tensor to_nhwc(const Tensor& x) {
+  Tensor y = Tensor::empty({x.dim(0), x.dim(2), x.dim(3), x.dim(1)});
+  kernels::nchw_to_nhwc(x.data(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), y.data());
+  return y;
+}
+
+Tensor to_nchw(const Tensor& x) {
+  Tensor y = Tensor::empty({x.dim(0), x.dim(3), x.dim(1), x.dim(2)});
+  kernels::nhwc_to_nchw(x.data(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), y.data());
   return y;
 }
 

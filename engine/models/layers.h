@@ -86,6 +86,11 @@ struct LayerNorm {
 // like the packed weights when one is active (io/weight_cache.h), else on the heap.
 Tensor stored_tensor(WeightSource& w, const std::string& name, const Shape& shape);
 
+// Layout changes of a rank-4 tensor: N × C × H × W (diffusers' tensors) ↔ N × H × W × C (what
+// the models run on).
+Tensor to_nhwc(const Tensor& nchw);
+Tensor to_nchw(const Tensor& nhwc);
+
 // Packed weights of one loaded component, by the tensors they were made from, so that loading the
 // component again with a few of its tensors changed (LoRAs merged, pipeline/lora.h) packs only
 // the layers those tensors belong to and shares every other layer's packed weights with the

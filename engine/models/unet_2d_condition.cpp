@@ -14,18 +14,6 @@ namespace {
 
 std::string idx(const std::string& prefix, int i) { return prefix + "." + std::to_string(i); }
 
-Tensor to_nhwc(const Tensor& x) {
-  Tensor y = Tensor::empty({x.dim(0), x.dim(2), x.dim(3), x.dim(1)});
-  kernels::nchw_to_nhwc(x.data(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), y.data());
-  return y;
-}
-
-Tensor to_nchw(const Tensor& x) {
-  Tensor y = Tensor::empty({x.dim(0), x.dim(3), x.dim(1), x.dim(2)});
-  kernels::nhwc_to_nchw(x.data(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), y.data());
-  return y;
-}
-
 // Which samples of a batch repeat an earlier one at the same timestep and time condition
 // (classifier-free guidance evaluates every latent twice, with the negative and with the positive
 // prompt): the distinct samples in order, and for each sample its row among them.

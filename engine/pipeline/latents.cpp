@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "kernels/tensor_ops.h"
+#include "models/layers.h"
 
 namespace octodiff {
 
@@ -18,10 +18,7 @@ Tensor device_initial_noise(const std::optional<Tensor>& given, const jax::Key& 
 }
 
 Tensor to_sampling_layout(const Tensor& nchw, float sigma) {
-  const int B = static_cast<int>(nchw.dim(0)), C = static_cast<int>(nchw.dim(1));
-  const int h = static_cast<int>(nchw.dim(2)), w = static_cast<int>(nchw.dim(3));
-  Tensor x = Tensor::empty({B, h, w, C});
-  kernels::nchw_to_nhwc(nchw.data(), B, C, h, w, x.data());
+  Tensor x = to_nhwc(nchw);
   for (float& v : x) v = v * sigma;
   return x;
 }

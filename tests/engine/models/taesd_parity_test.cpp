@@ -10,7 +10,7 @@
 #include "io/files.h"
 #include "io/safetensors.h"
 #include "io/weight_source.h"
-#include "kernels/tensor_ops.h"
+#include "models/layers.h"
 #include "models/autoencoder_tiny.h"
 #include "models/flop_count.h"
 #include "models/parameter_catalog.h"
@@ -33,18 +33,6 @@ AutoencoderTinyConfig tiny_config() {
 AutoencoderTiny load(Precision precision) {
   auto w = weights_from_safetensors({model_dir() / "diffusion_pytorch_model.safetensors"}, "tiny-taesd");
   return AutoencoderTiny::load(*w, tiny_config(), precision);
-}
-
-Tensor to_nhwc(const Tensor& x) {
-  Tensor y = Tensor::empty({x.dim(0), x.dim(2), x.dim(3), x.dim(1)});
-  kernels::nchw_to_nhwc(x.data(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), y.data());
-  return y;
-}
-
-Tensor to_nchw(const Tensor& x) {
-  Tensor y = Tensor::empty({x.dim(0), x.dim(3), x.dim(1), x.dim(2)});
-  kernels::nhwc_to_nchw(x.data(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), y.data());
-  return y;
 }
 
 // Decode and encode at both golden sizes against diffusers, within rel × max(1, scale).

@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "io/files.h"
 #include "io/safetensors.h"
-#include "kernels/tensor_ops.h"
+#include "models/layers.h"
 #include "pipeline/autoencoder_tiny_loader.h"
 #include "test_support.h"
 
@@ -20,18 +20,6 @@ namespace {
 
 fs::path tiny_dir() { return test::data_dir() / "tiny-taesd"; }
 fs::path single_dir() { return tiny_dir() / "single-file"; }
-
-Tensor to_nhwc(const Tensor& x) {
-  Tensor y = Tensor::empty({x.dim(0), x.dim(2), x.dim(3), x.dim(1)});
-  kernels::nchw_to_nhwc(x.data(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), y.data());
-  return y;
-}
-
-Tensor to_nchw(const Tensor& x) {
-  Tensor y = Tensor::empty({x.dim(0), x.dim(3), x.dim(1), x.dim(2)});
-  kernels::nhwc_to_nchw(x.data(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), y.data());
-  return y;
-}
 
 // The pipeline image of latents b and the encoder latents of image b against diffusers.
 void expect_goldens(const AutoencoderTiny& taesd, const std::string& label, bool with_encoder = true) {
