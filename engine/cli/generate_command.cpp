@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "io/npy.h"
+#include "io/png.h"
 #include "pipeline/export.h"
 #include "pipeline/lora.h"
 #include "pipeline/metadata.h"
@@ -57,6 +58,14 @@ const char* kGenerateUsage =
     "  --threads N               CPU threads (default: all)\n"
     "  --latents FILE.npy        initial latents, float32 (D, B, 4, h, w)\n"
     "  --save-latents FILE.npy   write the initial latents drawn from the seed\n"
+    "  --init-image FILE.png     image-to-image from this image (repeat: one per device); its\n"
+    "                            sides are floored to a multiple of 32 (flax) or 8 (diffusers) and\n"
+    "                            it is resized to that with Lanczos; it sets the size\n"
+    "  --strength S              image-to-image: the fraction of the steps run, in (0, 1] (default 0.8)\n"
+    "  --noise FILE.npy          image-to-image: the noise added to the image latents, float32\n"
+    "                            (D, B, 4, h, w) (the same array as --latents)\n"
+    "  --posterior-noise FILE.npy  image-to-image: the eps of the VAE posterior sample, float32\n"
+    "                            (D, B, 4, h, w) (default: drawn from the device key, as Flax)\n"
     "  --save-array FILE.npy     write the images as float32 (D, B, H, W, 3) in [0, 1]\n"
     "  --out FILE.png            the grid (2x4 for eight images; default octodiff-<seed>.png)\n"
     "  --out-dir DIR             also write every image as its own PNG\n"
@@ -76,6 +85,7 @@ nlohmann::json timings_json(const GenerationResult& r) {
           {"denoise_seconds", r.timings.denoise},
           {"mean_step_seconds", r.timings.mean_step},
           {"step_seconds", r.timings.step},
+          {"encode_image_seconds", r.timings.encode_image},
           {"decode_seconds", r.timings.decode},
           {"total_seconds", r.timings.total},
           {"model_calls_per_device", r.model_calls},
@@ -106,6 +116,22 @@ std::vector<LoraSpec> lora_options(const Args& args, GenerationRequest& req) {
   return loras;
 }
 
+// --init-image (repeatable), --strength, --noise, --posterior-noise.
+void image_to_image_options(const Args& args, GenerationRequest& req) {
+  for (const auto& path : args.all("init-image")) req.init_images.push_back(read_png(path));
+  const bool image_options = args.get("strength") || args.get("noise") || args.get("posterior-noise");
+  if (req.init_images.empty()) {
+    if (image_options) fail("--strength, --noise and --posterior-noise need --init-image");
+    return;
+  }
+  req.strength = args.get_double("strength", 0.8);
+  if (auto p = args.get("noise")) {
+    if (req.latents) fail("give the image-to-image noise once: --noise or --latents, not both");
+    req.latents = read_npy(*p);
+  }
+  if (auto p = args.get("posterior-noise")) req.posterior_noise = read_npy(*p);
+}
+
 }  // namespace
 
 int run_generate(const std::vector<std::string>& argv) {
@@ -113,8 +139,9 @@ int run_generate(const std::vector<std::string>& argv) {
             {"negative-prompt", "model", "tokenizer", "seed", "steps", "guidance", "scheduler", "timestep-spacing",
              "height", "width",
              "devices", "batch-per-device", "compat", "rng", "dtype", "threads", "latents", "save-latents",
-             "save-array", "out", "out-dir", "repeat", "scale", "lora-dir", "taesd", "decoder"},
-            {"json", "quiet", "help"}, {"prompt", "lora"});
+             "save-array", "out", "out-dir", "repeat", "scale", "lora-dir", "taesd", "decoder", "strength", "noise",
+             "posterior-noise"},
+            {"json", "quiet", "help"}, {"prompt", "lora", "init-image"});
   if (args.flag("help")) {
     std::printf("%s", kGenerateUsage);
     return 0;
@@ -148,10 +175,12 @@ int run_generate(const std::vector<std::string>& argv) {
   req.dtype = parse_dtype_name(args.get_or("dtype", "f32"));
   req.threads = args.get_int("threads", 0, 1, 1024);
   if (auto p = args.get("latents")) req.latents = read_npy(*p);
+  image_to_image_options(args, req);
   const int repeat = args.get_int("repeat", 1, 1, 1000);
   const int scale = args.get_int("scale", 1, 1, 16);
 
   ModelLoadOptions load;
+  load.load_vae_encoder = !req.init_images.empty();
   if (auto t = args.get("tokenizer")) load.tokenizer_dir = *t;
   load.dtype = req.dtype;  // weights are packed in the compute dtype at load
   load.loras = lora_options(args, req);

@@ -42,3 +42,14 @@ void grid_shape(int n, int* rows, int* cols);
 Image8 upscale_nearest(const Image8& img, int factor);
 
 }  // namespace octodiff
+
+namespace octodiff {
+
+// PIL's Image.resize(size, Image.LANCZOS) for RGB, as the Flax and diffusers img2img
+// preprocessing call it: a separable Lanczos-3 filter widened by the scale when shrinking,
+// coefficients normalised per output pixel and quantised to 22-bit fixed point, the horizontal
+// pass first (when the width changes) rounded to 8 bits, then the vertical pass. Returns a copy
+// when the size is unchanged, as PIL does.
+Image8 resize_lanczos(const Image8& image, int width, int height);
+
+}  // namespace octodiff

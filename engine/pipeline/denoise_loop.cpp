@@ -62,7 +62,8 @@ Tensor step_noise(const StepNoise& noise, int i, const Tensor& x) {
   const Shape nchw{x.dim(0), x.dim(3), x.dim(1), x.dim(2)};
   Tensor drawn = Tensor::empty(nchw);
   if (noise.injected)
-    std::memcpy(drawn.data(), noise.injected + i * drawn.numel(), sizeof(float) * drawn.numel());
+    std::memcpy(drawn.data(), noise.injected + (i - noise.injected_first_call) * drawn.numel(),
+                sizeof(float) * drawn.numel());
   else
     jax::normal_into(jax::fold_in(noise.key, static_cast<uint32_t>(i)), drawn.numel(), noise.rng, drawn.data());
   return to_sampling_layout(drawn, 1.0f);
@@ -77,7 +78,7 @@ Tensor denoise(const DenoiseSetup& setup, Tensor x, const Tensor& context, const
     guidance_embedding = lcm_guidance_embedding(std::vector<double>(x.dim(0), setup.guidance_scale),
                                                 setup.unet->config().time_cond_proj_dim);
   const Tensor* timestep_cond = guidance_embedding ? &*guidance_embedding : nullptr;
-  for (int i = 0; i < setup.calls; ++i) {
+  for (int i = setup.first_call; i < setup.calls; ++i) {
     check_cancelled();
     const auto t0 = Clock::now();
     const Tensor eps = predict_noise(setup, state, x, context, timestep_cond, i);

@@ -32,7 +32,10 @@ struct DenoiseSetup {
   const UNet2DCondition* unet = nullptr;
   const Scheduler* scheduler = nullptr;
   const SchedulerState* initial_state = nullptr;
-  int calls = 0;                 // UNet calls per device
+  int calls = 0;                 // the schedule's UNet calls (num_model_calls)
+  // The call the run begins at: 0, or an image-to-image run's t_start (initial_state's
+  // begin_index, Scheduler::set_timesteps_for_strength); calls first_call … calls − 1 run.
+  int first_call = 0;
   Numerics numerics;
   GuidanceKind guidance = GuidanceKind::ClassifierFree;
   double guidance_scale = 7.5;  // as requested (CFG multiplies in float32)
@@ -43,14 +46,17 @@ struct DenoiseSetup {
 struct StepNoise {
   jax::Key key;  // the device's key, the one its initial latents came from
   jax::RngScheme rng = jax::RngScheme::Classic;
-  // Instead, this device's rows of GenerationRequest::step_noise: (calls, B, C, h, w).
+  // Instead, this device's rows of GenerationRequest::step_noise: (calls run, B, C, h, w), row 0
+  // for the call `injected_first_call` (DenoiseSetup::first_call).
   const float* injected = nullptr;
+  int injected_first_call = 0;
 };
 
 // Called after each step with the call index, its seconds and the latents (B, h, w, C) after it.
 using StepObserver = std::function<void(int call, double seconds, const Tensor& latents)>;
 
-// Runs every step on x (B, h, w, C), the initial latents already scaled by init_noise_sigma,
+// Runs calls first_call … calls − 1 on x (B, h, w, C), the initial latents already scaled by
+// init_noise_sigma (or an image-to-image run's noised image latents),
 // with `context` from encode_device_prompts ((2B or B), L, hidden). Returns the final latents.
 Tensor denoise(const DenoiseSetup& setup, Tensor x, const Tensor& context, const StepNoise& noise,
                const StepObserver& observer);

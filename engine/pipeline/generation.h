@@ -64,12 +64,28 @@ struct GenerationRequest {
   // each device draws normal(key_d, (B, C, h, w)) from split(PRNGKey(seed), D)[d].
   std::optional<Tensor> latents;
   // The fresh noise of stochastic schedulers' steps (LCM, Euler ancestral), (D, N, B, C, h, w)
-  // float32 for N UNet calls per device: call i of device d takes [d, i] when its scheduler step
+  // float32 for N UNet calls per device (image-to-image: the calls run, from t_start): the k-th
+  // call run on device d takes [d, k] when its scheduler step
   // adds noise. When absent, each call draws its own from the device's key (the rule in
   // schedulers/scheduler.h). For replaying a run whose noise came from elsewhere (diffusers').
   std::optional<Tensor> step_noise;
   bool preview = false;        // send a cheap latent→RGB preview after every step
   Decoder decoder = Decoder::Vae;
+
+  // Image-to-image (pipeline/image_to_image.h) when not empty: 1 image for every device, or D
+  // (device d's B images all start from image d). Each is floored to a multiple of 32 (Flax) or 8
+  // (diffusers) per side and resized to it with PIL's Lanczos; that size must equal height ×
+  // width when those are given, and gives them when they are 0. Needs the VAE encoder
+  // (ModelLoadOptions::load_vae_encoder). In this mode `latents` is the noise added to the
+  // image latents (the Flax pipeline's `noise`, diffusers' `noise` in prepare_latents).
+  std::vector<Image8> init_images;
+  // The fraction of the schedule an image-to-image run denoises, in (0, 1]: the run begins at
+  // call t_start = steps − min(int(steps·strength), steps) (LCM: Scheduler::set_timesteps_for_strength).
+  double strength = 0.8;
+  // The ε of the VAE posterior sample mean + std·ε of the init images, (D, B, C, h, w) float32.
+  // When absent: Flax's sample(key_d), i.e. normal(key_d) over (B, h, w, C) in NHWC order — the
+  // same key and so the same values as the noise, read in another layout.
+  std::optional<Tensor> posterior_noise;
 };
 
 // The static part of a request: a new signature compiles a new plan, like a jit re-trace.
@@ -82,6 +98,8 @@ struct Signature {
   ComputeDType dtype = ComputeDType::F32;
   Compat compat = Compat::Flax;
   Decoder decoder = Decoder::Vae;
+  // Image-to-image: the strength (static, like the Flax pipeline's start_timestep); 0 otherwise.
+  double strength = 0;
   bool operator==(const Signature&) const = default;
   std::string str() const;
 };
@@ -91,6 +109,7 @@ struct Timings {
   double text_encode = 0;
   double denoise = 0;        // all UNet steps of all devices (wall clock)
   double mean_step = 0;      // one UNet call + scheduler step on one device, averaged
+  double encode_image = 0;   // image-to-image: the VAE encoder and the noised start latents
   std::vector<double> step;  // per step index: mean over devices
   double decode = 0;
   double total = 0;
@@ -100,7 +119,8 @@ struct GenerationResult {
   Signature signature;
   bool compiled = false;            // this call compiled its plan
   Tensor images;                    // (D, B, H, W, 3) float32 in [0, 1]
-  Tensor initial_latents;           // (D, B, C, h, w): the noise before init_noise_sigma
+  Tensor initial_latents;           // (D, B, C, h, w): the noise before init_noise_sigma (image-to-image:
+                                    // the noise added to the image latents)
   Tensor final_latents;             // (D, B, C, h, w): what was decoded (before 1/scaling_factor)
   std::vector<jax::Key> device_keys;
   std::vector<std::string> prompts, negative_prompts;  // one per image, as used

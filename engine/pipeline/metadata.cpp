@@ -37,6 +37,7 @@ ImageMetadata describe_image(const GenerationRequest& request, const GenerationR
   m.scheduler_is_models_own = s.scheduler == model.default_scheduler();
   m.timestep_spacing = s.timestep_spacing;
   m.decoder = s.decoder;
+  if (s.strength > 0) m.denoising_strength = s.strength;
   m.width = s.width;
   m.height = s.height;
   m.devices = s.devices;
@@ -88,6 +89,11 @@ std::string a1111_parameters(const ImageMetadata& m) {
   if (m.scheduler_is_models_own) out += ", Sampler source: model";
   if (m.timestep_spacing) out += ", Timestep spacing: " + timestep_spacing_name(*m.timestep_spacing);
   if (m.decoder == Decoder::Tiny) out += ", VAE: TAESD";
+  if (m.denoising_strength) {
+    char strength[32];
+    std::snprintf(strength, sizeof strength, "%g", *m.denoising_strength);
+    out += cat(", Denoising strength: ", strength);
+  }
   if (!m.loras.empty()) {
     std::string hashes;
     for (const auto& l : m.loras) hashes += cat(hashes.empty() ? "" : ", ", l.name, ": ", l.hash);
@@ -112,6 +118,7 @@ std::string metadata_json(const ImageMetadata& m) {
   j["scheduler_is_models_own"] = m.scheduler_is_models_own;
   if (m.timestep_spacing) j["timestep_spacing"] = timestep_spacing_name(*m.timestep_spacing);
   j["decoder"] = decoder_name(m.decoder);
+  if (m.denoising_strength) j["denoising_strength"] = *m.denoising_strength;
   j["width"] = m.width;
   j["height"] = m.height;
   j["devices"] = m.devices;
@@ -155,6 +162,7 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
     if (j.contains("timestep_spacing"))
       m.timestep_spacing = parse_timestep_spacing(j.at("timestep_spacing").get<std::string>());
     m.decoder = parse_decoder_name(j.value("decoder", "vae"));
+    if (j.contains("denoising_strength")) m.denoising_strength = j.at("denoising_strength").get<double>();
     m.width = j.at("width").get<int>();
     m.height = j.at("height").get<int>();
     m.devices = j.value("devices", 1);
@@ -222,6 +230,8 @@ std::optional<ImageMetadata> from_a1111(const std::string& text) {
         m.scheduler_is_models_own = value == "model";
       } else if (key == "Timestep spacing") {
         m.timestep_spacing = parse_timestep_spacing(value);
+      } else if (key == "Denoising strength") {
+        m.denoising_strength = std::stod(value);
       } else if (key == "VAE") {
         if (value == "TAESD") m.decoder = Decoder::Tiny;
       } else if (key == "RNG") {

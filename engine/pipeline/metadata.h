@@ -26,6 +26,7 @@ struct ImageMetadata {
   bool scheduler_is_models_own = false;           // it is the model's default_scheduler()
   std::optional<TimestepSpacing> timestep_spacing;  // as used (absent in older metadata)
   Decoder decoder = Decoder::Vae;                   // what decoded the image (older metadata: the VAE)
+  std::optional<double> denoising_strength;         // image-to-image runs: the strength (A1111's key)
   int width = 0, height = 0;
   int devices = 1, batch_per_device = 1;
   int device = -1, batch_index = -1;          // -1: a grid of all images

@@ -13,6 +13,7 @@
 #include "pipeline/decode.h"
 #include "pipeline/denoise_loop.h"
 #include "pipeline/device_runner.h"
+#include "pipeline/image_to_image.h"
 #include "pipeline/latents.h"
 #include "pipeline/prompt_encoding.h"
 
@@ -36,7 +37,8 @@ struct ShardedPipeline::Plan {
   Signature signature;
   std::unique_ptr<Scheduler> scheduler;
   SchedulerState initial_state;
-  int calls = 0;
+  int calls = 0;       // the schedule's UNet calls
+  int first_call = 0;  // the call runs begin at (image-to-image: t_start)
   double init_noise_sigma = 1;
   Numerics numerics;
   int workers = 1, threads_per_worker = 1;
@@ -54,7 +56,8 @@ std::string Signature::str() const {
   const char* guidance_str = embedded_guidance ? " embedded-cfg" : guidance ? " cfg" : " no-cfg";
   return cat("D=", devices, " B=", batch, " ", width, "x", height, " steps=", steps, " ", scheduler_name(scheduler), " ",
              timestep_spacing_name(timestep_spacing), guidance_str, " ", dtype_display_name(dtype), " ",
-             compat_name(compat), decoder == Decoder::Tiny ? " taesd" : "");
+             compat_name(compat), decoder == Decoder::Tiny ? " taesd" : "",
+             strength > 0 ? cat(" img2img strength=", strength) : std::string());
 }
 
 ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
@@ -99,8 +102,10 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
   // the VAE they are given (the same 8 for SD's VAE and TAESD).
   const int scale =
       req.decoder == Decoder::Tiny ? m.tiny_autoencoder()->config().decoder_scale_factor() : m.vae_scale_factor();
-  const int H = req.height ? req.height : m.unet().config().sample_size * scale;
-  const int W = req.width ? req.width : m.unet().config().sample_size * scale;
+  int H = req.height, W = req.width;
+  if (!req.init_images.empty()) resolve_init_images(r, D, &H, &W);
+  if (!H) H = m.unet().config().sample_size * scale;
+  if (!W) W = m.unet().config().sample_size * scale;
   const int mult = scale * m.unet().config().latent_multiple();
   for (auto [v, name] : {std::pair{H, "height"}, {W, "width"}}) {
     if (v < 0) fail(name, " must be positive, got ", v);
@@ -132,6 +137,13 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
     for (float v : *req.latents)
       if (!std::isfinite(v)) fail("the given latents contain NaN or infinity");
   }
+  if (req.posterior_noise) {
+    if (req.init_images.empty()) fail("posterior noise was given but no init image (it is for image-to-image)");
+    const Shape expected{D, B, r.latent_channels, r.latent_height, r.latent_width};
+    if (req.posterior_noise->shape() != expected)
+      fail("Unexpected posterior noise shape, got ", shape_str(req.posterior_noise->shape()), ", expected ",
+           shape_str(expected));
+  }
 
   Signature& s = r.signature;
   s.devices = D;
@@ -150,7 +162,39 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
   s.decoder = req.decoder;
   s.dtype = req.dtype;
   s.compat = req.compat;
+  s.strength = r.init_images.empty() ? 0.0 : req.strength;
   return r;
+}
+
+void ShardedPipeline::resolve_init_images(ResolvedRequest& r, int devices, int* height, int* width) const {
+  const GenerationRequest& req = r.request;
+  const int n = static_cast<int>(req.init_images.size());
+  if (n != 1 && n != devices)
+    fail(n, " init images for ", devices, " devices (give 1 for every device or one per device)");
+  if (!(req.strength > 0.0 && req.strength <= 1.0))
+    fail("strength must be in (0, 1] (the fraction of the schedule an image-to-image run denoises), got ",
+         req.strength);
+  if (!model_->vae().has_encoder())
+    fail("image-to-image needs the VAE encoder: load the model with ModelLoadOptions::load_vae_encoder "
+         "(octodiff-cli does this for --init-image)");
+  const int multiple = init_image_multiple(req.compat, model_->vae_scale_factor());
+  for (int i = 0; i < n; ++i) {
+    const std::string what = cat("init image ", i + 1);
+    r.init_images.push_back(prepare_init_image(req.init_images[i], multiple, what));
+    const Image8& im = r.init_images.back();
+    if (im.width != r.init_images[0].width || im.height != r.init_images[0].height)
+      fail(what, " is ", im.width, "×", im.height, " after preprocessing, init image 1 is ",
+           r.init_images[0].width, "×", r.init_images[0].height, " (all must have one size)");
+  }
+  const Image8& first = r.init_images[0];
+  const char* rule = req.compat == Compat::Flax ? " (sides floored to a multiple of 32)"
+                                                : " (sides floored to a multiple of 8)";
+  if ((*width && *width != first.width) || (*height && *height != first.height))
+    fail("the init images are ", first.width, "×", first.height, rule, " but the request asks for ",
+         *width ? *width : first.width, "×", *height ? *height : first.height,
+         "; leave the size unset to take the images' or resize them");
+  *width = first.width;
+  *height = first.height;
 }
 
 bool ShardedPipeline::is_compiled(const Signature& s) const { return plans_.count(s.str()) != 0; }
@@ -189,7 +233,9 @@ ShardedPipeline::Plan& ShardedPipeline::plan_for(const ResolvedRequest& r, bool*
   const SchedulerSemantics semantics =
       s.compat == Compat::Flax ? SchedulerSemantics::Flax : SchedulerSemantics::Diffusers;
   plan->scheduler = Scheduler::create(s.scheduler, model_->scheduler_config(s.scheduler, s.timestep_spacing), semantics);
-  plan->initial_state = plan->scheduler->set_timesteps(s.steps);
+  plan->initial_state = s.strength > 0 ? plan->scheduler->set_timesteps_for_strength(s.steps, s.strength)
+                                       : plan->scheduler->set_timesteps(s.steps);
+  plan->first_call = plan->initial_state.begin_index;
   plan->calls = plan->scheduler->num_model_calls(plan->initial_state);
   plan->init_noise_sigma = plan->scheduler->init_noise_sigma(plan->initial_state);
   plan->numerics.flavour = s.compat == Compat::Flax ? Flavour::Flax : Flavour::Diffusers;
@@ -220,6 +266,7 @@ namespace {
 struct DeviceWork {
   Tensor context;          // (2B or B) × 77 × hidden
   Tensor initial_latents;  // B × C × h × w (NCHW, as drawn)
+  Tensor start;            // B × h × w × C: what sampling starts from
   Tensor latents;          // B × h × w × C (NHWC, while sampling)
   Tensor images;           // B × H × W × 3
   std::vector<double> step_seconds;
@@ -270,7 +317,8 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
   const Plan& plan = plan_for(r, &result.compiled, &result.timings.compile);
   const bool show_preview = r.request.preview && preview;
   if (show_preview) previewer();
-  result.model_calls = plan.calls;
+  const int calls_run = plan.calls - plan.first_call;
+  result.model_calls = calls_run;
   result.threads_per_device = plan.threads_per_worker;
   result.concurrent_devices = plan.workers;
   const TokenizedPrompts tokens = tokenize_prompts(m.tokenizer(), r.prompts, r.negative_prompts);
@@ -296,19 +344,22 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
   phase(Phase::TextEncode, ModelComponent::TextEncoder, &result.timings.text_encode, [&](int d) {
     work[d].context = encode_device_prompts(m.text_encoder(), tokens, d, B, s.guidance);
   });
+  if (!r.init_images.empty()) {  // image-to-image: the VAE encoder makes the start
+    phase(std::nullopt, ModelComponent::Vae, &result.timings.encode_image, [&](int d) {
+      device_start(r, plan, result.device_keys[d], d, &work[d].initial_latents, &work[d].start);
+    });
+  }
   const DenoiseSetup setup = denoise_setup(plan, r);
   phase(std::nullopt, ModelComponent::UNet, &result.timings.denoise, [&](int d) {
     DeviceWork& dw = work[d];
-    const Shape noise_shape{B, r.latent_channels, r.latent_height, r.latent_width};
-    dw.initial_latents =
-        device_initial_noise(r.request.latents, result.device_keys[d], r.request.rng, d, noise_shape);
+    if (r.init_images.empty()) device_start(r, plan, result.device_keys[d], d, &dw.initial_latents, &dw.start);
     auto observe = [&](int i, double seconds, const Tensor& x) {
       dw.step_seconds.push_back(seconds);
-      report(Phase::Denoise, d, i + 1, plan.calls, seconds);
-      if (show_preview) preview(d, i + 1, render_preview(x));
+      report(Phase::Denoise, d, i + 1 - plan.first_call, calls_run, seconds);
+      if (show_preview) preview(d, i + 1 - plan.first_call, render_preview(x));
     };
-    dw.latents = denoise(setup, to_sampling_layout(dw.initial_latents, static_cast<float>(plan.init_noise_sigma)),
-                         dw.context, device_step_noise(r, plan, result.device_keys[d], d), observe);
+    dw.latents = denoise(setup, std::move(dw.start), dw.context, device_step_noise(r, plan, result.device_keys[d], d),
+                         observe);
   });
   phase(Phase::Decode, ModelComponent::Vae, &result.timings.decode, [&](int d) {
     work[d].images = s.decoder == Decoder::Tiny ? decode_with_tiny_autoencoder(*m.tiny_autoencoder(), work[d].latents)
@@ -316,7 +367,7 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
     report(Phase::Decode, d);
   });
 
-  gather(work, r, plan.calls, result);  // outside the arenas: results outlive the plan's memory
+  gather(work, r, calls_run, result);  // outside the arenas: results outlive the plan's memory
   work.clear();                         // return the activations to the arenas now
   result.timings.total = seconds_since(t_start);
   result.peak_rss_bytes = peak_rss_bytes();
@@ -324,16 +375,32 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
   return result;
 }
 
+void ShardedPipeline::device_start(const ResolvedRequest& r, const Plan& plan, const jax::Key& key, int d,
+                                   Tensor* noise, Tensor* start) const {
+  const Shape shape{r.signature.batch, r.latent_channels, r.latent_height, r.latent_width};
+  *noise = device_initial_noise(r.request.latents, key, r.request.rng, d, shape);
+  if (r.init_images.empty()) {
+    *start = to_sampling_layout(*noise, static_cast<float>(plan.init_noise_sigma));
+    return;
+  }
+  const Tensor eps = device_posterior_noise(r.request.posterior_noise, key, r.request.rng, d, shape);
+  const Tensor image_latents =
+      sample_image_latents(model_->vae(), device_init_images(r.init_images, d, r.signature.batch), eps);
+  *start = noised_start_latents(*plan.scheduler, plan.initial_state, image_latents, *noise, r.signature.compat);
+}
+
 StepNoise ShardedPipeline::device_step_noise(const ResolvedRequest& r, const Plan& plan, const jax::Key& key,
                                              int d) const {
   StepNoise noise{key, r.request.rng, nullptr};
   if (const auto& given = r.request.step_noise) {
     const Signature& s = r.signature;
-    const Shape expected{s.devices, plan.calls, s.batch, r.latent_channels, r.latent_height, r.latent_width};
+    const Shape expected{s.devices, plan.calls - plan.first_call, s.batch, r.latent_channels, r.latent_height,
+                         r.latent_width};
     if (given->shape() != expected)
       fail("the given step noise has shape ", shape_str(given->shape()), "; this run needs ", shape_str(expected),
            " (devices, UNet calls, batch, channels, height, width)");
     noise.injected = given->data() + d * (given->numel() / s.devices);
+    noise.injected_first_call = plan.first_call;
   }
   return noise;
 }
@@ -344,6 +411,7 @@ DenoiseSetup ShardedPipeline::denoise_setup(const Plan& plan, const ResolvedRequ
   setup.scheduler = plan.scheduler.get();
   setup.initial_state = &plan.initial_state;
   setup.calls = plan.calls;
+  setup.first_call = plan.first_call;
   setup.numerics = plan.numerics;
   setup.guidance = r.signature.embedded_guidance ? GuidanceKind::Embedded
                    : r.signature.guidance         ? GuidanceKind::ClassifierFree

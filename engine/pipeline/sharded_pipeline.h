@@ -32,6 +32,9 @@ struct ResolvedRequest {
   Signature signature;
   std::vector<std::string> prompts, negative_prompts;  // D·B each
   int latent_channels = 4, latent_height = 0, latent_width = 0;
+  // Image-to-image: the init images as preprocessed (pipeline/image_to_image.h), 1 or D of
+  // them; empty for text-to-image.
+  std::vector<Image8> init_images;
 };
 
 class ShardedPipeline {
@@ -60,6 +63,14 @@ class ShardedPipeline {
   // The preview image of a device's latents (B, h, w, C) after a step: its first image.
   Image8 render_preview(const Tensor& latents) const;
   DenoiseSetup denoise_setup(const Plan& plan, const ResolvedRequest& r) const;
+  // Checks the init images of an image-to-image request and preprocesses them into r; sets
+  // *height/*width from them when the request leaves those 0.
+  void resolve_init_images(ResolvedRequest& r, int devices, int* height, int* width) const;
+  // Device d's noise (B, C, h, w: GenerationResult::initial_latents) and the sample its loop
+  // starts from (B, h, w, C): the noise × init_noise_sigma, or an image-to-image run's noised
+  // image latents (pipeline/image_to_image.h).
+  void device_start(const ResolvedRequest& r, const Plan& plan, const jax::Key& key, int d, Tensor* noise,
+                    Tensor* start) const;
   StepNoise device_step_noise(const ResolvedRequest& r, const Plan& plan, const jax::Key& key, int d) const;
 
   std::shared_ptr<const StableDiffusionModel> model_;

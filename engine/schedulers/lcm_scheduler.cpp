@@ -33,7 +33,9 @@ LcmScheduler::LcmScheduler(const SchedulerConfig& config, SchedulerSemantics)
   final_alpha_cumprod_ = config_.set_alpha_to_one ? 1.0f : alphas_cumprod_[0];
 }
 
-SchedulerState LcmScheduler::set_timesteps(int n) const {
+SchedulerState LcmScheduler::set_timesteps(int n) const { return lcm_timesteps(n, 1.0); }
+
+SchedulerState LcmScheduler::lcm_timesteps(int n, double strength) const {
   sched::check_num_steps(config_, n);
   const int T = config_.num_train_timesteps;
   const int original = config_.original_inference_steps;
@@ -41,8 +43,13 @@ SchedulerState LcmScheduler::set_timesteps(int n) const {
     fail("LCMScheduler: ", n, " inference steps cannot exceed original_inference_steps (", original,
          "): the steps are a subset of the distillation schedule");
   const int k = T / original;
-  std::vector<double> origin;  // descending: k·original − 1, …, k − 1
-  for (int j = original; j >= 1; --j) origin.push_back(static_cast<double>(j * k - 1));
+  // The first int(original · strength) distillation timesteps (all of them at strength 1).
+  const int kept = static_cast<int>(original * strength);
+  if (kept / n < 1)
+    fail("LCMScheduler: original_inference_steps × strength = ", original, " × ", strength, " leaves ", kept,
+         " timesteps, fewer than the ", n, " inference steps; lower the steps or raise the strength");
+  std::vector<double> origin;  // descending: k·kept − 1, …, k − 1
+  for (int j = kept; j >= 1; --j) origin.push_back(static_cast<double>(j * k - 1));
   // np.linspace(0, len, n, endpoint=False) = i·(len/n) in float64, then floor.
   const double step = static_cast<double>(origin.size()) / static_cast<double>(n);
   SchedulerState state;

@@ -112,13 +112,17 @@ StepResult LmsDiscreteScheduler::step(const SchedulerState& state, const Tensor&
   }
   const int order = std::min(i + 1, kLmsOrder);
   const int n = static_cast<int>(r.state.history.size());
-  if (n < order) fail("LMS step: the state lacks the derivatives of the previous steps");
+  // A run begun at call begin_index > 0 (image-to-image) has fewer derivatives than `order`:
+  // torch still forms the coefficients of that order and zip() uses the first n of them.
+  if (n < std::min(order, i - state.begin_index + 1))
+    fail("LMS step: the state lacks the derivatives of the previous steps");
+  const int terms = std::min(order, n);
   // Coefficients are rounded to f32 where torch multiplies them into the f32 derivatives, and
   // the terms are summed newest first, as Python's sum() does.
   std::array<float, kLmsOrder> coeff{};
   for (int k = 0; k < order; ++k) coeff[k] = static_cast<float>(lms_coefficient(state.sigmas, i, order, k));
   Tensor sum = elementwise([&](float d) { return coeff[0] * d; }, r.state.history[n - 1]);
-  for (int k = 1; k < order; ++k)
+  for (int k = 1; k < terms; ++k)
     sum = elementwise([&](float s, float d) { return s + coeff[k] * d; }, sum, r.state.history[n - 1 - k]);
   r.prev_sample = elementwise([](float x, float s) { return x + s; }, sample, sum);
   r.pred_original_sample = x0;

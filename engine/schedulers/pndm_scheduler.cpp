@@ -102,17 +102,17 @@ StepResult PndmScheduler::step(const SchedulerState& state, const Tensor& model_
   sched::check_step(state, i, "PNDM step");
   sched::check_same_shape(model_output, sample, "PNDM step");
   const int t = static_cast<int>(state.timesteps[i]);
-  if (state.step_index < num_prk_timesteps()) return step_prk(state, model_output, t, sample);
+  if (state.step_index - state.begin_index < num_prk_timesteps()) return step_prk(state, model_output, t, sample);
   return step_plms(state, model_output, t, sample);
 }
 
 StepResult PndmScheduler::step_prk(const SchedulerState& state, const Tensor& e, int t,
                                    const Tensor& x) const {
-  const int c = state.step_index;
+  const int c = state.step_index - state.begin_index;  // torch's counter, from the first call run
   const int half = config_.num_train_timesteps / state.num_inference_steps / 2;
   const int t_prev = t - (c % 2 ? 0 : half);
   // All four stages of one RK step start from the same sample and timestep.
-  const int t_start = static_cast<int>(state.timesteps[c / 4 * 4]);
+  const int t_start = static_cast<int>(state.timesteps[state.begin_index + c / 4 * 4]);
   const float sixth = static_cast<float>(1.0 / 6.0), third = static_cast<float>(1.0 / 3.0);
 
   StepResult r;
@@ -136,13 +136,13 @@ StepResult PndmScheduler::step_prk(const SchedulerState& state, const Tensor& e,
       break;
   }
   r.prev_sample = transfer(r.state.cur_sample, t_start, t_prev, slope);
-  r.state.step_index = c + 1;
+  r.state.step_index = state.step_index + 1;
   return r;
 }
 
 StepResult PndmScheduler::step_plms(const SchedulerState& state, const Tensor& e, int t,
                                     const Tensor& x) const {
-  const int c = state.step_index;
+  const int c = state.step_index - state.begin_index;  // torch's counter, from the first call run
   const int r_step = config_.num_train_timesteps / state.num_inference_steps;
   int t_prev = t - r_step;
   if (semantics_ == SchedulerSemantics::Flax) t_prev = std::max(t_prev, 0);
@@ -189,7 +189,7 @@ StepResult PndmScheduler::step_plms(const SchedulerState& state, const Tensor& e
     }
   }
   r.prev_sample = transfer(r.state.cur_sample, t, t_prev, slope);
-  r.state.step_index = c + 1;
+  r.state.step_index = state.step_index + 1;
   return r;
 }
 

@@ -109,6 +109,9 @@ struct SchedulerState {
   Tensor cur_sample;              // PNDM: the sample the current interval started from
   Tensor accumulator;             // PNDM Runge-Kutta: weighted sum of the slopes so far
   int lower_order_nums = 0;       // DPM-Solver
+  // The call an image-to-image run begins at (diffusers' set_begin_index): steps run from it, and
+  // multistep counters (PNDM's) count from it.
+  int begin_index = 0;
 };
 
 struct StepResult {
@@ -131,6 +134,23 @@ class Scheduler {
 
   // State for N inference steps (throws octodiff::Error for N < 1 or N > num_train_timesteps).
   virtual SchedulerState set_timesteps(int num_inference_steps) const = 0;
+
+  // Image-to-image: the state for N steps at `strength` (0 < strength <= 1), ready to run from
+  // call t_start = N − min(int(N·strength), N) (diffusers' get_timesteps, the Flax pipeline's
+  // get_timestep_start; PNDM's order is 1 in both): step_index = begin_index = t_start, so the
+  // run makes num_model_calls − t_start calls, i = t_start, t_start + 1, … LCM instead
+  // overrides it as LCMScheduler.set_timesteps(N, strength=…) does: N steps over the first
+  // int(original_inference_steps·strength) distillation timesteps, begun at call 0.
+  // Throws octodiff::Error for a strength outside (0, 1] (and for LCM when fewer timesteps remain than N).
+  virtual SchedulerState set_timesteps_for_strength(int num_inference_steps, double strength) const;
+
+  // The noisy sample diffusers' add_noise makes from clean samples at the noise level of call i
+  // (the call a run begins at): scale_x·original + scale_noise·noise elementwise in float32, with
+  //   PNDM, DDIM, LCM, DPM-Solver (Flax): √ᾱ_t, √(1 − ᾱ_t), t = model_timestep(state, i)
+  //   LMS, Euler, Euler ancestral:          1, σ = sigmas[i] (torch: sigmas[begin_index])
+  //   DPM-Solver (Diffusers):               α = 1/√(σ²+1), σ·α, σ = sigmas[i]
+  // `original` and `noise` share a shape (any layout).
+  Tensor add_noise(const SchedulerState& state, const Tensor& original, const Tensor& noise, int i) const;
 
   // The factor the pipeline multiplies the initial noise by.
   virtual double init_noise_sigma(const SchedulerState& state) const = 0;
@@ -166,6 +186,11 @@ class Scheduler {
   // needs_noise(state, i); stochastic schedulers override it.
   virtual StepResult step_with_noise(const SchedulerState& state, const Tensor& model_output, int i,
                                      const Tensor& sample, const Tensor& noise) const;
+  // add_noise's two factors for call i; the default is the DDPM one (√ᾱ_t, √(1 − ᾱ_t)).
+  struct NoiseScales {
+    float sample = 1, noise = 0;
+  };
+  virtual NoiseScales add_noise_scales(const SchedulerState& state, int i) const;
   SchedulerConfig config_;
   SchedulerSemantics semantics_;
   std::vector<float> betas_, alphas_cumprod_;  // f32 tables, as diffusers keeps them

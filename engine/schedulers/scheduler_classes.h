@@ -63,6 +63,11 @@ class LmsDiscreteScheduler final : public Scheduler {
   StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
                   const Tensor& sample) const override;
 
+ protected:
+  NoiseScales add_noise_scales(const SchedulerState& state, int i) const override;
+
+ public:
+
  private:
   std::vector<float> train_sigmas_;
 };
@@ -80,6 +85,11 @@ class EulerDiscreteScheduler final : public Scheduler {
   Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
   StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
                   const Tensor& sample) const override;
+
+ protected:
+  NoiseScales add_noise_scales(const SchedulerState& state, int i) const override;
+
+ public:
 
  private:
   // The sigma index used for call i (Flax looks the truncated timestep up and may fall back to 0).
@@ -100,6 +110,11 @@ class EulerAncestralDiscreteScheduler final : public Scheduler {
   Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
   StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
                   const Tensor& sample) const override;
+
+ protected:
+  NoiseScales add_noise_scales(const SchedulerState& state, int i) const override;
+
+ public:
   bool needs_noise(const SchedulerState& state, int i) const override;
 
  protected:
@@ -123,6 +138,7 @@ class LcmScheduler final : public Scheduler {
   Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
   StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
                   const Tensor& sample) const override;
+  SchedulerState set_timesteps_for_strength(int num_inference_steps, double strength) const override;
   bool needs_noise(const SchedulerState& state, int i) const override;
 
  protected:
@@ -130,6 +146,8 @@ class LcmScheduler final : public Scheduler {
                              const Tensor& noise) const override;
 
  private:
+  // N steps over the first int(original_inference_steps·strength) distillation timesteps.
+  SchedulerState lcm_timesteps(int n, double strength) const;
   // x0 from the model output at ᾱ_t = alpha (epsilon/sample/v), clipped when clip_sample.
   Tensor predict_x0(const Tensor& model_output, const Tensor& sample, float alpha) const;
   float final_alpha_cumprod_;
@@ -148,6 +166,11 @@ class DpmSolverMultistepScheduler final : public Scheduler {
   Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
   StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
                   const Tensor& sample) const override;
+
+ protected:
+  NoiseScales add_noise_scales(const SchedulerState& state, int i) const override;
+
+ public:
 
  private:
   // Noise level of one point of the trajectory: alpha, sigma and lambda = log(alpha/sigma).

@@ -1,0 +1,227 @@
+// Image-to-image (pipeline/image_to_image.h) on the tiny model.
+//  - Parity: diffusers' StableDiffusionImg2ImgPipeline (goldens/img2img.safetensors, made by
+//    tools/goldens/make_img2img_goldens.py) under --compat diffusers with its posterior noise and
+//    noise injected: PNDM and Euler × strength 0.5 and 0.75, 8 steps, guidance 7.5, one init
+//    image per device. Final latents at the parity bar, images within 1e-3.
+//  - Flax semantics (no JAX here, so no Flax goldens): the parts against the spec's formulas,
+//    computed in the test — the same key for the noise and the posterior ε (read NHWC).
+//  - Bad input: counts, strength, sizes, a model without its VAE encoder.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/files.h"
+#include "io/png.h"
+#include "io/safetensors.h"
+#include "kernels/tensor_ops.h"
+#include "pipeline/image_to_image.h"
+#include "pipeline/sharded_pipeline.h"
+#include "test_support.h"
+
+using namespace octodiff;
+
+namespace {
+
+std::shared_ptr<const StableDiffusionModel> model_with_encoder() {
+  static auto model = [] {
+    ModelLoadOptions o;
+    o.load_vae_encoder = true;
+    return StableDiffusionModel::load(test::tiny_sd_dir(), o);
+  }();
+  return model;
+}
+
+std::filesystem::path golden_path(const std::string& name) { return test::tiny_sd_dir() / "goldens" / name; }
+const SafetensorsFile& goldens() {
+  static auto f = SafetensorsFile::open(golden_path("img2img.safetensors"));
+  return *f;
+}
+std::vector<Image8> init_images() {
+  return {read_png(golden_path("img2img_init_0.png")), read_png(golden_path("img2img_init_1.png"))};
+}
+
+// The goldens' request: 2 devices × 1 image, prompts and negative prompt of the text-to-image goldens.
+GenerationRequest golden_request(SchedulerKind kind, double strength) {
+  const auto pj = nlohmann::json::parse(read_text_file(golden_path("prompts.json")));
+  GenerationRequest req;
+  for (const auto& p : pj["pipeline_prompts"]) req.prompts.push_back(p.get<std::string>());
+  req.negative_prompts = {pj["pipeline_negative_prompt"].get<std::string>()};
+  req.steps = 8;
+  req.guidance_scale = 7.5;
+  req.scheduler = kind;
+  req.compat = Compat::Diffusers;
+  req.init_images = init_images();
+  req.strength = strength;
+  req.latents = goldens().to_f32("noise").reshaped({2, 1, 4, 32, 32});
+  req.posterior_noise = goldens().to_f32("posterior_noise").reshaped({2, 1, 4, 32, 32});
+  return req;
+}
+
+struct Case {
+  const char* golden;
+  SchedulerKind kind;
+  double strength;
+};
+
+class ImageToImageParity : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ImageToImageParity, MatchesDiffusers) {
+  const Case c = GetParam();
+  const std::string name = c.golden;
+  ShardedPipeline pipe(model_with_encoder());
+  const GenerationResult res = pipe.run(golden_request(c.kind, c.strength));
+  const auto timesteps = goldens().to_f64(goldens().get(name + ".timesteps"));
+  EXPECT_EQ(res.model_calls, static_cast<int>(timesteps.size())) << name;
+  EXPECT_EQ(res.signature.strength, c.strength);
+  test::expect_parity("img2img " + name + " final latents", res.final_latents.reshaped({2, 4, 32, 32}),
+                      goldens().to_f32(name + ".latents_final"));
+  test::expect_close_abs("img2img " + name + " images", res.images.reshaped({2, 64, 64, 3}),
+                         goldens().to_f32(name + ".images"), 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(PndmAndEuler, ImageToImageParity,
+                         ::testing::Values(Case{"pndm_s0.5", SchedulerKind::Pndm, 0.5},
+                                           Case{"pndm_s0.75", SchedulerKind::Pndm, 0.75},
+                                           Case{"euler_s0.5", SchedulerKind::Euler, 0.5},
+                                           Case{"euler_s0.75", SchedulerKind::Euler, 0.75}),
+                         [](const auto& info) {
+                           std::string n = info.param.golden;
+                           for (char& ch : n)
+                             if (ch == '.') ch = '_';
+                           return n;
+                         });
+
+// The stages alone: image → posterior sample → add_noise equals diffusers' latents after add_noise.
+TEST(ImageToImageStages, StartLatentsMatchDiffusers) {
+  auto model = model_with_encoder();
+  const auto images = init_images();
+  for (const Case c : {Case{"pndm_s0.75", SchedulerKind::Pndm, 0.75}, Case{"euler_s0.5", SchedulerKind::Euler, 0.5}}) {
+    auto scheduler = Scheduler::create(c.kind, model->scheduler_config(c.kind, std::nullopt),
+                                       SchedulerSemantics::Diffusers);
+    const SchedulerState state = scheduler->set_timesteps_for_strength(8, c.strength);
+    const Tensor eps = goldens().to_f32("posterior_noise"), noise = goldens().to_f32("noise");
+    Tensor start = Tensor::empty({2, 4, 32, 32});
+    for (int d = 0; d < 2; ++d) {
+      const Tensor latents = sample_image_latents(model->vae(), device_init_images(images, d, 1),
+                                                  eps.slice0(d, d + 1));
+      const Tensor x = noised_start_latents(*scheduler, state, latents, noise.slice0(d, d + 1), Compat::Diffusers);
+      kernels::nhwc_to_nchw(x.data(), 1, 32, 32, 4, start.data() + d * 4 * 32 * 32);
+    }
+    test::expect_parity(std::string("img2img ") + c.golden + " start latents", start,
+                        goldens().to_f32(std::string(c.golden) + ".latents_start"));
+  }
+}
+
+// Flax: noise = normal(key_d, (B, C, h, w)) and ε = normal(key_d, (B, h, w, C)) — one key, so the
+// same values in another layout. A run that draws them equals a run given them, computed here.
+TEST(ImageToImageFlax, NoiseAndPosteriorShareTheDeviceKey) {
+  ShardedPipeline pipe(model_with_encoder());
+  GenerationRequest req = golden_request(SchedulerKind::Pndm, 0.75);
+  req.compat = Compat::Flax;
+  req.seed = 77;
+  req.latents.reset();
+  req.posterior_noise.reset();
+  const GenerationResult drawn = pipe.run(req);
+
+  const auto keys = jax::split(jax::prng_key(77), 2, jax::RngScheme::Classic);
+  Tensor noise = Tensor::empty({2, 1, 4, 32, 32}), eps = Tensor::empty({2, 1, 4, 32, 32});
+  const int64_t n = 4 * 32 * 32;
+  for (int d = 0; d < 2; ++d) {
+    std::vector<float> flat(n);
+    jax::normal_into(keys[d], n, jax::RngScheme::Classic, flat.data());
+    std::copy(flat.begin(), flat.end(), noise.data() + d * n);
+    for (int c = 0; c < 4; ++c)
+      for (int p = 0; p < 32 * 32; ++p) eps[d * n + c * 1024 + p] = flat[p * 4 + c];  // NHWC → NCHW
+  }
+  test::expect_close_abs("flax img2img noise = normal(key_d)", drawn.initial_latents, noise, 0.0);
+  req.latents = noise;
+  req.posterior_noise = eps;
+  const GenerationResult given = pipe.run(req);
+  test::expect_close_abs("flax img2img drawn vs given final latents", drawn.final_latents, given.final_latents, 0.0);
+  EXPECT_EQ(drawn.model_calls, 6);  // Flax PNDM: calls 2 … 7 of 8
+}
+
+// Flax: add_noise at timesteps[t_start] then × init_noise_sigma (1 for PNDM), on the NCHW tensors.
+TEST(ImageToImageFlax, StartIsAddNoiseAtTStartTimesInitNoiseSigma) {
+  auto model = model_with_encoder();
+  auto scheduler = Scheduler::create(SchedulerKind::Ddim, model->scheduler_config(SchedulerKind::Ddim, std::nullopt),
+                                     SchedulerSemantics::Flax);
+  const SchedulerState state = scheduler->set_timesteps_for_strength(8, 0.5);
+  const Tensor latents = goldens().to_f32("posterior_noise").slice0(0, 1);
+  const Tensor noise = goldens().to_f32("noise").slice0(0, 1);
+  const Tensor x = noised_start_latents(*scheduler, state, latents, noise, Compat::Flax);
+  const int t = static_cast<int>(state.timesteps[4]);
+  const float ab = scheduler->alphas_cumprod()[t];
+  const float sigma = static_cast<float>(scheduler->init_noise_sigma(state));
+  Tensor want = Tensor::empty({1, 32, 32, 4});
+  for (int c = 0; c < 4; ++c)
+    for (int p = 0; p < 1024; ++p)
+      want[p * 4 + c] = sigma * (std::sqrt(ab) * latents[c * 1024 + p] + std::sqrt(1 - ab) * noise[c * 1024 + p]);
+  test::expect_close_abs("flax ddim start latents", x, want, 1e-6);
+}
+
+// The Flax preprocessing floors sides to 32 and resizes with Lanczos: a 70×66 image runs at 64×64.
+TEST(ImageToImageFlax, ImageIsFlooredToThirtyTwoAndResized) {
+  ShardedPipeline pipe(model_with_encoder());
+  GenerationRequest req = golden_request(SchedulerKind::Ddim, 0.5);
+  req.compat = Compat::Flax;
+  req.latents.reset();
+  req.posterior_noise.reset();
+  req.init_images = {resize_lanczos(init_images()[0], 70, 66)};
+  const GenerationResult res = pipe.run(req);
+  EXPECT_EQ(res.images.shape(), (Shape{2, 1, 64, 64, 3}));
+  EXPECT_EQ(res.model_calls, 4);
+}
+
+TEST(ImageToImageBadInput, ClearErrors) {
+  ShardedPipeline pipe(model_with_encoder());
+  auto expect_error = [&](const GenerationRequest& req, const std::string& fragment) {
+    try {
+      pipe.resolve(req);
+      ADD_FAILURE() << "no error; expected one mentioning '" << fragment << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  GenerationRequest req = golden_request(SchedulerKind::Pndm, 0.5);
+  req.init_images.push_back(req.init_images[0]);
+  expect_error(req, "3 init images for 2 devices");
+  for (double s : {0.0, -0.5, 1.5}) {
+    req = golden_request(SchedulerKind::Pndm, s);
+    expect_error(req, "strength must be in (0, 1]");
+  }
+  req = golden_request(SchedulerKind::Pndm, 0.5);
+  req.height = req.width = 32;
+  expect_error(req, "the init images are 64×64");
+  req = golden_request(SchedulerKind::Pndm, 0.5);
+  req.init_images[1] = resize_lanczos(req.init_images[1], 64, 48);
+  expect_error(req, "init image 2 is 64×48");
+  req = golden_request(SchedulerKind::Pndm, 0.5);
+  req.compat = Compat::Flax;
+  req.init_images = {resize_lanczos(req.init_images[0], 20, 40)};
+  expect_error(req, "init image 1 is 20×40 pixels");
+  req = golden_request(SchedulerKind::Pndm, 0.5);
+  req.posterior_noise = Tensor::zeros({2, 1, 4, 16, 16});
+  expect_error(req, "Unexpected posterior noise shape");
+  req = golden_request(SchedulerKind::Pndm, 0.5);
+  req.init_images.clear();
+  req.latents.reset();
+  expect_error(req, "posterior noise was given but no init image");
+  // Too little strength for any step (int(8 · 0.1) = 0; Euler has 8 calls): refused when the
+  // plan is made. (torch's PNDM lists 9 timesteps, so there it runs the last one, as diffusers does.)
+  req = golden_request(SchedulerKind::Euler, 0.1);
+  EXPECT_THROW(pipe.run(req), Error);
+  req = golden_request(SchedulerKind::Pndm, 0.1);
+  EXPECT_EQ(pipe.run(req).model_calls, 1);
+
+  ShardedPipeline without_encoder(StableDiffusionModel::load(test::tiny_sd_dir()));
+  try {
+    without_encoder.resolve(golden_request(SchedulerKind::Pndm, 0.5));
+    ADD_FAILURE() << "a model without its VAE encoder ran image-to-image";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("load_vae_encoder"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
