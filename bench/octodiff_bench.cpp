@@ -9,6 +9,11 @@
 // empty weight-cache folder), so that "compile including weight packing" is measured: warm reads
 // the checkpoint into the page cache first (the packing alone is timed), cold drops it from the
 // page cache first and times a plain read of it too (what the disk alone needs).
+//
+// --arch sd-turbo | lcm-sd15 reports few-step models instead (few_step.h: one-pass steps, images
+// and a 2×4 grid end to end with the SD VAE and with a tiny autoencoder, issue 20's ratio checks),
+// in the JSON's "few_step" section; the default model is then a random full-size model of that
+// architecture and --taesd (default: a random full-size TAESD) the tiny autoencoder.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -33,13 +38,17 @@
 #include "io/files.h"
 #include "kernels/gemm.h"
 #include "models/flop_count.h"
+#include "bench_timing.h"
+#include "few_step.h"
 #include "peak_flops.h"
 #include "pipeline/model_hash.h"
 #include "pipeline/sharded_pipeline.h"
 
 namespace fs = std::filesystem;
 using namespace octodiff;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::pseudo_random;
+using bench::steady_median_seconds;
 
 namespace {
 
@@ -49,6 +58,10 @@ struct Options {
   std::string dtype = "f32";
   std::string first_load;  // "", "warm" or "cold"
   std::string residency = "auto";  // WeightResidency: auto, minimal or resident
+  std::string arch = "sd15";        // sd15 (the default report), sd-turbo or lcm-sd15 (few_step.h)
+  std::string taesd;                // few-step modes: a TAESD folder/file, or "random" (the default)
+  bool steps_given = false;
+  std::optional<double> guidance;   // few-step modes: default per --arch
   bool json = false, skip_pipeline = false, skip_vae = false, load_only = false;
 };
 
@@ -59,7 +72,14 @@ struct Options {
                "                      [--dtype f32|bf16] [--repeats N] [--steps S] [--skip-pipeline]\n"
                "                      [--skip-vae] [--first-load warm|cold] [--load-only]\n"
                "                      [--residency auto|minimal|resident] [--json]\n"
-               "  default model: a random full-size SD 1.5 in $OCTODIFF_CACHE_DIR/models (made when absent)\n"
+               "                      [--arch sd15|sd-turbo|lcm-sd15] [--taesd PATH|random] [--guidance G]\n"
+               "  default model: a random full-size model of --arch in $OCTODIFF_CACHE_DIR/models (made when absent)\n"
+               "  --arch:       sd15 (default): the guided-step report below; sd-turbo (1 step, guidance 0) or\n"
+               "                lcm-sd15 (4 steps, embedded guidance 8.5): the few-step report (\"few_step\" in the\n"
+               "                JSON): networks alone, images and a 2x4 grid end to end, the issue-20 ratio checks;\n"
+               "                --steps and --guidance override the architecture's settings\n"
+               "  --taesd:      the tiny autoencoder of the few-step report: a diffusers AutoencoderTiny folder or\n"
+               "                madebyollin file, or random (default: a random full-size TAESD, made when absent)\n"
                "  --first-load: pack the weights afresh (empty weight cache); warm: the checkpoint is read\n"
                "                into the page cache first, cold: it is dropped from the page cache first\n"
                "  --load-only:  stop after the load (and the weight cache's write)\n"
@@ -88,7 +108,16 @@ Options parse(int argc, char** argv) {
       else if (a == "--width") o.width = std::stoi(value());
       else if (a == "--dtype") o.dtype = value();
       else if (a == "--repeats") o.repeats = std::max(1, std::stoi(value()));
-      else if (a == "--steps") o.steps = std::max(1, std::stoi(value()));
+      else if (a == "--steps") {
+        o.steps = std::max(1, std::stoi(value()));
+        o.steps_given = true;
+      } else if (a == "--guidance") o.guidance = std::stod(value());
+      else if (a == "--taesd") o.taesd = value();
+      else if (a == "--arch") {
+        o.arch = value();
+        if (o.arch != "sd15" && o.arch != "sd-turbo" && o.arch != "lcm-sd15")
+          usage_error("--arch takes sd15, sd-turbo or lcm-sd15");
+      }
       else if (a == "--json") o.json = true;
       else if (a == "--skip-pipeline") o.skip_pipeline = true;
       else if (a == "--skip-vae") o.skip_vae = true;
@@ -106,28 +135,10 @@ Options parse(int argc, char** argv) {
       usage_error("option " + a + " expects a number");
     }
   }
+  if (o.arch == "sd15" && (!o.taesd.empty() || o.guidance))
+    usage_error("--taesd and --guidance are for the few-step report (--arch sd-turbo|lcm-sd15)");
+  if (o.arch != "sd15" && o.taesd.empty()) o.taesd = "random";
   return o;
-}
-
-double median(std::vector<double> t) {
-  std::sort(t.begin(), t.end());
-  const size_t n = t.size();
-  return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
-}
-
-// Times `repeats` calls of fn; every call's time goes to *calls (in call order) when given: on a
-// shared machine the spread says how far to trust the figure. Returns the median of the steady
-// calls — every call after the first, which alone may pay for page faults, arena growth and cold
-// caches (reported on its own from *calls) — or the one call when repeats is 1.
-double steady_median_seconds(int repeats, const std::function<void()>& fn, std::vector<double>* calls = nullptr) {
-  std::vector<double> t;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = Clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  if (calls) *calls = t;
-  return t.size() == 1 ? t[0] : median(std::vector<double>(t.begin() + 1, t.end()));
 }
 
 // The processor, as /proc/cpuinfo names it (bench results must say which CPU they were taken on:
@@ -170,15 +181,6 @@ void with_stdout_on_stderr(const std::function<void()>& fn) {
   std::fflush(stdout);
   ::dup2(saved, STDOUT_FILENO);
   ::close(saved);
-}
-
-Tensor pseudo_random(Shape shape, uint32_t seed) {
-  Tensor t = Tensor::empty(std::move(shape));
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    seed = seed * 1664525u + 1013904223u;
-    t[i] = static_cast<float>(static_cast<int32_t>(seed >> 8) - (1 << 23)) / static_cast<float>(1 << 23);
-  }
-  return t;
 }
 
 // The model's .safetensors files (a single file, or every one under a diffusers folder).
@@ -259,17 +261,22 @@ struct ScratchWeightCache {
   }
 };
 
-fs::path default_model() {
-  fs::path dir = octodiff_cache_dir() / "models" / "sd15-random-f32";
-  if (fs::exists(dir / "model_index.json")) return dir;
-  std::fprintf(stderr, "octodiff-bench: writing a random full-size SD 1.5 model to %s (once)\n", dir.c_str());
+// A random full-size model of `arch` (make-random-model's names: sd15, sd-turbo, lcm-sd15, taesd)
+// in the cache folder, written once. make-random-model writes README.md last: a folder without one
+// is a write cut short, which make-random-model refuses to overwrite (the error names the folder).
+fs::path random_model(const std::string& arch) {
+  fs::path dir = octodiff_cache_dir() / "models" / (arch + "-random-f32");
+  if (fs::exists(dir / "README.md")) return dir;
+  std::fprintf(stderr, "octodiff-bench: writing a random full-size %s model to %s (once)\n", arch.c_str(), dir.c_str());
   fs::create_directories(dir.parent_path());
   int status = 1;
   with_stdout_on_stderr(
-      [&] { status = run_make_random_model({"--arch", "sd15", "--layout", "diffusers", "--out", dir.string()}); });
+      [&] { status = run_make_random_model({"--arch", arch, "--layout", "diffusers", "--out", dir.string()}); });
   if (status != 0) fail("could not write the random model");
   return dir;
 }
+
+
 
 void print_load(const nlohmann::json& j) {
   if (j.contains("checkpoint_read_seconds"))
@@ -284,6 +291,30 @@ void print_load(const nlohmann::json& j) {
                 "then %.2f s more writing the weight cache\n",
                 j["load_seconds"].get<double>(), 100.0 * j["checkpoint_cached_fraction_before_load"].get<double>(),
                 j["weight_cache_write_seconds"].get<double>());
+}
+
+// The fp32 and bf16 peaks measured again at the end, the larger of each kept (j gets both
+// measurements); returns the peak that fractions of peak are taken against for `dtype`.
+double measure_peaks_again(nlohmann::json& j, int threads, double peak_start, double bf16_peak_start,
+                           ComputeDType dtype) {
+  std::fprintf(stderr, "measuring the peak again...\n");
+  const double peak_end = bench::measure_fp32_peak_gflops(threads);
+  const double bf16_peak_end = bench::measure_bf16_peak_gflops(threads);
+  const double peak = std::max(peak_start, peak_end), bf16_peak = std::max(bf16_peak_start, bf16_peak_end);
+  j["fp32_peak_gflops"] = peak;
+  j["fp32_peak_gflops_start_end"] = {peak_start, peak_end};
+  j["bf16_peak_gflops"] = bf16_peak;
+  j["bf16_peak_gflops_start_end"] = {bf16_peak_start, bf16_peak_end};
+  return dtype == ComputeDType::BF16 && bf16_peak > 0 ? bf16_peak : peak;
+}
+
+void print_machine(const nlohmann::json& j, const StableDiffusionModel& model) {
+  std::printf("machine: %s (%s), %d threads, %s, fp32 FMA peak %.0f GFLOP/s, bf16 peak %.0f GFLOP/s\n",
+              j["cpu"].value("model_name", "?").c_str(), j["cpu"].value("core", "?").c_str(),
+              j["threads"].get<int>(), j["isa"].get<std::string>().c_str(), j["fp32_peak_gflops"].get<double>(),
+              j["bf16_peak_gflops"].get<double>());
+  std::printf("times: %s; weights %s\n", j["seconds_statistic"].get<std::string>().c_str(),
+              model.weights_stay_resident() ? "stay resident" : "dropped after each phase");
 }
 
 }  // namespace
@@ -311,8 +342,12 @@ int main(int argc, char** argv) {
       bf16_peak_start = bench::measure_bf16_peak_gflops(threads);
     }
 
-    const fs::path model_path = o.model.empty() ? default_model() : o.model;
+    const fs::path model_path = o.model.empty() ? random_model(o.arch) : o.model;
     ModelLoadOptions load_options;
+    if (!o.taesd.empty()) {
+      load_options.tiny_autoencoder = o.taesd == "random" ? random_model("taesd") : fs::path(o.taesd);
+      j["taesd"] = load_options.tiny_autoencoder->string();
+    }
     load_options.dtype = dtype;  // UNet and VAE weights packed as bf16 for --dtype bf16
     load_options.residency = parse_weight_residency(o.residency);
     std::optional<ScratchWeightCache> scratch_cache;
@@ -355,6 +390,33 @@ int main(int argc, char** argv) {
       j["peak_rss_mb"] = peak_rss_bytes() / 1048576.0;
       if (o.json) std::printf("%s\n", j.dump(2).c_str());
       else print_load(j);
+      return 0;
+    }
+
+    if (o.arch != "sd15") {
+      bench::FewStepOptions f = bench::few_step_defaults(o.arch);
+      if (o.steps_given) f.steps = o.steps;
+      if (o.guidance) f.guidance = *o.guidance;
+      f.height = o.height;
+      f.width = o.width;
+      f.threads = threads;
+      f.repeats = o.repeats;
+      f.dtype = dtype;
+      j["few_step"] = bench::run_few_step(model, f);
+      j["peak_rss_mb"] = peak_rss_bytes() / 1048576.0;
+      const double ref_peak = measure_peaks_again(j, threads, peak_start, bf16_peak_start, dtype);
+      for (const char* k : {"unet_b1", "vae_decode", "taesd_decode"}) {
+        nlohmann::json& n = j["few_step"]["networks"];
+        n[std::string(k) + "_fraction_of_peak"] = n[std::string(k) + "_gflops"].get<double>() / ref_peak;
+      }
+      if (o.json) {
+        std::printf("%s\n", j.dump(2).c_str());
+      } else {
+        print_machine(j, *model);
+        print_load(j);
+        bench::print_few_step(j["few_step"]);
+        std::printf("peak RSS: %.0f MB\n", j["peak_rss_mb"].get<double>());
+      }
       return 0;
     }
 
@@ -497,15 +559,7 @@ int main(int argc, char** argv) {
     j["peak_rss_mb"] = peak_rss_bytes() / 1048576.0;
     j["arena_peak_mb"] = arena.peak_bytes_reserved() / 1048576.0;
 
-    std::fprintf(stderr, "measuring the peak again...\n");
-    const double peak_end = bench::measure_fp32_peak_gflops(threads);
-    const double bf16_peak_end = bench::measure_bf16_peak_gflops(threads);
-    const double peak = std::max(peak_start, peak_end), bf16_peak = std::max(bf16_peak_start, bf16_peak_end);
-    j["fp32_peak_gflops"] = peak;
-    j["fp32_peak_gflops_start_end"] = {peak_start, peak_end};
-    j["bf16_peak_gflops"] = bf16_peak;
-    j["bf16_peak_gflops_start_end"] = {bf16_peak_start, bf16_peak_end};
-    const double ref_peak = dtype == ComputeDType::BF16 && bf16_peak > 0 ? bf16_peak : peak;
+    const double ref_peak = measure_peaks_again(j, threads, peak_start, bf16_peak_start, dtype);
     for (const char* k : {"unet_b2", "unet_b1", "vae_decode"})
       if (j.contains(std::string(k) + "_gflops"))
         j[std::string(k) + "_fraction_of_peak"] = j[std::string(k) + "_gflops"].get<double>() / ref_peak;
@@ -513,11 +567,7 @@ int main(int argc, char** argv) {
     if (o.json) {
       std::printf("%s\n", j.dump(2).c_str());
     } else {
-      std::printf("machine: %s (%s), %d threads, %s, fp32 FMA peak %.0f GFLOP/s, bf16 peak %.0f GFLOP/s\n",
-                  j["cpu"].value("model_name", "?").c_str(), j["cpu"].value("core", "?").c_str(), threads,
-                  j["isa"].get<std::string>().c_str(), peak, bf16_peak);
-      std::printf("times: %s; weights %s\n", j["seconds_statistic"].get<std::string>().c_str(),
-                  model->weights_stay_resident() ? "stay resident" : "dropped after each phase");
+      print_machine(j, *model);
       if (j.contains("compile_seconds"))
         std::printf("compile: %.3f s first call, %.3f s cached\n", j["compile_seconds"].get<double>(),
                     j["cached_compile_seconds"].get<double>());

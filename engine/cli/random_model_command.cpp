@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 const char kUsage[] =
-    "  octodiff-cli make-random-model --arch sd15|sd21|sd21-base|lcm-sd15|sd-turbo\n"
+    "  octodiff-cli make-random-model --arch sd15|sd21|sd21-base|lcm-sd15|sd-turbo|taesd\n"
     "                                 --layout diffusers|single-file --out DIR [--dtype f32|f16|bf16]\n"
     "                                 [--seed N] [--tokenizer-from DIR] [--configs-only]\n"
     "      write a full-size model with deterministic random weights (benchmarks only: it draws noise).\n"
@@ -162,7 +162,7 @@ Arch arch_named(const std::string& name) {
     if (a.name == name) return a;
     names += (names.empty() ? "" : ", ") + a.name;
   }
-  fail("unknown --arch '", name, "' (use ", names, ")");
+  fail("unknown --arch '", name, "' (use ", names, " or taesd)");
 }
 
 DType dtype_named(const std::string& s) {
@@ -422,6 +422,58 @@ std::string readme(const Arch& a, const std::string& layout, DType dtype, uint64
       "- Made by: `", command, "`\n");
 }
 
+// ---- The tiny autoencoder (TAESD) ----
+
+// madebyollin/taesd's config.json in the key set of diffusers 0.31's save_pretrained (as in
+// tests/data/tiny-taesd): 64 channels, blocks [1,3,3,3] / [3,3,3,1], 4 latent channels.
+json taesd_config(const AutoencoderTinyConfig& c) {
+  return {{"_class_name", "AutoencoderTiny"},
+          {"_diffusers_version", "0.31.0"},
+          {"act_fn", "relu"},
+          {"block_out_channels", c.decoder_block_out_channels},
+          {"decoder_block_out_channels", c.decoder_block_out_channels},
+          {"encoder_block_out_channels", c.encoder_block_out_channels},
+          {"force_upcast", false},
+          {"in_channels", c.in_channels},
+          {"latent_channels", c.latent_channels},
+          {"latent_magnitude", c.latent_magnitude},
+          {"latent_shift", c.latent_shift},
+          {"num_decoder_blocks", c.num_decoder_blocks},
+          {"num_encoder_blocks", c.num_encoder_blocks},
+          {"out_channels", c.out_channels},
+          {"scaling_factor", c.scaling_factor},
+          {"shift_factor", 0.0},
+          {"upsample_fn", "nearest"},
+          {"upsampling_scaling_factor", c.upsampling_scaling_factor}};
+}
+
+// A diffusers AutoencoderTiny folder with TAESD's config and random weights (both halves).
+int write_random_taesd(const fs::path& out, DType dtype, uint64_t seed, bool configs_only, const std::string& command) {
+  const AutoencoderTinyConfig config;  // TAESD's defaults (models/configs.h)
+  fs::create_directories(out);
+  write_json(out / "config.json", taesd_config(config));
+  const auto specs = autoencoder_tiny_parameters(config, /*with_encoder=*/true);
+  const fs::path file = out / "diffusion_pytorch_model.safetensors";
+  if (!configs_only)
+    write_component(file, random_tensors(specs, component_seed(seed, 4)), dtype,
+                    {{"format", "pt"},
+                     {"octodiff", "random weights for benchmarks (make-random-model, seed " + std::to_string(seed) + ")"}});
+  const std::string notes = cat(
+      configs_only ? "**Configs only: no weights were written; this folder does not load.**\n\n" : "",
+      "# Random-weight tiny autoencoder (TAESD architecture)\n\n",
+      "**Random weights, for benchmarks only.** It decodes latents to noise, not pictures.\n\n",
+      "- Architecture: diffusers AutoencoderTiny with madebyollin/taesd's config (64 channels, encoder blocks ",
+      json(config.num_encoder_blocks).dump(), ", decoder blocks ", json(config.num_decoder_blocks).dump(), ", ",
+      config.latent_channels, " latent channels) — ", parameter_count(specs), " parameters, encoder and decoder; stored as ",
+      dtype_name(dtype), ".\n",
+      "- Weights: deterministic synthetic values (seed ", seed, "), as for make-random-model's other models.\n",
+      "- Made by: `", command, "`\n");
+  write_file_atomic(out / "README.md", notes.data(), notes.size());
+  std::printf("random TAESD (%lld parameters, %s) in '%s'\n", static_cast<long long>(parameter_count(specs)),
+              configs_only ? "configs only" : dtype_name(dtype), out.string().c_str());
+  return 0;
+}
+
 }  // namespace
 
 const char* make_random_model_usage() {
@@ -462,13 +514,12 @@ int run_make_random_model(const std::vector<std::string>& args) {
       std::fprintf(stderr, "make-random-model: %s is required\n\nusage:\n%s", required, kUsage);
       return 2;
     }
-  const Arch arch = arch_named(opt["--arch"]);
   const std::string layout = opt["--layout"];
   if (layout != "diffusers" && layout != "single-file")
     fail("unknown --layout '", layout, "' (use diffusers or single-file)");
-  if (layout == "single-file" && !arch.single_file)
-    fail("--arch ", arch.name, " has no single-file (ldm) layout: diffusers' converter names no ldm key for "
-         "its time_embedding.cond_proj; use --layout diffusers");
+  const bool taesd = opt["--arch"] == "taesd";
+  if (taesd && layout != "diffusers")
+    fail("--arch taesd writes a diffusers AutoencoderTiny folder only; use --layout diffusers");
   if (layout == "single-file" && configs_only) fail("--configs-only writes a diffusers folder's configs; use --layout diffusers");
   const DType dtype = dtype_named(opt["--dtype"]);
   uint64_t seed = 0;
@@ -481,11 +532,16 @@ int run_make_random_model(const std::vector<std::string>& args) {
     fail("--seed must be a non-negative integer, got '", opt["--seed"], "'");
   }
   const fs::path out = opt["--out"];
+  if (fs::exists(out) && (!fs::is_directory(out) || !fs::is_empty(out)))
+    fail("'", out.string(), "' already exists and is not an empty folder; choose a new --out");
+  if (taesd) return write_random_taesd(out, dtype, seed, configs_only, command);
+  const Arch arch = arch_named(opt["--arch"]);
+  if (layout == "single-file" && !arch.single_file)
+    fail("--arch ", arch.name, " has no single-file (ldm) layout: diffusers' converter names no ldm key for "
+         "its time_embedding.cond_proj; use --layout diffusers");
   const fs::path tokenizer_from =
       opt.count("--tokenizer-from") ? fs::path(opt["--tokenizer-from"]) : default_tokenizer_dir();
   check_tokenizer_dir(tokenizer_from);
-  if (fs::exists(out) && (!fs::is_directory(out) || !fs::is_empty(out)))
-    fail("'", out.string(), "' already exists and is not an empty folder; choose a new --out");
   fs::create_directories(out);
 
   const auto t0 = std::chrono::steady_clock::now();

@@ -1,10 +1,11 @@
-// `octodiff-cli make-random-model` for the few-step benchmark architectures (lcm-sd15, sd-turbo):
+// `octodiff-cli make-random-model` for the few-step benchmark architectures (lcm-sd15, sd-turbo, taesd):
 // full-size weights are GBs, so these tests run it with --configs-only and check what it declares —
 // the configs parse with the engine's readers, the parameter catalog of the written UNet config
 // has cond_proj, and the scheduler config names the right class with the right settings.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 
@@ -13,6 +14,7 @@
 #include "io/files.h"
 #include "models/configs.h"
 #include "models/parameter_catalog.h"
+#include "pipeline/autoencoder_tiny_loader.h"
 #include "schedulers/scheduler.h"
 #include "test_support.h"
 
@@ -130,6 +132,37 @@ TEST(RandomModel, ExistingArchitecturesKeepTheirSchedulers) {
   EXPECT_EQ(read_json(base / "unet" / "config.json")["time_cond_proj_dim"], nullptr);
 }
 
+// A TAESD is small (2.4 M parameters), so this one is written whole and loaded: the config is
+// madebyollin/taesd's, the weights are every tensor AutoencoderTiny::load takes, both halves.
+TEST(RandomModel, TaesdIsAFullSizeLoadableTinyAutoencoder) {
+  const fs::path dir = test::temp_dir("random_model_taesd");
+  const CliResult r = make_random_model({"--arch", "taesd", "--layout", "diffusers", "--out", "taesd"}, dir);
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  const fs::path out = dir / "taesd";
+  const json config = read_json(out / "config.json");
+  EXPECT_EQ(config["_class_name"], "AutoencoderTiny");
+  EXPECT_EQ(config["decoder_block_out_channels"], json({64, 64, 64, 64}));
+  EXPECT_EQ(config["encoder_block_out_channels"], json({64, 64, 64, 64}));
+  EXPECT_EQ(config["num_decoder_blocks"], json({3, 3, 3, 1}));
+  EXPECT_EQ(config["num_encoder_blocks"], json({1, 3, 3, 3}));
+  EXPECT_EQ(config["latent_channels"], 4);
+  EXPECT_EQ(config["scaling_factor"], 1.0);
+  EXPECT_FALSE(fs::exists(out / "tokenizer"));
+
+  const auto taesd = load_autoencoder_tiny(out, ComputeDType::F32);
+  EXPECT_TRUE(taesd->has_encoder());
+  EXPECT_EQ(taesd->config().channels(), 64);
+  Tensor latents = Tensor::empty({1, 4, 4, 4});
+  for (int64_t i = 0; i < latents.numel(); ++i) latents[i] = static_cast<float>((i % 7) - 3) * 0.5f;
+  const Tensor image = taesd->decode_nhwc(latents);
+  ASSERT_EQ(image.shape(), (Shape{1, 32, 32, 3}));
+  float lo = 1, hi = 0;
+  for (int64_t i = 0; i < image.numel(); ++i) lo = std::min(lo, image[i]), hi = std::max(hi, image[i]);
+  EXPECT_GE(lo, 0.0f);
+  EXPECT_LE(hi, 1.0f);
+  EXPECT_LT(lo, hi) << "random weights decoded to a constant image";
+}
+
 TEST(RandomModel, RefusesWhatItCannotWrite) {
   const fs::path dir = test::temp_dir("random_model_refusals");
   CliResult r = make_random_model({"--arch", "lcm-sd15", "--layout", "single-file", "--out", "single"}, dir);
@@ -139,4 +172,9 @@ TEST(RandomModel, RefusesWhatItCannotWrite) {
   r = make_random_model({"--arch", "sdxl-turbo", "--layout", "diffusers", "--out", "x"}, dir);
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("lcm-sd15, sd-turbo"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("taesd"), std::string::npos) << r.err;
+  r = make_random_model({"--arch", "taesd", "--layout", "single-file", "--out", "t"}, dir);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("AutoencoderTiny folder only"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "t" / "config.json"));
 }

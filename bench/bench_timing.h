@@ -1,0 +1,48 @@
+// Timing helpers shared by octodiff-bench's modes (octodiff_bench.cpp, few_step.cpp).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace octodiff::bench {
+
+using Clock = std::chrono::steady_clock;
+
+inline double median(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  const size_t n = t.size();
+  return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
+// Times `repeats` calls of fn; every call's time goes to *calls (in call order) when given: on a
+// shared machine the spread says how far to trust the figure. Returns the median of the steady
+// calls — every call after the first, which alone may pay for page faults, arena growth and cold
+// caches (reported on its own from *calls) — or the one call when repeats is 1.
+inline double steady_median_seconds(int repeats, const std::function<void()>& fn,
+                                    std::vector<double>* calls = nullptr) {
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  if (calls) *calls = t;
+  return t.size() == 1 ? t[0] : median(std::vector<double>(t.begin() + 1, t.end()));
+}
+
+// Deterministic values in [-1, 1) (a linear congruential generator): inputs for timing only.
+inline Tensor pseudo_random(Shape shape, uint32_t seed) {
+  Tensor t = Tensor::empty(std::move(shape));
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    t[i] = static_cast<float>(static_cast<int32_t>(seed >> 8) - (1 << 23)) / static_cast<float>(1 << 23);
+  }
+  return t;
+}
+
+}  // namespace octodiff::bench
