@@ -1,11 +1,9 @@
 #include "main_window.h"
 
-#include <QAction>
 #include <QCloseEvent>
 #include <QFileInfo>
 #include <QGroupBox>
 #include <QLabel>
-#include <QMenuBar>
 #include <QScrollArea>
 #include <QSplitter>
 #include <QStatusBar>
@@ -175,24 +173,6 @@ QWidget* MainWindow::buildFormColumn() {
   scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
   scroll->setMinimumWidth(380);
   return scroll;
-}
-
-void MainWindow::buildMenus() {
-  QMenu* file = menuBar()->addMenu(tr("&File"));
-  file->addAction(tr("&Open PNG settings…"), QKeySequence::Open, this, &MainWindow::openPngDialog);
-  file->addAction(tr("&Load model…"), this, &MainWindow::loadModelDialog);
-  file->addSeparator();
-  file->addAction(tr("&Save grid as PNG…"), QKeySequence::Save, this, [this] { saveGridDialog(last_run_); });
-  file->addAction(tr("Save &all images…"), this, &MainWindow::saveAllDialog);
-  file->addSeparator();
-  file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
-  QMenu* run = menuBar()->addMenu(tr("&Run"));
-  run->addAction(tr("&Generate"), QKeySequence(Qt::CTRL | Qt::Key_Return), this, &MainWindow::generate);
-  run->addAction(tr("&Cancel"), QKeySequence(Qt::Key_Escape), this, &MainWindow::cancel);
-  run->addAction(tr("Compare &seeds"), this, [this] {
-    tabs_->setCurrentWidget(comparison_);
-    comparison_->runButton()->click();
-  });
 }
 
 void MainWindow::connectController() {

@@ -21,6 +21,7 @@
 #include "live_mode.h"
 #include "lora_panel.h"
 #include "model_chooser.h"
+#include "pipeline/metadata.h"
 #include "progress_panel.h"
 #include "prompt_panel.h"
 #include "result_grid_view.h"
@@ -138,6 +139,8 @@ class MainWindow : public QMainWindow {
   void onLorasApplied(double seconds);
   void onLorasFailed(const QString& message);
   void onTaesdChosen(const QString& path);
+  // The LoRA checks and decoder of an imported or reused image; `notes`: what could not be.
+  void restoreLorasAndDecoder(const ImageMetadata& metadata, QStringList* notes);
 
   AppSettings settings_;
   size_t shown_load_notes_ = 0;  // the loaded model's load_notes() already shown

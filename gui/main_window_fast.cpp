@@ -158,7 +158,10 @@ void MainWindow::onLorasApplied(double seconds) {
   lora_panel_->setStatus(names.isEmpty() ? tr("No LoRA merged.")
                                          : tr("Merged: %1 (%2)").arg(names, formatDuration(seconds)));
   statusBar()->showMessage(names.isEmpty() ? tr("LoRAs removed") : tr("LoRAs merged: %1").arg(names), 8000);
-  if (auto run = std::exchange(pending_run_, {})) QMetaObject::invokeMethod(this, run, Qt::QueuedConnection);
+  if (auto run = std::exchange(pending_run_, {}))
+    QMetaObject::invokeMethod(this, run, Qt::QueuedConnection);
+  else
+    live_->inputsChanged();  // e.g. live mode was switched on while they were merged
 }
 
 void MainWindow::onLorasFailed(const QString& message) {
@@ -168,6 +171,23 @@ void MainWindow::onLorasFailed(const QString& message) {
   lora_panel_->setStatus(tr("Not merged — see the message above. The model has %1.")
                              .arg(names.isEmpty() ? tr("no LoRA") : names));
   reportError(tr("Could not merge the LoRAs:\n%1").arg(message));
+}
+
+void MainWindow::restoreLorasAndDecoder(const ImageMetadata& m, QStringList* notes) {
+  LoraListModel* list = lora_panel_->model();
+  QStringList wanted;
+  for (const ImageMetadata::Lora& l : m.loras) {
+    const QString name = QString::fromStdString(l.name);
+    if (list->rowOf(name) < 0)
+      *notes << tr("the LoRA '%1' is not in the LoRA folder").arg(name);
+    else
+      wanted << QStringLiteral("%1=%2").arg(name).arg(l.strength);
+  }
+  list->setSelectionText(wanted);
+  decoder_panel_->setDecoder(m.decoder);
+  const ModelPtr model = controller_->model();
+  if (m.decoder == Decoder::Tiny && (!model || !model->tiny_autoencoder()))
+    *notes << tr("it was decoded with a TAESD and none is loaded (choose one under Decoder)");
 }
 
 void MainWindow::onTaesdChosen(const QString& path) {

@@ -1,6 +1,7 @@
 // The decoder choice on the tiny random model with tests/data/tiny-taesd: choosing a TAESD reloads
 // the model with it, TAESD-decoded images are the latents × 8 (that TAESD's scale; tiny-sd's VAE
-// scales by 2), previews come from the TAESD, VAE stays available, and a file that is no TAESD
+// scales by 2), previews come from the TAESD, VAE stays available, reusing an image's
+// settings restores its decoder, and a file that is no TAESD
 // shows an error while the model loads without it.
 #include "gui_test_support.h"
 
@@ -61,6 +62,9 @@ class DecoderTest : public QObject {
     QCOMPARE(waitForJob(*w_), std::optional<JobOutcome>(JobOutcome::Completed));
     QCOMPARE(w_->lastRun()->result.signature.decoder, Decoder::Vae);
     QCOMPARE(w_->lastRun()->images.at(0).size(), QSize(64, 64));
+    // Reusing the TAESD image's settings chooses TAESD again.
+    w_->reuseSettings(run, 0);
+    QCOMPARE(w_->decoderPanel()->decoder(), Decoder::Tiny);
   }
 
   void aFileThatIsNoTaesdShowsAnErrorAndTheModelStillLoads() {

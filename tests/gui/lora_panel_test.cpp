@@ -1,6 +1,7 @@
 // The LoRA picker on the tiny random model with tests/data/tiny-sd-lora: a checked LoRA changes the
 // image, strength 0 gives the image without it bit for bit, a <lora:NAME:STRENGTH> prompt tag does
-// what the check box does (and leaves the prompt), the saved PNG names the LoRA, and files that are
+// what the check box does (and leaves the prompt), the saved PNG names the LoRA (and
+// opening it checks the LoRA again), and files that are
 // no LoRA (the folder's goldens file, a hostile one) show an error and leave the app working.
 #include <QDoubleSpinBox>
 #include <QFile>
@@ -101,6 +102,13 @@ class LoraPanelTest : public QObject {
     QCOMPARE(imported.metadata.loras[0].name, std::string("kohya"));
     QCOMPARE(imported.metadata.loras[0].strength, 1.0f);
     QCOMPARE(imported.metadata.loras[0].hash.size(), size_t{12});
+    // Opening that PNG checks the LoRA again, with its strength.
+    uncheckAll();
+    list()->setStrength(kohya, 0.5);
+    QVERIFY(w_->importPng(png));
+    QVERIFY(list()->entries()[kohya].enabled);
+    QCOMPARE(list()->entries()[kohya].strength, 1.0);
+    QCOMPARE(list()->selection().size(), size_t{1});
     uncheckAll();
   }
 
