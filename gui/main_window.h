@@ -162,6 +162,8 @@ class MainWindow : public QMainWindow {
   DecoderPanel* decoder_panel_ = nullptr;
   QTimer lora_apply_timer_;           // a LoRA check or strength changed: merge after a pause
   std::function<void()> pending_run_;  // what waits for the LoRAs being merged
+  bool retrying_after_merge_ = false;  // pending_run_ is running: the LoRAs were just merged
+  std::vector<LoraSpec> merged_loras_;  // what the last merge asked for
   QTimer progress_timer_;
   Job job_;
   RunPtr last_run_;

@@ -17,6 +17,12 @@ QString loraNames(const StableDiffusionModel& m) {
   return names.join(QStringLiteral(", "));
 }
 
+bool sameLoras(const std::vector<LoraSpec>& a, const std::vector<LoraSpec>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const LoraSpec& x, const LoraSpec& y) {
+    return x.path == y.path && x.strength == y.strength;
+  });
+}
+
 }  // namespace
 
 void MainWindow::buildFastPanels() {
@@ -146,9 +152,20 @@ bool MainWindow::applyLorasNow() {
 
 bool MainWindow::applyLorasThen(const std::vector<LoraSpec>& loras, std::function<void()> then) {
   lora_apply_timer_.stop();
+  if (retrying_after_merge_ && sameLoras(loras, merged_loras_)) {  // merged, yet not what was asked: never loop
+    reportError(tr("The model does not report the LoRAs just merged; the run was not started."));
+    return false;
+  }
   if (!controller_->applyLoras(loras)) return false;
   banner_->dismiss();
-  pending_run_ = std::move(then);
+  merged_loras_ = loras;
+  pending_run_ = {};
+  if (then)
+    pending_run_ = [this, then = std::move(then)] {
+      retrying_after_merge_ = true;
+      then();
+      retrying_after_merge_ = false;
+    };
   return true;
 }
 
