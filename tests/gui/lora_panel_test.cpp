@@ -82,6 +82,11 @@ class LoraPanelTest : public QObject {
     QCOMPARE(w_->controller()->model()->loras().size(), size_t{1});
     QCOMPARE(w_->controller()->model()->loras()[0].name, std::string("kohya"));
     QVERIFY(w_->controller()->model()->base_model());  // made from the loaded base
+    // Only the layers the LoRA touches were packed again (11 UNet modules, see its README).
+    const PackedLayerStats unet = w_->controller()->model()->packed_layer_stats(ModelComponent::UNet);
+    qInfo("UNet layers with kohya: %d packed, %d shared with the base", unet.packed, unet.reused);
+    QCOMPARE(unet.packed, 11);
+    QVERIFY(unet.reused > 50);
     QVERIFY(with != base_);
     // The spin box writes the strength; 0 is applied and changes nothing.
     auto* box = qobject_cast<QDoubleSpinBox*>(
