@@ -75,6 +75,45 @@ void AppSettings::addRecentModel(const QString& path) {
   settings_.setValue("model/recent", recent);
 }
 
+QString AppSettings::loraFolder() const {
+  return settings_.value("lora/folder").toString();
+}
+void AppSettings::setLoraFolder(const QString& folder) {
+  settings_.setValue("lora/folder", folder);
+}
+QStringList AppSettings::loraSelection() const {
+  return settings_.value("lora/selection").toStringList();
+}
+void AppSettings::setLoraSelection(const QStringList& items) {
+  settings_.setValue("lora/selection", items);
+}
+QString AppSettings::taesdPath() const {
+  return settings_.value("decoder/taesd").toString();
+}
+void AppSettings::setTaesdPath(const QString& path) {
+  settings_.setValue("decoder/taesd", path);
+}
+Decoder AppSettings::decoder() const {
+  return settings_.value("decoder/kind").toString() == QStringLiteral("taesd") ? Decoder::Tiny : Decoder::Vae;
+}
+void AppSettings::setDecoder(Decoder d) {
+  settings_.setValue("decoder/kind", QString::fromStdString(decoder_name(d)));
+}
+
+std::optional<SamplingValues> AppSettings::automaticSampling() const {
+  if (!settings_.contains("form/auto_steps")) return std::nullopt;
+  SamplingValues v;
+  v.steps = settings_.value("form/auto_steps").toInt();
+  v.guidance = settings_.value("form/auto_guidance").toDouble();
+  if (const int k = settings_.value("form/auto_scheduler", -1).toInt(); k >= 0) v.scheduler = static_cast<SchedulerKind>(k);
+  return v;
+}
+void AppSettings::setAutomaticSampling(const SamplingValues& v) {
+  settings_.setValue("form/auto_steps", v.steps);
+  settings_.setValue("form/auto_guidance", v.guidance);
+  settings_.setValue("form/auto_scheduler", v.scheduler ? static_cast<int>(*v.scheduler) : -1);
+}
+
 QString AppSettings::lastFolder() const {
   return settings_.value("ui/last_folder", QDir::homePath()).toString();
 }

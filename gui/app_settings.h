@@ -6,6 +6,7 @@
 #include <QSettings>
 #include <QStringList>
 
+#include "few_step.h"
 #include "pipeline/generation.h"
 
 namespace octodiff::gui {
@@ -31,6 +32,19 @@ class AppSettings {
   void setModel(const QString& path, const QString& tokenizerDir);
   QStringList recentModels() const;  // newest first, at most kMaxRecent
   void addRecentModel(const QString& path);
+
+  // The LoRA folder and its checked files ("name=strength"), the TAESD path and decoder choice.
+  QString loraFolder() const;
+  void setLoraFolder(const QString& folder);
+  QStringList loraSelection() const;
+  void setLoraSelection(const QStringList& items);
+  QString taesdPath() const;
+  void setTaesdPath(const QString& path);
+  Decoder decoder() const;
+  void setDecoder(Decoder decoder);
+  // Steps, guidance and scheduler as the app last set them for a loaded model (few_step.h).
+  std::optional<SamplingValues> automaticSampling() const;
+  void setAutomaticSampling(const SamplingValues& values);
 
   QString lastFolder() const;  // where the last file dialog ended
   void setLastFolder(const QString& folder);

@@ -5,6 +5,7 @@
 #include <new>
 
 #include "core/error.h"
+#include "pipeline/autoencoder_tiny_loader.h"
 #include "pipeline/export.h"
 
 namespace octodiff::gui {
@@ -59,10 +60,11 @@ GenerationController::~GenerationController() {
   hash_pool_.waitForDone();
 }
 
-bool GenerationController::loadModel(const QString& path, const QString& tokenizerDir) {
+bool GenerationController::loadModel(const QString& path, const QString& tokenizerDir, const QString& taesd) {
   if (isBusy()) return false;
-  const std::string p = path.toStdString(), tok = tokenizerDir.trimmed().toStdString();
-  load_watcher_.setFuture(QtConcurrent::run(&pool_, [p, tok, path] {
+  const std::string p = path.toStdString(), tok = tokenizerDir.trimmed().toStdString(),
+                    tiny = taesd.trimmed().toStdString();
+  load_watcher_.setFuture(QtConcurrent::run(&pool_, [p, tok, tiny, path] {
     LoadOutcome out;
     out.path = path;
     const auto t0 = Clock::now();
@@ -70,6 +72,16 @@ bool GenerationController::loadModel(const QString& path, const QString& tokeniz
       if (p.empty()) fail("no model chosen: pick a diffusers folder or a .safetensors file");
       ModelLoadOptions options;
       if (!tok.empty()) options.tokenizer_dir = tok;
+      if (!tiny.empty()) {
+        // A bad TAESD must not cost the model: try it alone first (it is small).
+        try {
+          static_cast<void>(load_autoencoder_tiny(tiny, options.dtype));
+          options.tiny_autoencoder = tiny;
+        } catch (...) {
+          out.warning = QStringLiteral("The TAESD was not loaded (the model was, without it):\n") +
+                        describeFailure(std::current_exception());
+        }
+      }
       out.model = StableDiffusionModel::load(p, options);
     } catch (...) {
       out.error = describeFailure(std::current_exception());
@@ -82,18 +94,61 @@ bool GenerationController::loadModel(const QString& path, const QString& tokeniz
   return true;
 }
 
+bool GenerationController::applyLoras(const std::vector<LoraSpec>& loras) {
+  if (isBusy() || !model_) return false;
+  load_watcher_.setFuture(QtConcurrent::run(&pool_, [base = model_, loras] {
+    LoadOutcome out;
+    out.kind = LoadOutcome::Loras;
+    out.path = QString::fromStdString(base->path().string());
+    const auto t0 = Clock::now();
+    try {
+      out.model = StableDiffusionModel::with_loras(base, loras);
+    } catch (...) {
+      out.error = describeFailure(std::current_exception());
+    }
+    out.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return out;
+  }));
+  emit lorasApplying();
+  emit busyChanged(true);
+  return true;
+}
+
+bool GenerationController::hasLoras(const std::vector<LoraSpec>& loras) const {
+  if (!model_) return loras.empty();
+  const auto& applied = model_->loras();
+  if (applied.size() != loras.size()) return false;
+  for (size_t i = 0; i < loras.size(); ++i)
+    if (applied[i].spec.path.lexically_normal() != loras[i].path.lexically_normal() ||
+        applied[i].spec.strength != loras[i].strength)
+      return false;
+  return true;
+}
+
+void GenerationController::adoptModel(const ModelPtr& model) {
+  model_ = model;
+  pipeline_ = std::make_shared<ShardedPipeline>(model_);
+  // The model hash (PNG metadata) reads every weight byte once; do it now, in the background.
+  static_cast<void>(QtConcurrent::run(&hash_pool_, [m = model_] {
+    try {
+      m->model_hash();
+    } catch (...) {
+    }
+  }));
+}
+
 void GenerationController::onLoadFinished() {
   const LoadOutcome out = load_watcher_.result();
-  if (out.model) {
-    model_ = out.model;
-    pipeline_ = std::make_shared<ShardedPipeline>(model_);
-    // The model hash (PNG metadata) reads every weight byte once; do it now, in the background.
-    static_cast<void>(QtConcurrent::run(&hash_pool_, [m = model_] {
-      try {
-        m->model_hash();
-      } catch (...) {
-      }
-    }));
+  if (out.kind == LoadOutcome::Loras) {
+    if (out.model) {
+      adoptModel(out.model);
+      emit lorasApplied(out.seconds);
+    } else {
+      emit lorasFailed(out.error);
+    }
+  } else if (out.model) {
+    load_warning_ = out.warning;
+    adoptModel(out.model);
     emit modelLoaded(out.path, out.seconds);
   } else {
     emit modelLoadFailed(out.path, out.error);

@@ -24,8 +24,10 @@ namespace octodiff::gui {
 enum class JobOutcome { Completed, Cancelled, Failed };
 
 struct LoadOutcome {
+  enum Kind { Model, Loras } kind = Model;
   ModelPtr model;
   QString path, error;
+  QString warning;  // the model loaded, but e.g. its TAESD did not
   double seconds = 0;
 };
 
@@ -44,7 +46,17 @@ class GenerationController : public QObject {
   int runsCompleted() const { return runs_completed_; }
 
   // Starts loading (off the UI thread); false when busy. modelLoaded or modelLoadFailed follows.
-  bool loadModel(const QString& path, const QString& tokenizerDir = {});
+  // `taesd`: a tiny autoencoder to load beside it (ModelLoadOptions::tiny_autoencoder); when it
+  // cannot be loaded the model loads without it and loadWarning() says why.
+  bool loadModel(const QString& path, const QString& tokenizerDir = {}, const QString& taesd = {});
+  // What the last successful load could not do (empty: nothing).
+  QString loadWarning() const { return load_warning_; }
+  // Replaces the model by its base with `loras` merged (StableDiffusionModel::with_loras: only
+  // the layers the LoRAs touch are packed again), off the UI thread; false when busy or no model.
+  // lorasApplied or lorasFailed follows; on failure the model stays as it was.
+  bool applyLoras(const std::vector<LoraSpec>& loras);
+  // Whether the model has exactly these LoRAs (same files, same strengths, same order).
+  bool hasLoras(const std::vector<LoraSpec>& loras) const;
   // Starts a job; false (with errorOccurred) when there is no model or a job is running.
   bool start(const Job& job);
   void cancel();
@@ -55,6 +67,9 @@ class GenerationController : public QObject {
   void modelLoading(const QString& path);
   void modelLoaded(const QString& path, double seconds);
   void modelLoadFailed(const QString& path, const QString& message);
+  void lorasApplying();
+  void lorasApplied(double seconds);
+  void lorasFailed(const QString& message);
   void jobStarted(int runs);
   void runStarted(int index, int runs, int devices, int batch, const QString& signature);
   void progressChanged();  // progress() has news
@@ -71,6 +86,7 @@ class GenerationController : public QObject {
   void onResultReady(int index);
   void onJobFinished();
   void onLoadFinished();
+  void adoptModel(const ModelPtr& model);
 
   QThreadPool pool_;       // loads and jobs, one at a time
   QThreadPool hash_pool_;  // the model hash, beside them
@@ -82,6 +98,7 @@ class GenerationController : public QObject {
   ProgressTracker tracker_;
   QElapsedTimer clock_;
   int runs_completed_ = 0;
+  QString load_warning_;
 };
 
 }  // namespace octodiff::gui

@@ -1,11 +1,9 @@
 #include "main_window.h"
 
-#include <QAction>
 #include <QCloseEvent>
 #include <QFileInfo>
 #include <QGroupBox>
 #include <QLabel>
-#include <QMenuBar>
 #include <QScrollArea>
 #include <QSplitter>
 #include <QStatusBar>
@@ -83,6 +81,7 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent) : QMai
   const FormState form = settings_.form();
   setFormState(form);
   comparison_->setSeedsText(settings_.comparisonSeeds());
+  restoreFastSettings();
   model_chooser_->setRecent(settings_.recentModels());
   model_chooser_->setStartFolder(settings_.lastFolder());
   QString model = options.modelPath, tokenizer = options.tokenizerDir;
@@ -114,6 +113,7 @@ QWidget* MainWindow::buildFormColumn() {
   prompts_ = new PromptPanel;
   settings_panel_ = new SettingsPanel;
   progress_ = new ProgressPanel;
+  buildFastPanels();
 
   generate_ = new QPushButton(tr("Generate"));
   generate_->setObjectName(QStringLiteral("generate"));
@@ -159,8 +159,11 @@ QWidget* MainWindow::buildFormColumn() {
   column->addWidget(section(tr("Model"), model_chooser_));
   column->addWidget(section(tr("Prompts: one device each (empty fields are skipped)"), prompts_));
   column->addWidget(section(tr("Settings"), settings_panel_));
+  column->addWidget(few_step_);
   column->addLayout(buttons);
   column->addWidget(section(tr("Progress"), progress_));
+  column->addWidget(section(tr("LoRA"), lora_panel_));
+  column->addWidget(section(tr("Decoder"), decoder_panel_));
   column->addStretch(1);
 
   auto* scroll = new QScrollArea;
@@ -170,24 +173,6 @@ QWidget* MainWindow::buildFormColumn() {
   scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
   scroll->setMinimumWidth(380);
   return scroll;
-}
-
-void MainWindow::buildMenus() {
-  QMenu* file = menuBar()->addMenu(tr("&File"));
-  file->addAction(tr("&Open PNG settings…"), QKeySequence::Open, this, &MainWindow::openPngDialog);
-  file->addAction(tr("&Load model…"), this, &MainWindow::loadModelDialog);
-  file->addSeparator();
-  file->addAction(tr("&Save grid as PNG…"), QKeySequence::Save, this, [this] { saveGridDialog(last_run_); });
-  file->addAction(tr("Save &all images…"), this, &MainWindow::saveAllDialog);
-  file->addSeparator();
-  file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
-  QMenu* run = menuBar()->addMenu(tr("&Run"));
-  run->addAction(tr("&Generate"), QKeySequence(Qt::CTRL | Qt::Key_Return), this, &MainWindow::generate);
-  run->addAction(tr("&Cancel"), QKeySequence(Qt::Key_Escape), this, &MainWindow::cancel);
-  run->addAction(tr("Compare &seeds"), this, [this] {
-    tabs_->setCurrentWidget(comparison_);
-    comparison_->runButton()->click();
-  });
 }
 
 void MainWindow::connectController() {
@@ -264,6 +249,7 @@ std::optional<GenerationRequest> MainWindow::requestFromForm(QString* error) con
   }
   if (!prompts_->negativePrompt().isEmpty()) r.negative_prompts = {prompts_->negativePrompt().toStdString()};
   r.preview = progress_->previewEnabled();
+  r.decoder = decoder_panel_->decoder();
   return r;
 }
 
@@ -275,6 +261,8 @@ bool MainWindow::generateFromForm(bool live) {
   if (controller_->isBusy()) return false;
   QString error;
   auto request = requestFromForm(&error);
+  std::vector<LoraSpec> loras;
+  if (request && !takePromptLoras(&*request, &loras, &error)) request.reset();
   if (!request) {
     if (live)
       statusBar()->showMessage(tr("Live: %1").arg(error));  // mid-typing: no banner for a half-written form
@@ -282,6 +270,8 @@ bool MainWindow::generateFromForm(bool live) {
       reportError(error);
     return false;
   }
+  if (!controller_->hasLoras(loras))  // merge them first, then read the form again
+    return applyLorasThen(loras, [this, live] { generateFromForm(live); });
   if (!live && !settings_panel_->seedLocked()) request->seed = settings_panel_->randomizeSeed();
   return startJob(Job{JobKind::Generate, *request, {request->seed}});
 }
@@ -290,10 +280,13 @@ bool MainWindow::runSeedComparison(JobKind kind, const std::vector<int64_t>& see
   if (controller_->isBusy()) return false;
   QString error;
   auto request = requestFromForm(&error);
-  if (!request) {
+  std::vector<LoraSpec> loras;
+  if (!request || !takePromptLoras(&*request, &loras, &error)) {
     reportError(error);
     return false;
   }
+  if (!controller_->hasLoras(loras))
+    return applyLorasThen(loras, [this, kind, seeds] { runSeedComparison(kind, seeds); });
   if (kind == JobKind::SeedSweep) {
     request->prompts = {request->prompts.front()};
     request->devices = 1;
@@ -331,7 +324,7 @@ void MainWindow::loadModel(const QString& path, const QString& tokenizerDir) {
     reportError(tr("Wait for the current run to finish (or cancel it) before loading another model."));
     return;
   }
-  controller_->loadModel(path, tokenizerDir);
+  controller_->loadModel(path, tokenizerDir, decoder_panel_->taesdPath());
 }
 
 void MainWindow::onModelLoaded(const QString& path, double seconds) {
@@ -340,6 +333,7 @@ void MainWindow::onModelLoaded(const QString& path, double seconds) {
   model_chooser_->showLoaded(label, QString::fromStdString(m->description()), seconds);
   settings_panel_->setModelSize(m->default_width(), m->default_height(), m->size_multiple());
   settings_panel_->setModelScheduler(m->default_scheduler());
+  adviseSamplingFor(*m);
   settings_.setModel(path, model_chooser_->tokenizerDir());
   settings_.addRecentModel(path);
   model_chooser_->setRecent(settings_.recentModels());
@@ -354,6 +348,7 @@ void MainWindow::onModelLoaded(const QString& path, double seconds) {
   for (const auto& note : notes) status += QStringLiteral(" — ") + QString::fromStdString(note);
   shown_load_notes_ = notes.size();
   statusBar()->showMessage(status);
+  showModelExtras(*m);
   emit modelReady(path);
 }
 
@@ -449,6 +444,7 @@ void MainWindow::reportError(const QString& message) {
 
 void MainWindow::saveSettings() {
   settings_.setForm(formState());
+  saveFastSettings();
   settings_.setWindowGeometry(saveGeometry());
   settings_.sync();
 }

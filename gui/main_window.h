@@ -10,12 +10,18 @@
 #include <QTabWidget>
 #include <QTimer>
 
+#include <functional>
+
 #include "app_settings.h"
+#include "decoder_panel.h"
 #include "error_banner.h"
+#include "few_step_panel.h"
 #include "generation_controller.h"
 #include "image_dialog.h"
 #include "live_mode.h"
+#include "lora_panel.h"
 #include "model_chooser.h"
+#include "pipeline/metadata.h"
 #include "progress_panel.h"
 #include "prompt_panel.h"
 #include "result_grid_view.h"
@@ -51,12 +57,19 @@ class MainWindow : public QMainWindow {
   LiveMode* liveMode() const { return live_; }
   QPushButton* cancelButton() const { return cancel_; }
   QTabWidget* tabs() const { return tabs_; }
+  FewStepPanel* fewStepPanel() const { return few_step_; }
+  LoraPanel* loraPanel() const { return lora_panel_; }
+  DecoderPanel* decoderPanel() const { return decoder_panel_; }
   RunPtr lastRun() const { return last_run_; }
 
   FormState formState() const;
   void setFormState(const FormState& form);
   // The request the form describes; empty optional and `error` when it cannot describe one.
   std::optional<GenerationRequest> requestFromForm(QString* error) const;
+  // The LoRAs a run of `request` needs: the LoRA panel's checked files, and the prompts'
+  // <lora:NAME:STRENGTH> tags resolved against the panel's folder (removed from the prompts; a
+  // tag's strength wins over the panel's for the same file). False and `error` for a bad tag.
+  bool takePromptLoras(GenerationRequest* request, std::vector<LoraSpec>* loras, QString* error) const;
 
  public slots:
   bool generate();
@@ -65,6 +78,11 @@ class MainWindow : public QMainWindow {
   void cancel();
   bool runSeedComparison(octodiff::gui::JobKind kind, const std::vector<int64_t>& seeds);
   void loadModel(const QString& path, const QString& tokenizerDir);
+  // The model with the LoRA panel's selection (and the prompts' tags), off the UI thread, when
+  // it does not have exactly those already; false when nothing needed doing or the app is busy.
+  bool applyLorasNow();
+  // Sets the few-step preset: LCM scheduler, 4 steps, guidance 1.5 (for an LCM-LoRA).
+  void applyFewStepPreset();
   bool exportGrid(const QString& path, octodiff::gui::RunPtr run = nullptr);
   bool exportImage(const octodiff::gui::RunPtr& run, int index, const QString& path);
   bool exportAllImages(const QString& dir);
@@ -108,6 +126,21 @@ class MainWindow : public QMainWindow {
   void saveAllDialog();
   void openPngDialog();
   void loadModelDialog();
+  // The few-step, LoRA and decoder parts (main_window_fast.cpp).
+  void buildFastPanels();
+  void restoreFastSettings();
+  void saveFastSettings();
+  SamplingValues currentSampling() const;
+  void setSampling(const SamplingValues& values);
+  void adviseSamplingFor(const StableDiffusionModel& model);
+  void showModelExtras(const StableDiffusionModel& model);
+  // Starts merging `loras`; `then` runs once they are in (dropped when merging fails).
+  bool applyLorasThen(const std::vector<LoraSpec>& loras, std::function<void()> then);
+  void onLorasApplied(double seconds);
+  void onLorasFailed(const QString& message);
+  void onTaesdChosen(const QString& path);
+  // The LoRA checks and decoder of an imported or reused image; `notes`: what could not be.
+  void restoreLorasAndDecoder(const ImageMetadata& metadata, QStringList* notes);
 
   AppSettings settings_;
   size_t shown_load_notes_ = 0;  // the loaded model's load_notes() already shown
@@ -124,6 +157,13 @@ class MainWindow : public QMainWindow {
   ResultGridView* grid_;
   SeedComparisonView* comparison_;
   TimingsPanel* timings_;
+  FewStepPanel* few_step_ = nullptr;
+  LoraPanel* lora_panel_ = nullptr;
+  DecoderPanel* decoder_panel_ = nullptr;
+  QTimer lora_apply_timer_;           // a LoRA check or strength changed: merge after a pause
+  std::function<void()> pending_run_;  // what waits for the LoRAs being merged
+  bool retrying_after_merge_ = false;  // pending_run_ is running: the LoRAs were just merged
+  std::vector<LoraSpec> merged_loras_;  // what the last merge asked for
   QTimer progress_timer_;
   Job job_;
   RunPtr last_run_;

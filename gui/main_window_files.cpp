@@ -1,11 +1,13 @@
-// MainWindow's file and clipboard actions: export PNGs, import settings from PNGs (open or drop),
-// copy, reuse, enlarge. Split from main_window.cpp, which holds the layout and the run wiring.
+// MainWindow's menus, file and clipboard actions: export PNGs, import settings from PNGs (open or
+// drop), copy, reuse, enlarge. Split from main_window.cpp, which holds the layout and the run wiring.
+#include <QAction>
 #include <QApplication>
 #include <QClipboard>
 #include <QDragEnterEvent>
 #include <QDropEvent>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QMenuBar>
 #include <QMimeData>
 #include <QStatusBar>
 
@@ -25,6 +27,24 @@ QString firstPng(const QMimeData* mime) {
 }
 
 }  // namespace
+
+void MainWindow::buildMenus() {
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  file->addAction(tr("&Open PNG settings…"), QKeySequence::Open, this, &MainWindow::openPngDialog);
+  file->addAction(tr("&Load model…"), this, &MainWindow::loadModelDialog);
+  file->addSeparator();
+  file->addAction(tr("&Save grid as PNG…"), QKeySequence::Save, this, [this] { saveGridDialog(last_run_); });
+  file->addAction(tr("Save &all images…"), this, &MainWindow::saveAllDialog);
+  file->addSeparator();
+  file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
+  QMenu* run = menuBar()->addMenu(tr("&Run"));
+  run->addAction(tr("&Generate"), QKeySequence(Qt::CTRL | Qt::Key_Return), this, &MainWindow::generate);
+  run->addAction(tr("&Cancel"), QKeySequence(Qt::Key_Escape), this, &MainWindow::cancel);
+  run->addAction(tr("Compare &seeds"), this, [this] {
+    tabs_->setCurrentWidget(comparison_);
+    comparison_->runButton()->click();
+  });
+}
 
 bool MainWindow::exportGrid(const QString& path, RunPtr run) {
   if (!run) run = last_run_;
@@ -82,6 +102,7 @@ bool MainWindow::importPng(const QString& path) {
     if (model && !made_with.isEmpty() && made_with != QString::fromStdString(model->display_name()))
       notes << tr("it was made with the model '%1'; '%2' is loaded")
                    .arg(made_with, QString::fromStdString(model->display_name()));
+    restoreLorasAndDecoder(imported.metadata, &notes);
     applyRestoredForm(form, notes, QFileInfo(path).fileName());
     return true;
   } catch (const std::exception& e) {
@@ -95,6 +116,7 @@ void MainWindow::reuseSettings(const RunPtr& run, int index) {
   const int B = run->batch();
   const ImageMetadata m = describe_image(run->request, run->result, *run->model, index / B, index % B);
   QStringList notes;
+  restoreLorasAndDecoder(m, &notes);
   applyRestoredForm(formFromMetadata(m, formState(), &notes), notes,
                     tr("image %1 of run #%2").arg(index + 1).arg(run->number));
 }

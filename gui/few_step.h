@@ -1,0 +1,66 @@
+// Few-step models (LCM, SD-Turbo): recognising them from their configuration, the steps and
+// guidance they want, and when the app may set those values for the user.
+//
+// Recognition (recognizeFewStep), in this order:
+//   - an LCM-distilled UNet (unet config time_cond_proj_dim > 0, e.g. LCM-Dreamshaper-v7): the
+//     guidance is an input of the model (one pass a step): 4 steps, guidance 8 (the model card's
+//     and diffusers' LCM example), LCM scheduler;
+//   - the LCM scheduler as the model's own, with an ordinary UNet (an LCM-LoRA fused in): 4 steps,
+//     guidance 1.5 (diffusers' LCM-LoRA guide: guidance 1–2);
+//   - Euler or Euler a with timestep_spacing "trailing" as the model's own (SD-Turbo, SDXL-Turbo):
+//     1 step, guidance 0 (one pass, no negative prompt).
+// Anything else is a standard model: 50 steps, guidance 7.5 (GenerationRequest's defaults).
+//
+// When the app sets them (adviseSampling): a heuristic, since the form cannot tell who typed a
+// value. Steps, guidance and scheduler are taken as *not the user's own* when they equal what the
+// app itself set automatically last time (remembered across sessions) or the standard defaults;
+// then a newly loaded model's values replace them (also back to the standard ones when a standard
+// model follows a few-step one). Any other values were chosen by the user (typed, restored from a
+// PNG, the few-step preset, or edited while the model loaded) and are kept; the note then says
+// what the model recommends.
+#pragma once
+
+#include <QString>
+#include <optional>
+
+#include "schedulers/scheduler.h"
+
+namespace octodiff {
+class StableDiffusionModel;
+}
+
+namespace octodiff::gui {
+
+struct SamplingValues {
+  int steps = 50;
+  double guidance = 7.5;
+  std::optional<SchedulerKind> scheduler;  // nullopt: the model's own
+  bool operator==(const SamplingValues&) const = default;
+};
+
+enum class FewStepKind { None, LcmDistilled, LcmScheduler, Turbo };
+
+struct FewStepProfile {
+  FewStepKind kind = FewStepKind::None;
+  SamplingValues values;  // what the model wants (the standard values for None)
+  QString description;    // e.g. "LCM-distilled UNet, guidance embedded"; empty for None
+};
+
+FewStepProfile recognizeFewStep(const StableDiffusionModel& model);
+SamplingValues standardSampling();
+// The "Few-step preset" for any model with an LCM-LoRA: LCM scheduler, 4 steps, guidance 1.5.
+SamplingValues lcmLoraPreset();
+
+struct SamplingAdvice {
+  bool apply = false;     // set `values` in the form
+  bool remember = false;  // the form holds (after apply) values the app set: remember them as such
+  SamplingValues values;  // the model's values
+  QString note;           // for the few-step note; empty for a standard model
+};
+SamplingAdvice adviseSampling(const FewStepProfile& profile, const SamplingValues& current,
+                              const std::optional<SamplingValues>& lastAutomatic);
+
+// "4 steps, guidance 8" (with ", LCM" when the scheduler is explicit).
+QString describeSampling(const SamplingValues& values);
+
+}  // namespace octodiff::gui
