@@ -26,6 +26,7 @@ import diffusers_env  # noqa: E402
 
 diffusers_env.setup("/work/diffusers-v0.31.0")
 import torch  # noqa: E402
+import safetensors.torch  # noqa: E402,F401  (save_pretrained uses safetensors.torch)
 from diffusers import AutoencoderTiny  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

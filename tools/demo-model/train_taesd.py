@@ -31,6 +31,7 @@ import diffusers_env  # noqa: E402
 diffusers_env.setup("/work/diffusers-v0.31.0")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+import safetensors.torch  # noqa: E402,F401  (save_pretrained uses safetensors.torch)
 from diffusers import AutoencoderTiny  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -77,6 +78,9 @@ def train(args, pipe, lat, images):
         opt.load_state_dict(ck["opt"])
         step, used = ck["step"], ck["seconds"]
         print(f"resumed at step {step}, {used / 60:.1f} min used", flush=True)
+    elif args.init:
+        taesd.load_state_dict(torch.load(os.path.join(configs.WORK, args.init))["model"])
+        print(f"weights initialised from work/{args.init}", flush=True)
     print(f"taesd params {sum(p.numel() for p in taesd.parameters()):,}", flush=True)
     gen = np.random.default_rng(args.seed * 1000 + step)
     budget, start, last_ckpt = args.minutes * 60, time.time() - used, time.time()
@@ -200,6 +204,7 @@ def main():
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--eval-only", action="store_true")
     ap.add_argument("--target", choices=list(PATHS), default="vae")
+    ap.add_argument("--init", help="start from the weights of this work/ checkpoint (e.g. taesd_ckpt.pt)")
     args = ap.parse_args()
     global CKPT, LOG, OUT, TAG
     ck, lg, OUT, TAG = PATHS[args.target]
