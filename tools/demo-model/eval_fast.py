@@ -130,7 +130,8 @@ def main():
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--lcm-guidance", type=float, default=7.5)
     ap.add_argument("--lcm-model", default=LCM_MODEL)
-    ap.add_argument("--skip-baseline", action="store_true")
+    ap.add_argument("--part", choices=["baseline", "lcm"], required=True,
+                    help="baseline: rule check + today's PNDM 50 (+ DDIM 8 for reference); lcm: the LCM model")
     args = ap.parse_args()
     torch.set_num_threads(2)
     os.makedirs(EVAL, exist_ok=True)
@@ -138,16 +139,19 @@ def main():
         heldout = json.load(f)["prompts"]
     base = sampling.Pipeline(shipped_data.MODEL)
     decs = decoders(base)
-    results = {"seeds": args.seeds, "rule_check": rule_check(base, decs)}
-    for k, v in results["rule_check"].items():
-        print(f"rule check {k}: shape class {v['shape_class']:.2f} {v['shape_class_by_shape']}", flush=True)
+    results = {"seeds": args.seeds}
     seeds = list(range(args.seeds))
-    if not args.skip_baseline:
-        results["pndm50_g7.5"] = {"heldout": run(base, decs, heldout, seeds, "pndm50_heldout", guidance=7.5, steps=50,
-                                                 sampler="pndm"),
-                                  "complaint": run(base, decs, COMPLAINT, [0, 1, 2], "pndm50_complaint", guidance=7.5,
-                                                   steps=50, sampler="pndm")}
-    if os.path.exists(os.path.join(args.lcm_model, "unet", "config.json")):
+    if args.part == "baseline":
+        results["rule_check"] = rule_check(base, decs)
+        for k, v in results["rule_check"].items():
+            print(f"rule check {k}: shape class {v['shape_class']:.2f} {v['shape_class_by_shape']}", flush=True)
+        for sampler, n in (("pndm", 50), ("ddim", 8)):
+            results[f"{sampler}{n}_g7.5"] = {
+                "heldout": run(base, decs, heldout, seeds, f"{sampler}{n}_heldout", guidance=7.5, steps=n,
+                               sampler=sampler),
+                "complaint": run(base, decs, COMPLAINT, [0, 1, 2], f"{sampler}{n}_complaint", guidance=7.5, steps=n,
+                                 sampler=sampler)}
+    else:
         lcm = sampling.Pipeline(args.lcm_model)
         g = args.lcm_guidance
         for n in (1, 2, 4, 8):
@@ -155,7 +159,7 @@ def main():
                 "heldout": run(lcm, decs, heldout, seeds, f"lcm{n}_g{g}_heldout", guidance=g, steps=n, sampler="lcm"),
                 "complaint": run(lcm, decs, COMPLAINT, [0, 1, 2], f"lcm{n}_g{g}_complaint", guidance=g, steps=n,
                                  sampler="lcm")}
-    name = "fast_results.json" if args.lcm_guidance == 7.5 else f"fast_results_g{args.lcm_guidance}.json"
+    name = "fast_results_baseline.json" if args.part == "baseline" else f"fast_results_lcm_g{args.lcm_guidance}.json"
     with open(os.path.join(EVAL, name), "w") as f:
         json.dump(results, f, indent=2)
         f.write("\n")

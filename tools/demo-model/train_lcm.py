@@ -226,10 +226,18 @@ def main():
     ap.add_argument("--huber-c", type=float, default=0.001)
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--export-only", action="store_true", help="write the folder from work/lcm_ckpt.pt's EMA model")
     args = ap.parse_args()
     torch.set_num_threads(2)
     QUICK_SOLVER[0] = args.solver_steps
     pipe = sampling.Pipeline(shipped_data.MODEL)
+    if args.export_only:
+        ck = torch.load(CKPT)
+        unet = make_student(pipe.unet)
+        unet.load_state_dict(ck["target"])
+        print(f"checkpoint: step {ck['step']}, {ck['seconds'] / 60:.1f} min", flush=True)
+        export(unet, ck["args"]["solver_steps"])
+        return
     lat = shipped_data.ensure_latents(pipe)
     with open(os.path.join(configs.HERE, "heldout.json")) as f:
         entries = json.load(f)["prompts"]
