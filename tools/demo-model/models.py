@@ -274,18 +274,34 @@ def timestep_embedding(t, dim, flip_sin_to_cos, shift):
     return emb
 
 
+def guidance_scale_embedding(w, dim):
+    """diffusers' LCM get_guidance_scale_embedding: sinusoidal embedding of w*1000 (w = guidance - 1),
+    frequencies exp(-ln(10000) i / (dim/2 - 1)), sin then cos. w (N,) -> (N, dim)."""
+    half = dim // 2
+    freq = torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000.0) / (half - 1)))
+    emb = (w.float() * 1000.0)[:, None] * freq[None, :]
+    return torch.cat([torch.sin(emb), torch.cos(emb)], dim=1)
+
+
 class TimestepEmbedding(nn.Module):
-    def __init__(self, cin, cout):
+    """linear_2(silu(linear_1(x + cond_proj(condition)))); cond_proj (no bias) only for LCM UNets."""
+
+    def __init__(self, cin, cout, cond_proj_dim=None):
         super().__init__()
+        if cond_proj_dim:
+            self.cond_proj = nn.Linear(cond_proj_dim, cin, bias=False)
         self.linear_1 = nn.Linear(cin, cout)
         self.linear_2 = nn.Linear(cout, cout)
 
-    def forward(self, x):
+    def forward(self, x, condition=None):
+        if condition is not None:
+            x = x + self.cond_proj(condition)
         return self.linear_2(F.silu(self.linear_1(x)))
 
 
 class UNet2DConditionModel(nn.Module):
-    """forward(sample (N,C,h,w), timesteps (N,) or scalar, context (N,S,X)) -> noise prediction."""
+    """forward(sample (N,C,h,w), timesteps (N,) or scalar, context (N,S,X), timestep_cond (N,P) for
+    LCM UNets (config time_cond_proj_dim = P)) -> noise prediction."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -302,7 +318,7 @@ class UNet2DConditionModel(nn.Module):
             if cfg.get(key, want) != want:
                 raise ValueError(f"unsupported UNet config {key}={cfg[key]}")
         self.conv_in = nn.Conv2d(cfg["in_channels"], boc[0], 3, padding=1)
-        self.time_embedding = TimestepEmbedding(boc[0], temb)
+        self.time_embedding = TimestepEmbedding(boc[0], temb, cfg.get("time_cond_proj_dim"))
 
         self.down_blocks = nn.ModuleList()
         cout = boc[0]
@@ -344,14 +360,14 @@ class UNet2DConditionModel(nn.Module):
         self.conv_norm_out = nn.GroupNorm(g, boc[0], eps=eps)
         self.conv_out = nn.Conv2d(boc[0], cfg["out_channels"], 3, padding=1)
 
-    def forward(self, sample, timesteps, context):
+    def forward(self, sample, timesteps, context, timestep_cond=None):
         cfg = self.config
         if not torch.is_tensor(timesteps):
             timesteps = torch.tensor([timesteps], dtype=torch.int64)
         timesteps = timesteps.reshape(-1).expand(sample.shape[0])
         emb = timestep_embedding(timesteps, cfg["block_out_channels"][0], cfg["flip_sin_to_cos"],
                                  cfg["freq_shift"])
-        temb = self.time_embedding(emb.to(sample.dtype))
+        temb = self.time_embedding(emb.to(sample.dtype), timestep_cond)
         x = self.conv_in(sample)
         skips = [x]
         for b in self.down_blocks:

@@ -75,6 +75,37 @@ def pndm_sample(eps_fn, x, ac, steps):
     return x
 
 
+def lcm_timesteps(steps, original_steps=50, train=1000):
+    """diffusers LCMScheduler.set_timesteps (v0.31, strength 1)."""
+    origin = np.arange(1, original_steps + 1) * (train // original_steps) - 1
+    idx = np.floor(np.linspace(0, original_steps, num=steps, endpoint=False)).astype(np.int64)
+    return [int(t) for t in origin[::-1][idx]]
+
+
+def lcm_boundary(t, timestep_scaling=10.0, sigma_data=0.5):
+    """(c_skip, c_out) of LCMScheduler.get_scalings_for_boundary_condition_discrete; t may be a tensor."""
+    st = t * timestep_scaling
+    return sigma_data ** 2 / (st ** 2 + sigma_data ** 2), st / (st ** 2 + sigma_data ** 2) ** 0.5
+
+
+def lcm_sample(eps_fn, x, ac, steps, noise_fn, original_steps=50):
+    """diffusers LCMScheduler (epsilon, set_alpha_to_one true): denoised = c_out x0 + c_skip x; every
+    step but the last re-noises the denoised latents to the next timestep with noise_fn(shape)."""
+    ts = lcm_timesteps(steps, original_steps)
+    for i, t in enumerate(ts):
+        eps = eps_fn(x, t)
+        a_t = ac[t]
+        x0 = (x - (1 - a_t).sqrt() * eps) / a_t.sqrt()
+        c_skip, c_out = lcm_boundary(float(t))
+        denoised = c_out * x0 + c_skip * x
+        if i + 1 < len(ts):
+            a_p = ac[ts[i + 1]]
+            x = a_p.sqrt() * denoised + (1 - a_p).sqrt() * noise_fn(x.shape)
+        else:
+            x = denoised
+    return x
+
+
 class Pipeline:
     """Loads a diffusers folder (ours) with our modules; generate() mirrors the SD pipeline."""
 
@@ -102,9 +133,10 @@ class Pipeline:
 
     @torch.no_grad()
     def generate(self, prompts, seeds, guidance=7.5, negative=None, steps=20, sampler="ddim", latents=None,
-                 as_float=False):
-        """Returns uint8 images [B,H,W,3] (float in [0,1] if as_float). One torch.Generator per seed
-        draws that image's initial latents unless `latents` is given."""
+                 as_float=False, output="image"):
+        """Returns uint8 images [B,H,W,3] (float in [0,1] if as_float; the final UNet latents, as the
+        UNet produces them, if output == "latents"). One torch.Generator per seed draws that image's
+        initial latents unless `latents` is given."""
         n = len(prompts)
         cond = self.embed(prompts)
         uncond = self.embed(negative if negative is not None else [""] * n)
@@ -115,16 +147,38 @@ class Pipeline:
         x = latents
         ctx = torch.cat([uncond, cond])
 
+        cond_dim = self.unet.config.get("time_cond_proj_dim")
+        if cond_dim:  # LCM-distilled UNet: guidance lives in the model, one pass per step
+            w_emb = models.guidance_scale_embedding(torch.full((n,), guidance - 1.0), cond_dim)
+
         def eps_fn(x, t):
+            if cond_dim:
+                return self.unet(x, torch.tensor(t), cond, timestep_cond=w_emb)
             if guidance == 1.0:
                 return self.unet(x, torch.tensor(t), cond)
             e = self.unet(torch.cat([x, x]), torch.tensor(t), ctx)
             eu, ec = e.chunk(2)
             return eu + guidance * (ec - eu)
 
-        x = (ddim_sample if sampler == "ddim" else pndm_sample)(eps_fn, x, self.ac, steps)
-        img = self.vae.decode(x / self.vae.config["scaling_factor"])
-        img = (img / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).numpy()
-        if as_float:
-            return img
-        return np.rint(img * 255).astype(np.uint8)
+        if sampler == "lcm":
+            gens = [torch.Generator().manual_seed(10_000 + sd) for sd in seeds]
+            noise = lambda shape: torch.stack([torch.randn(shape[1:], generator=g) for g in gens])  # noqa: E731
+            x = lcm_sample(eps_fn, x, self.ac, steps, noise, self.sched.get("original_inference_steps", 50))
+        else:
+            x = (ddim_sample if sampler == "ddim" else pndm_sample)(eps_fn, x, self.ac, steps)
+        if output == "latents":
+            return x
+        return self.decode(x, as_float)
+
+    @torch.no_grad()
+    def decode(self, x, as_float=False):
+        """UNet latents -> images with the VAE (latents / scaling_factor), post-processed as the pipeline."""
+        return to_images(self.vae.decode(x / self.vae.config["scaling_factor"]), as_float)
+
+
+def to_images(img, as_float=False):
+    """Decoder output [B,3,H,W] in [-1,1] -> uint8 [B,H,W,3] (float in [0,1] if as_float)."""
+    img = (img / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).numpy()
+    if as_float:
+        return img
+    return np.rint(img * 255).astype(np.uint8)

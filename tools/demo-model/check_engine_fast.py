@@ -1,0 +1,97 @@
+"""Cross-checks the few-step add-ons with the C++ engine (an `octodiff-cli` built from main with
+the LCM/TAESD wiring; not built by this tool), same initial latents, --compat diffusers:
+  (1) the demo model, DDIM 20, g 7.5, decoded by the demo TAESD (--taesd): engine image vs our torch
+      pipeline's latents decoded by diffusers' AutoencoderTiny;
+  (2) the LCM demo model (resources/demo-model-lcm), 1 LCM step (no step noise), g 7.5: engine
+      image vs our torch LCM pipeline (VAE decode).
+Optionally (--heldout) the held-out agreement of engine images, default flax semantics, seeds 0..3.
+
+  /usr/bin/python3 tools/demo-model/check_engine_fast.py --cli build/engine/cli/octodiff-cli
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+sys.path.insert(0, "/work/shared/tools")
+import diffusers_env  # noqa: E402
+
+diffusers_env.setup("/work/diffusers-v0.31.0")
+import torch  # noqa: E402
+import safetensors.torch  # noqa: E402,F401  (diffusers loads with safetensors.torch)
+from diffusers import AutoencoderTiny  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check_engine  # noqa: E402
+import configs  # noqa: E402
+import evaluate  # noqa: E402
+import measure  # noqa: E402
+import sampling  # noqa: E402
+import shape_class  # noqa: E402
+
+TAESD = os.path.join(evaluate.MODEL, "taesd")
+LCM = os.path.join(configs.ROOT, "resources", "demo-model-lcm")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", required=True)
+    ap.add_argument("--heldout", action="store_true")
+    ap.add_argument("--lcm-guidance", type=float, default=7.5)
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    with open(os.path.join(configs.HERE, "heldout.json")) as f:
+        entries = json.load(f)["prompts"]
+    res = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        lat = torch.randn(1, 4, 8, 8, generator=torch.Generator().manual_seed(0))
+        np.save(os.path.join(tmp, "lat.npy"), lat.numpy()[None].astype(np.float32))
+        p = entries[4]["prompt"]
+        base = sampling.Pipeline(evaluate.MODEL)
+        taesd = AutoencoderTiny.from_pretrained(TAESD).eval()
+        eng = check_engine.run(args.cli, evaluate.MODEL, p, ["--compat", "diffusers", "--scheduler", "ddim", "--steps",
+                                                              "20", "--latents", os.path.join(tmp, "lat.npy"),
+                                                              "--taesd", TAESD], tmp)
+        with torch.no_grad():
+            z = base.generate([p], None, guidance=7.5, steps=20, sampler="ddim", latents=lat, output="latents")
+            ours = sampling.to_images(taesd.decode(z).sample, True)[0]
+        res["taesd_ddim20_max_abs_image_diff"] = float(np.abs(eng - ours).max())
+        print(f"engine vs torch, demo model DDIM 20 + TAESD, '{p}': max abs image diff "
+              f"{res['taesd_ddim20_max_abs_image_diff']:.2e}", flush=True)
+        if os.path.exists(os.path.join(LCM, "unet", "config.json")):
+            lcm = sampling.Pipeline(LCM)
+            g = args.lcm_guidance
+            eng = check_engine.run(args.cli, LCM, p, ["--compat", "diffusers", "--steps", "1", "--guidance", str(g),
+                                                      "--latents", os.path.join(tmp, "lat.npy")], tmp)
+            ours = lcm.generate([p], [0], guidance=g, steps=1, sampler="lcm", latents=lat, as_float=True)[0]
+            res["lcm1_max_abs_image_diff"] = float(np.abs(eng - ours).max())
+            print(f"engine vs torch, LCM demo model 1 step g {g}: max abs image diff "
+                  f"{res['lcm1_max_abs_image_diff']:.2e}", flush=True)
+            if args.heldout:
+                for steps, extra in ((4, []), (4, ["--taesd", TAESD])):
+                    imgs, ok, shp = [], 0, 0
+                    for e in entries:
+                        for s in range(4):
+                            im = check_engine.run(args.cli, LCM, e["prompt"], ["--seed", str(s), "--steps", str(steps),
+                                                                               "--guidance", str(g)] + extra, tmp)
+                            u8 = np.rint(im * 255).astype(np.uint8)
+                            imgs.append(u8)
+                            ok += measure.agrees(e, measure.measure(u8))[0]
+                            shp += shape_class.classify(u8)["shape"] == e["shape"]
+                    tag = f"engine_lcm{steps}_g{g}" + ("_taesd" if extra else "")
+                    res[tag] = {"agreement": ok / len(imgs), "shape_class": shp / len(imgs), "images": len(imgs)}
+                    evaluate.save_grid(os.path.join(evaluate.EVAL, f"{tag}_heldout.png"), np.stack(imgs), 8)
+                    print(f"{tag}: held-out agreement {ok / len(imgs):.3f}, shape class {shp / len(imgs):.3f}",
+                          flush=True)
+    with open(os.path.join(evaluate.EVAL, "engine_check_fast.json"), "w") as f:
+        json.dump(res, f, indent=2)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
