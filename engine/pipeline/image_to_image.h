@@ -12,6 +12,12 @@
 //   ε:     normal(key_d, (B, h, w, C))   — the same key (Flax samples the posterior with the
 //          pipeline's prng_seed), NHWC as Flax's VAE returns its moments; or
 //          GenerationRequest::posterior_noise (B, C, h, w), as diffusers' generator draws it.
+//
+// The images are always encoded by the model's VAE (AutoencoderKL), also with Decoder::Tiny
+// (diffusers with vae=AutoencoderTiny would encode with TAESD's encoder: not done here).
+// LCM runs its own strength grid (LatentConsistencyModelImg2ImgPipeline's set_timesteps(N,
+// strength)) whatever the UNet; diffusers' StableDiffusionImg2ImgPipeline with an LCMScheduler
+// would cut the full grid instead.
 #pragma once
 
 #include <optional>

@@ -225,3 +225,46 @@ TEST(ImageToImageBadInput, ClearErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+// Every scheduler in both compat modes: the run makes the calls from t_start on (LCM: all of its
+// strength grid) and ends with finite latents.
+TEST(ImageToImageSchedulers, EverySchedulerRunsFromItsStartStep) {
+  ShardedPipeline pipe(model_with_encoder());
+  for (Compat compat : {Compat::Flax, Compat::Diffusers})
+    for (SchedulerKind kind : all_scheduler_kinds()) {
+      GenerationRequest req = golden_request(kind, 0.5);
+      req.steps = 4;
+      req.compat = compat;
+      req.latents.reset();
+      req.posterior_noise.reset();
+      const GenerationResult res = pipe.run(req);
+      auto scheduler = Scheduler::create(kind, model_with_encoder()->scheduler_config(kind, std::nullopt),
+                                         compat == Compat::Flax ? SchedulerSemantics::Flax : SchedulerSemantics::Diffusers);
+      const SchedulerState full = scheduler->set_timesteps(4);
+      const int expected = kind == SchedulerKind::Lcm ? 4 : scheduler->num_model_calls(full) - 2;  // t_start = 2
+      EXPECT_EQ(res.model_calls, expected) << scheduler_name(kind) << " " << compat_name(compat);
+      for (float v : res.final_latents) ASSERT_TRUE(std::isfinite(v)) << scheduler_name(kind);
+    }
+}
+
+// An LCM-distilled UNet (tests/data/tiny-lcm): one pass per step with the guidance embedding, over
+// the strength grid of its LCMScheduler.
+TEST(ImageToImageSchedulers, LcmDistilledModelRunsTheStrengthGrid) {
+  ModelLoadOptions o;
+  o.load_vae_encoder = true;
+  ShardedPipeline pipe(StableDiffusionModel::load(test::data_dir() / "tiny-lcm", o));
+  GenerationRequest req = golden_request(SchedulerKind::Lcm, 0.5);
+  req.scheduler.reset();  // the model's own: LCM
+  req.steps = 4;
+  req.latents.reset();
+  req.posterior_noise.reset();
+  const GenerationResult res = pipe.run(req);
+  EXPECT_EQ(res.signature.scheduler, SchedulerKind::Lcm);
+  EXPECT_TRUE(res.signature.embedded_guidance);
+  EXPECT_EQ(res.model_calls, 4);
+  for (float v : res.final_latents) ASSERT_TRUE(std::isfinite(v));
+}
+
+}  // namespace
