@@ -209,7 +209,8 @@ void MainWindow::restoreLorasAndDecoder(const ImageMetadata& m, QStringList* not
 
 void MainWindow::onTaesdChosen(const QString& path) {
   settings_.setTaesdPath(path);
-  if (!path.isEmpty() && decoder_panel_->decoder() == Decoder::Vae) decoder_panel_->setDecoder(Decoder::Tiny);
+  // Choosing a TAESD selects it (as octodiff-cli --taesd does); clearing the path goes back to the VAE.
+  decoder_panel_->setDecoder(path.isEmpty() ? Decoder::Vae : Decoder::Tiny);
   // The TAESD is loaded with the model: load the current one again (its weight cache makes it quick).
   const QString model = settings_.modelPath();
   if (!model.isEmpty()) loadModel(model, settings_.tokenizerDir());

@@ -65,6 +65,11 @@ class DecoderTest : public QObject {
     // Reusing the TAESD image's settings chooses TAESD again.
     w_->reuseSettings(run, 0);
     QCOMPARE(w_->decoderPanel()->decoder(), Decoder::Tiny);
+    // A new window remembers the TAESD and loads the model with it.
+    auto second = openWindow();
+    QCOMPARE(second->decoderPanel()->taesdPath(), taesdPath());
+    QCOMPARE(second->decoderPanel()->decoder(), Decoder::Tiny);
+    QVERIFY(second->controller()->model()->tiny_autoencoder());
   }
 
   void aFileThatIsNoTaesdShowsAnErrorAndTheModelStillLoads() {

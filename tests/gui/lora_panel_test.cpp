@@ -158,6 +158,18 @@ class LoraPanelTest : public QObject {
     uncheckAll();
     QVERIFY(generate() == base_);
   }
+
+  void theFolderAndTheChecksAreRemembered() {
+    w_->loraPanel()->setFolder(loraDir());
+    list()->setStrength(list()->rowOf("peft"), -0.75);
+    list()->setEnabled(list()->rowOf("peft"), true);
+    QVERIFY(!generate().isNull());  // a run saves the settings
+    auto second = openWindow();
+    LoraListModel* restored = second->loraPanel()->model();
+    QCOMPARE(second->loraPanel()->folder(), loraDir());
+    QCOMPARE(restored->selectionText(), QStringList{"peft=-0.75"});
+    uncheckAll();
+  }
 };
 
 QTEST_MAIN(LoraPanelTest)
