@@ -52,7 +52,7 @@ COMPLAINT = [  # issue 20.7, as the user typed them ("big" is not in the caption
 def decoders(pipe):
     out = {"vae": pipe.decode}
     for name, path in (("taesd", os.path.join(shipped_data.MODEL, "taesd")),
-                       ("taesd-sharp", os.path.join(LCM_MODEL, "taesd-sharp"))):
+                       ("taesd-sharp", os.path.join(configs.WORK, "taesd-sharp"))):
         if os.path.exists(os.path.join(path, "config.json")):
             t = AutoencoderTiny.from_pretrained(path).eval()
             out[name] = (lambda t: lambda z: sampling.to_images(t.decode(z).sample))(t)

@@ -196,7 +196,7 @@ def write_json(path, obj):
 
 def export(unet, solver_steps, out=OUT):
     src = shipped_data.MODEL
-    for sub in ("text_encoder", "tokenizer", "vae", "taesd"):
+    for sub in ("text_encoder", "tokenizer", "vae"):
         if os.path.isdir(os.path.join(src, sub)):
             shutil.copytree(os.path.join(src, sub), os.path.join(out, sub), dirs_exist_ok=True)
     with open(os.path.join(src, "model_index.json")) as f:

@@ -46,7 +46,7 @@ import shipped_data  # noqa: E402
 # sharper decoder than the VAE's; see README "Shapes").
 PATHS = {"vae": ("taesd_ckpt.pt", "taesd_loss.csv", os.path.join(shipped_data.MODEL, "taesd"), "taesd"),
          "images": ("taesd_sharp_ckpt.pt", "taesd_sharp_loss.csv",
-                    os.path.join(configs.ROOT, "resources", "demo-model-lcm", "taesd-sharp"), "taesd_sharp")}
+                    os.path.join(configs.WORK, "taesd-sharp"), "taesd_sharp")}
 CKPT, LOG, OUT, TAG = None, None, None, None
 EVAL = os.path.join(configs.HERE, "eval")
 
