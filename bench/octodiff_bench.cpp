@@ -62,7 +62,7 @@ struct Options {
   std::string taesd;                // few-step modes: a TAESD folder/file, or "random" (the default)
   bool steps_given = false;
   std::optional<double> guidance;   // few-step modes: default per --arch
-  bool json = false, skip_pipeline = false, skip_vae = false, load_only = false;
+  bool json = false, skip_pipeline = false, skip_vae = false, skip_grid = false, load_only = false;
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -72,12 +72,14 @@ struct Options {
                "                      [--dtype f32|bf16] [--repeats N] [--steps S] [--skip-pipeline]\n"
                "                      [--skip-vae] [--first-load warm|cold] [--load-only]\n"
                "                      [--residency auto|minimal|resident] [--json]\n"
-               "                      [--arch sd15|sd-turbo|lcm-sd15] [--taesd PATH|random] [--guidance G]\n"
+               "                      [--arch sd15|sd-turbo|lcm-sd15] [--taesd PATH|random] [--guidance G] [--skip-grid]\n"
                "  default model: a random full-size model of --arch in $OCTODIFF_CACHE_DIR/models (made when absent)\n"
                "  --arch:       sd15 (default): the guided-step report below; sd-turbo (1 step, guidance 0) or\n"
                "                lcm-sd15 (4 steps, embedded guidance 8.5): the few-step report (\"few_step\" in the\n"
                "                JSON): networks alone, images and a 2x4 grid end to end, the issue-20 ratio checks;\n"
-               "                --steps and --guidance override the architecture's settings\n"
+               "                --steps and --guidance override the architecture's settings; --skip-vae skips the\n"
+               "                image decoded by the VAE end to end (its decode alone is still timed), --skip-grid\n"
+               "                the 2x4 grid\n"
                "  --taesd:      the tiny autoencoder of the few-step report: a diffusers AutoencoderTiny folder or\n"
                "                madebyollin file, or random (default: a random full-size TAESD, made when absent)\n"
                "  --first-load: pack the weights afresh (empty weight cache); warm: the checkpoint is read\n"
@@ -121,6 +123,7 @@ Options parse(int argc, char** argv) {
       else if (a == "--json") o.json = true;
       else if (a == "--skip-pipeline") o.skip_pipeline = true;
       else if (a == "--skip-vae") o.skip_vae = true;
+      else if (a == "--skip-grid") o.skip_grid = true;
       else if (a == "--load-only") o.load_only = true;
       else if (a == "--residency") {
         o.residency = value();
@@ -135,8 +138,8 @@ Options parse(int argc, char** argv) {
       usage_error("option " + a + " expects a number");
     }
   }
-  if (o.arch == "sd15" && (!o.taesd.empty() || o.guidance))
-    usage_error("--taesd and --guidance are for the few-step report (--arch sd-turbo|lcm-sd15)");
+  if (o.arch == "sd15" && (!o.taesd.empty() || o.guidance || o.skip_grid))
+    usage_error("--taesd, --guidance and --skip-grid are for the few-step report (--arch sd-turbo|lcm-sd15)");
   if (o.arch != "sd15" && o.taesd.empty()) o.taesd = "random";
   return o;
 }
@@ -402,6 +405,8 @@ int main(int argc, char** argv) {
       f.threads = threads;
       f.repeats = o.repeats;
       f.dtype = dtype;
+      f.grid = !o.skip_grid;
+      f.image_vae = !o.skip_vae;
       j["few_step"] = bench::run_few_step(model, f);
       j["peak_rss_mb"] = peak_rss_bytes() / 1048576.0;
       const double ref_peak = measure_peaks_again(j, threads, peak_start, bf16_peak_start, dtype);
