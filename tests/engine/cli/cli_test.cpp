@@ -13,6 +13,7 @@
 #include "io/npy.h"
 #include "io/png.h"
 #include "pipeline/metadata.h"
+#include "cli_runner.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -20,38 +21,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct CliRun {
-  int code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
+using test::CliRun;
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
+CliRun cli(const std::vector<std::string>& args, const fs::path& cwd) { return test::run_cli(args, cwd); }
 
-CliRun cli(const std::vector<std::string>& args, const fs::path& cwd) {
-  std::string cmd = "cd " + quote(cwd.string()) + " && " + quote(OCTODIFF_CLI_PATH);
-  for (const auto& a : args) cmd += " " + quote(a);
-  const fs::path err_file = cwd / "stderr.txt";
-  cmd += " 2>" + quote(err_file.string());
-  CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = read_text_file(err_file);
-  return r;
-}
-
-std::vector<std::string> tiny(std::vector<std::string> args) {
-  args.insert(args.begin(), {"generate", "--model", test::tiny_sd_dir().string()});
-  return args;
-}
+std::vector<std::string> tiny(std::vector<std::string> args) { return test::tiny_generate(std::move(args)); }
 
 }  // namespace
 

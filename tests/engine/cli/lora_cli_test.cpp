@@ -10,6 +10,7 @@
 #include "io/npy.h"
 #include "io/png.h"
 #include "pipeline/metadata.h"
+#include "cli_runner.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -17,31 +18,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
+using test::CliRun;
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-CliRun cli(const std::vector<std::string>& args, const fs::path& cwd) {
-  std::string cmd = "cd " + quote(cwd.string()) + " && " + quote(OCTODIFF_CLI_PATH) + " generate --model " +
-                    quote(test::tiny_sd_dir().string()) + " --steps 2 --seed 3";
-  for (const auto& a : args) cmd += " " + quote(a);
-  cmd += " 2>" + quote((cwd / "stderr.txt").string());
-  CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = read_text_file(cwd / "stderr.txt");
-  return r;
+// generate on the tiny model, 2 steps, seed 3, then args.
+CliRun cli(std::vector<std::string> args, const fs::path& cwd) {
+  args.insert(args.begin(), {"--steps", "2", "--seed", "3"});
+  return test::run_cli(test::tiny_generate(std::move(args)), cwd);
 }
 
 fs::path lora_dir() { return test::data_dir() / "tiny-sd-lora"; }

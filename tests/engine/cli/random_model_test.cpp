@@ -16,6 +16,7 @@
 #include "models/parameter_catalog.h"
 #include "pipeline/autoencoder_tiny_loader.h"
 #include "schedulers/scheduler.h"
+#include "cli_runner.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -24,24 +25,11 @@ using nlohmann::json;
 
 namespace {
 
-struct CliResult {
-  int code = -1;
-  std::string out, err;
-};
+using CliResult = test::CliRun;
 
-CliResult make_random_model(const std::vector<std::string>& args, const fs::path& cwd) {
-  std::string cmd = "cd '" + cwd.string() + "' && '" + OCTODIFF_CLI_PATH + "' make-random-model";
-  for (const auto& a : args) cmd += " '" + a + "'";  // plain test arguments: no quotes inside
-  cmd += " 2>'" + (cwd / "stderr.txt").string() + "'";
-  CliResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = read_text_file(cwd / "stderr.txt");
-  return r;
+CliResult make_random_model(std::vector<std::string> args, const fs::path& cwd) {
+  args.insert(args.begin(), "make-random-model");
+  return test::run_cli(args, cwd);
 }
 
 json read_json(const fs::path& p) { return json::parse(read_text_file(p)); }
