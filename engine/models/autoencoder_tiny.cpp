@@ -29,6 +29,17 @@ Tensor AutoencoderTiny::Block::operator()(const Tensor& x) const {
 }
 
 // DecoderTiny.__init__'s list, in its order (the index of each entry names its weights).
+// An AutoencoderTinyBlock of width C at `name` (name.conv.{0,2,4}).
+AutoencoderTiny::Layer AutoencoderTiny::load_block(WeightSource& w, const std::string& name, int64_t C,
+                                                   kernels::Precision p) {
+  Layer l;
+  l.kind = Layer::Kind::Block;
+  l.block.conv0 = Conv2d::load_same(w, name + ".conv.0", C, C, 3, p);
+  l.block.conv2 = Conv2d::load_same(w, name + ".conv.2", C, C, 3, p);
+  l.block.conv4 = Conv2d::load_same(w, name + ".conv.4", C, C, 3, p);
+  return l;
+}
+
 std::vector<AutoencoderTiny::Layer> AutoencoderTiny::load_decoder(WeightSource& w, const AutoencoderTinyConfig& c,
                                                                   kernels::Precision p) {
   const int64_t C = c.channels();
@@ -46,13 +57,7 @@ std::vector<AutoencoderTiny::Layer> AutoencoderTiny::load_decoder(WeightSource& 
   const size_t stages = c.num_decoder_blocks.size();
   for (size_t s = 0; s < stages; ++s) {
     for (int b = 0; b < c.num_decoder_blocks[s]; ++b) {
-      const std::string name = layer_name("decoder", layers.size());
-      Layer l;
-      l.kind = Layer::Kind::Block;
-      l.block.conv0 = Conv2d::load_same(w, name + ".conv.0", C, C, 3, p);
-      l.block.conv2 = Conv2d::load_same(w, name + ".conv.2", C, C, 3, p);
-      l.block.conv4 = Conv2d::load_same(w, name + ".conv.4", C, C, 3, p);
-      layers.push_back(std::move(l));
+      layers.push_back(load_block(w, layer_name("decoder", layers.size()), C, p));
     }
     const bool last = s + 1 == stages;
     if (!last) add(Layer::Kind::Upsample2x);
@@ -78,13 +83,7 @@ std::vector<AutoencoderTiny::Layer> AutoencoderTiny::load_encoder(WeightSource& 
     else
       add_conv(C, C, kStride2Pad1, /*bias=*/false);
     for (int b = 0; b < c.num_encoder_blocks[s]; ++b) {
-      const std::string name = layer_name("encoder", layers.size());
-      Layer l;
-      l.kind = Layer::Kind::Block;
-      l.block.conv0 = Conv2d::load_same(w, name + ".conv.0", C, C, 3, p);
-      l.block.conv2 = Conv2d::load_same(w, name + ".conv.2", C, C, 3, p);
-      l.block.conv4 = Conv2d::load_same(w, name + ".conv.4", C, C, 3, p);
-      layers.push_back(std::move(l));
+      layers.push_back(load_block(w, layer_name("encoder", layers.size()), C, p));
     }
   }
   add_conv(C, c.latent_channels, kernels::Conv2dGeometry::same(3), true);

@@ -80,6 +80,7 @@ class AutoencoderTiny {
     Conv2d conv;  // Kind::Conv
     Block block;  // Kind::Block
   };
+  static Layer load_block(WeightSource& w, const std::string& name, int64_t C, kernels::Precision p);
   static std::vector<Layer> load_decoder(WeightSource& w, const AutoencoderTinyConfig& c, kernels::Precision p);
   static std::vector<Layer> load_encoder(WeightSource& w, const AutoencoderTinyConfig& c, kernels::Precision p);
   static Tensor run(const std::vector<Layer>& layers, Tensor x);
