@@ -60,9 +60,9 @@ std::string Signature::str() const {
              strength > 0 ? cat(" img2img strength=", strength) : std::string());
 }
 
-ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
-  ResolvedRequest r;
-  r.request = req;
+// The request's devices (0: one per prompt batch) and every image's prompt and negative prompt
+// (D·B each, into r); returns D. Throws octodiff::Error for counts that do not fit.
+static int resolve_prompts(const GenerationRequest& req, ResolvedRequest& r) {
   if (req.prompts.empty()) fail("at least one prompt is needed (it may be the empty string)");
   if (req.batch_per_device < 1) fail("batch per device must be at least 1, got ", req.batch_per_device);
   const int B = req.batch_per_device;
@@ -93,6 +93,14 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
   } else {
     fail(NP, " negative prompts for ", n, " images (give 0, 1 or ", n, ")");
   }
+  return D;
+}
+
+ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
+  ResolvedRequest r;
+  r.request = req;
+  const int D = resolve_prompts(req, r);
+  const int B = req.batch_per_device;
 
   const StableDiffusionModel& m = *model_;
   if (req.decoder == Decoder::Tiny && !m.tiny_autoencoder())
