@@ -86,6 +86,16 @@ struct GenerationRequest {
   // When absent: Flax's sample(key_d), i.e. normal(key_d) over (B, h, w, C) in NHWC order — the
   // same key and so the same values as the noise, read in another layout.
   std::optional<Tensor> posterior_noise;
+
+  // Inpainting (pipeline/inpaint.h) when not empty: needs init_images; 1 mask for every device or
+  // D (device d's mask goes with its init image), each the size of the init images before they
+  // are floored and resized. White (≥ 0.5 after blur) is repainted, black kept. 9-channel
+  // inpainting UNets run as FlaxStableDiffusionInpaintPipeline; 4-channel UNets with diffusers'
+  // legacy blend of the noised init latents outside the mask after every step.
+  std::vector<Image8> masks;
+  int mask_blur = 0;                 // Gaussian blur radius of the mask in pixels (A1111 "Mask blur")
+  bool inpaint_only_masked = false;  // A1111 "Inpaint area: Only masked": crop around the mask, paste back
+  int only_masked_padding = 32;      // pixels around the mask's bounding box in that mode
 };
 
 // The static part of a request: a new signature compiles a new plan, like a jit re-trace.

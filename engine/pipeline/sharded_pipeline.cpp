@@ -111,6 +111,7 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
   const int scale =
       req.decoder == Decoder::Tiny ? m.tiny_autoencoder()->config().decoder_scale_factor() : m.vae_scale_factor();
   int H = req.height, W = req.width;
+  if (!req.masks.empty()) fail("inpainting (a mask) is not available in this build yet");
   if (!req.init_images.empty()) resolve_init_images(r, D, &H, &W);
   if (!H) H = m.unet().config().sample_size * scale;
   if (!W) W = m.unet().config().sample_size * scale;
