@@ -155,13 +155,35 @@ class VaryTest : public QObject {
     // the run completes with the mask in its request.
     if (*outcome == JobOutcome::Completed) {
       QCOMPARE(w_->lastRun()->request.masks.size(), size_t{1});
-      QCOMPARE(w_->resultGrid()->tileCount(), InitImagePanel::kDefaultVariations);
+      QCOMPARE(w_->resultGrid()->tileCount(), 2);
+      grab("screenshot-inpaint.png");  // the painted mask's result
     } else {
       QCOMPARE(*outcome, JobOutcome::Failed);
       QCOMPARE(errors.count(), 1);
       QVERIFY2(w_->errorBanner()->message().contains("mask"), qPrintable(w_->errorBanner()->message()));
       qInfo("with a mask, the engine says: %s", qPrintable(w_->errorBanner()->message()));
     }
+  }
+
+  // An init image the engine cannot use (smaller than one latent block under flax): its error in
+  // the banner, the app still works.
+  void tooSmallInitImage() {
+    w_->maskEditor()->clear();
+    QImage tiny(16, 16, QImage::Format_RGB888);
+    tiny.fill(Qt::red);
+    w_->initImagePanel()->setInitImage(tiny, "tiny");
+    w_->settingsPanel()->widthBox()->setValue(0);
+    w_->settingsPanel()->heightBox()->setValue(0);
+    QSignalSpy errors(w_.get(), &MainWindow::errorShown);
+    QVERIFY(w_->generate());
+    QCOMPARE(waitForJob(*w_), std::optional<JobOutcome>(JobOutcome::Failed));
+    QCOMPARE(errors.count(), 1);
+    QVERIFY(w_->errorBanner()->isError());
+    qInfo("a 16 x 16 init image: %s", qPrintable(w_->errorBanner()->message()));
+    w_->initImagePanel()->clearInitImage();
+    QVERIFY(w_->generate());  // text to image again
+    QCOMPARE(waitForJob(*w_), std::optional<JobOutcome>(JobOutcome::Completed));
+    QVERIFY(w_->lastRun()->request.init_images.empty());
   }
 };
 
