@@ -5,20 +5,50 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QScrollArea>
+#include <QSettings>
 #include <QStatusBar>
 
 #include "image_metadata_io.h"
 #include "main_window.h"
 
 namespace octodiff::gui {
+namespace {
+
+// The panel's options persist between sessions beside AppSettings' keys (the image does not).
+void restorePanelOptions(InitImagePanel* panel) {
+  const QSettings s(QStringLiteral("Octodiff"), QStringLiteral("Octodiff"));
+  InitImageSettings o;
+  o.strength = s.value("image_to_image/strength", InitImagePanel::kDefaultStrength).toDouble();
+  o.mask_blur = s.value("image_to_image/mask_blur", InitImagePanel::kDefaultMaskBlur).toInt();
+  o.only_masked = s.value("image_to_image/only_masked", false).toBool();
+  o.masked_padding = s.value("image_to_image/masked_padding", 32).toInt();
+  panel->setSettings(o);
+  panel->setMode(static_cast<VaryMode>(s.value("image_to_image/mode", 0).toInt()));
+  panel->setVariations(s.value("image_to_image/variations", InitImagePanel::kDefaultVariations).toInt());
+}
+
+void savePanelOptions(const InitImagePanel* panel) {
+  QSettings s(QStringLiteral("Octodiff"), QStringLiteral("Octodiff"));
+  const InitImageSettings o = panel->settings();
+  s.setValue("image_to_image/strength", *o.strength);
+  s.setValue("image_to_image/mask_blur", *o.mask_blur);
+  s.setValue("image_to_image/only_masked", *o.only_masked);
+  s.setValue("image_to_image/masked_padding", *o.masked_padding);
+  s.setValue("image_to_image/mode", static_cast<int>(panel->mode()));
+  s.setValue("image_to_image/variations", panel->variations());
+}
+
+}  // namespace
 
 void MainWindow::buildInitPanel() {
   init_panel_ = new InitImagePanel;
+  restorePanelOptions(init_panel_);
   connect(init_panel_, &InitImagePanel::errorOccurred, this, &MainWindow::reportError);
   connect(init_panel_, &InitImagePanel::openRequested, this, &MainWindow::openInitImageDialog);
   connect(init_panel_, &InitImagePanel::maskEditRequested, this,
           [this] { tabs_->setCurrentWidget(init_panel_->maskEditor()); });
   connect(init_panel_, &InitImagePanel::changed, this, [this] {
+    savePanelOptions(init_panel_);
     if (live_) live_->inputsChanged();  // live mode varies the image as the strength or mask changes
   });
   connect(init_panel_, &InitImagePanel::initImageChanged, this, [this] {

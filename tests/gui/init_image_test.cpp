@@ -308,6 +308,36 @@ class InitImageTest : public QObject {
     QVERIFY2(w->errorBanner()->message().contains("made from text alone"), qPrintable(w->errorBanner()->message()));
   }
 
+  void optionsPersistButNotTheImage() {
+    {
+      auto w = windowWithoutModel();
+      InitImagePanel* panel = w->initImagePanel();
+      panel->setInitImage(testPicture(), "test picture");
+      panel->setStrength(0.3);
+      panel->setMode(VaryMode::SeedComparison);
+      panel->setVariations(6);
+      panel->maskBlurBox()->setValue(9);
+      panel->inpaintAreaBox()->setCurrentIndex(1);
+      panel->paddingBox()->setValue(20);
+    }
+    auto w = windowWithoutModel();
+    InitImagePanel* panel = w->initImagePanel();
+    QVERIFY(!panel->hasInitImage());
+    QCOMPARE(panel->strength(), 0.3);
+    QCOMPARE(panel->mode(), VaryMode::SeedComparison);
+    QCOMPARE(panel->variations(), 6);
+    QCOMPARE(panel->maskBlurBox()->value(), 9);
+    QCOMPARE(panel->inpaintAreaBox()->currentData().toBool(), true);
+    QCOMPARE(panel->paddingBox()->value(), 20);
+    // Back to the defaults for the other tests.
+    panel->setStrength(InitImagePanel::kDefaultStrength);
+    panel->setMode(VaryMode::Variations);
+    panel->setVariations(InitImagePanel::kDefaultVariations);
+    panel->maskBlurBox()->setValue(InitImagePanel::kDefaultMaskBlur);
+    panel->inpaintAreaBox()->setCurrentIndex(0);
+    panel->paddingBox()->setValue(32);
+  }
+
   void initSettingsFromTexts() {
     ImageMetadata m;
     InitImageSettings none = initSettingsFromPng({{"parameters", "a cat\nSteps: 20, Seed: 1"}}, m);
