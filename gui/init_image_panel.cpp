@@ -96,8 +96,9 @@ QWidget* InitImagePanel::buildImageRow() {
   caption_ = new QLabel;
   caption_->setObjectName(QStringLiteral("initCaption"));
   caption_->setWordWrap(true);
-  hint_ = new QLabel(tr("Generate makes images from text. For image to image, Vary a result (hover a tile), "
-                        "open an image or drop one here."));
+  hint_ =
+      new QLabel(tr("Generate makes images from text. For image to image, Vary a result (hover a tile), "
+                    "open an image or drop one here."));
   hint_->setWordWrap(true);
   hint_->setStyleSheet(QStringLiteral("color: palette(mid);"));
   open_ = new QPushButton(tr("Open image…"));
@@ -137,8 +138,9 @@ QWidget* InitImagePanel::buildOptions() {
   strength_->setObjectName(QStringLiteral("strength"));
   strength_->setRange(5, 100);  // hundredths: 0.05 … 1.0
   strength_->setValue(static_cast<int>(kDefaultStrength * 100));
-  strength_->setToolTip(tr("Denoising strength: how much of the schedule runs from the image. Low keeps the "
-                           "image, 1.0 ignores it (only its size remains)."));
+  strength_->setToolTip(
+      tr("Denoising strength: how much of the schedule runs from the image. Low keeps the "
+         "image, 1.0 ignores it (only its size remains)."));
   strength_label_ = new QLabel;
   strength_label_->setMinimumWidth(32);
   auto* strength_row = new QHBoxLayout;
@@ -149,15 +151,17 @@ QWidget* InitImagePanel::buildOptions() {
   mode_->setObjectName(QStringLiteral("varyMode"));
   mode_->addItem(tr("Every device a variation"), static_cast<int>(VaryMode::Variations));
   mode_->addItem(tr("Seed comparison of one image"), static_cast<int>(VaryMode::SeedComparison));
-  mode_->setToolTip(tr("Every device a variation: one run, the image on every device, each device its own "
-                       "noise.\nSeed comparison: one image per seed listed in the Seed comparison tab."));
+  mode_->setToolTip(
+      tr("Every device a variation: one run, the image on every device, each device its own "
+         "noise.\nSeed comparison: one image per seed listed in the Seed comparison tab."));
   variations_ = new QSpinBox;
   variations_->setObjectName(QStringLiteral("variations"));
   variations_->setRange(1, 8);
   variations_->setValue(kDefaultVariations);
   variations_->setSuffix(tr(" devices"));
-  variations_->setToolTip(tr("With one prompt: how many variations (devices). With several prompts, each "
-                             "prompt's device is a variation."));
+  variations_->setToolTip(
+      tr("With one prompt: how many variations (devices). With several prompts, each "
+         "prompt's device is a variation."));
   auto* mode_row = new QHBoxLayout;
   mode_row->addWidget(mode_, 1);
   mode_row->addWidget(variations_);

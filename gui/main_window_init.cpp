@@ -53,7 +53,8 @@ void MainWindow::buildInitPanel() {
   });
   connect(init_panel_, &InitImagePanel::initImageChanged, this, [this] {
     if (init_panel_->hasInitImage())
-      statusBar()->showMessage(tr("Init image: %1 — Generate varies it (image to image)").arg(init_panel_->origin()), 8000);
+      statusBar()->showMessage(
+          tr("Init image: %1 — Generate varies it (image to image)").arg(init_panel_->origin()), 8000);
     else
       statusBar()->showMessage(tr("No init image: Generate makes images from text"), 5000);
   });
@@ -67,7 +68,7 @@ void MainWindow::vary(const RunPtr& run, int index) {
   restoreLorasAndDecoder(m, &notes);
   FormState form = formFromMetadata(m, formState(), &notes);
   form.seed_locked = settings_panel_->seedLocked();  // Vary keeps the user's seed habit
-  form.request.devices = 0;  // the variations count (or the prompts) sets it
+  form.request.devices = 0;                          // the variations count (or the prompts) sets it
   const QString origin = tr("image %1 of run #%2").arg(index + 1).arg(run->number);
   init_panel_->setInitImage(run->images[index], origin);
   applyRestoredForm(form, notes, origin);
@@ -114,7 +115,8 @@ bool MainWindow::runInitSeedComparison() {
   QString error;
   const auto seeds = SeedComparisonView::parseSeeds(comparison_->seedsText(), &error);
   if (!seeds) {
-    reportError(tr("A seed comparison of the init image needs its seeds (the Seed comparison tab): %1").arg(error));
+    reportError(
+        tr("A seed comparison of the init image needs its seeds (the Seed comparison tab): %1").arg(error));
     return false;
   }
   comparison_->setMode(JobKind::SeedSweep);
@@ -134,7 +136,8 @@ void MainWindow::restoreInitFromRun(const RunRecord& run, int index, QStringList
   const size_t d = static_cast<size_t>(index / std::max(1, run.batch()));
   init_panel_->setInitImage(toQImage(r.init_images.size() > 1 ? r.init_images.at(d) : r.init_images[0]),
                             tr("the init image of run #%1").arg(run.number));
-  if (!r.masks.empty()) init_panel_->maskEditor()->setMask(toQImage(r.masks.size() > 1 ? r.masks.at(d) : r.masks[0]));
+  if (!r.masks.empty())
+    init_panel_->maskEditor()->setMask(toQImage(r.masks.size() > 1 ? r.masks.at(d) : r.masks[0]));
   init_panel_->setSettings(initSettingsFromRequest(r));
 }
 

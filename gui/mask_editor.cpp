@@ -175,7 +175,8 @@ QWidget* MaskEditor::buildTools() {
   undo->setShortcut(QKeySequence::Undo);
   QPushButton* redo = button(tr("Redo"), QStringLiteral("maskRedo"), tr("Redo (Ctrl+Shift+Z)"));
   redo->setShortcut(QKeySequence::Redo);
-  QPushButton* invert = button(tr("Invert"), QStringLiteral("maskInvert"), tr("Repaint what is kept and keep what is repainted"));
+  QPushButton* invert = button(tr("Invert"), QStringLiteral("maskInvert"),
+                               tr("Repaint what is kept and keep what is repainted"));
   QPushButton* clear = button(tr("Clear"), QStringLiteral("maskClear"), tr("Remove the whole mask"));
   connect(undo, &QPushButton::clicked, this, &MaskEditor::undo);
   connect(redo, &QPushButton::clicked, this, &MaskEditor::redo);
@@ -317,7 +318,7 @@ void MaskEditor::paintStroke(const QVector<QPointF>& points, Tool tool) {
 }
 
 void MaskEditor::pushLayer(const QImage& before, const QString& what) {
-  if (before == layer_) return;  // nothing changed: no undo step
+  if (before == layer_) return;                           // nothing changed: no undo step
   undo_->push(new MaskEdit(this, before, layer_, what));  // redo() sets what is already there
 }
 
@@ -343,7 +344,8 @@ void MaskEditor::clear() {
 }
 
 void MaskEditor::dragEnterEvent(QDragEnterEvent* event) {
-  if (event->mimeData()->hasUrls() && event->mimeData()->urls().value(0).isLocalFile()) event->acceptProposedAction();
+  if (event->mimeData()->hasUrls() && event->mimeData()->urls().value(0).isLocalFile())
+    event->acceptProposedAction();
 }
 
 void MaskEditor::dropEvent(QDropEvent* event) {
@@ -359,8 +361,9 @@ void MaskEditor::updateStatus() {
     return;
   }
   const double f = maskedFraction();
-  status_->setText(f > 0 ? tr("%1 × %2 · %3 % repainted").arg(image_.width()).arg(image_.height()).arg(100 * f, 0, 'f', 1)
-                         : tr("%1 × %2 · no mask: the whole image is varied").arg(image_.width()).arg(image_.height()));
+  status_->setText(
+      f > 0 ? tr("%1 × %2 · %3 % repainted").arg(image_.width()).arg(image_.height()).arg(100 * f, 0, 'f', 1)
+            : tr("%1 × %2 · no mask: the whole image is varied").arg(image_.width()).arg(image_.height()));
 }
 
 }  // namespace octodiff::gui

@@ -27,7 +27,7 @@ class MaskCanvas : public QWidget {
   Q_OBJECT
  public:
   explicit MaskCanvas(MaskEditor* editor);
-  QRect imageRect() const;                        // where the image is drawn
+  QRect imageRect() const;                          // where the image is drawn
   QPointF toImage(const QPointF& widgetPos) const;  // widget → image pixel coordinates
   QPointF toWidget(const QPointF& imagePos) const;  // image → widget coordinates
   QSize sizeHint() const override { return {480, 480}; }
@@ -56,9 +56,9 @@ class MaskEditor : public QWidget {
   const QImage& image() const { return image_; }
   bool hasImage() const { return !image_.isNull(); }
 
-  QImage mask() const;         // Format_Grayscale8, image().size(); 255 = repaint, 0 = keep
-  Image8 maskImage8() const;   // the same as RGB for the engine (white = repaint)
-  bool hasMask() const;        // at least one pixel is painted
+  QImage mask() const;            // Format_Grayscale8, image().size(); 255 = repaint, 0 = keep
+  Image8 maskImage8() const;      // the same as RGB for the engine (white = repaint)
+  bool hasMask() const;           // at least one pixel is painted
   double maskedFraction() const;  // of the image's pixels, 0..1
   // The image with the mask's overlay drawn on it (thumbnails, screenshots).
   QImage overlaid() const;
@@ -105,8 +105,8 @@ class MaskEditor : public QWidget {
   void paintSegment(const QPointF& from, const QPointF& to);
   void updateStatus();
 
-  QImage image_;   // RGB888
-  QImage layer_;   // ARGB32_Premultiplied, the image's size: opaque where painted, clear elsewhere
+  QImage image_;  // RGB888
+  QImage layer_;  // ARGB32_Premultiplied, the image's size: opaque where painted, clear elsewhere
   QImage stroke_before_;
   QPointF last_;
   bool stroking_ = false;

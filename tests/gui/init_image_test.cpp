@@ -23,7 +23,8 @@ namespace {
 QImage testPicture(int w = 64, int h = 48) {
   QImage image(w, h, QImage::Format_RGB888);
   for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x) image.setPixelColor(x, y, QColor((x * 4) % 256, (y * 5) % 256, (x * y) % 256));
+    for (int x = 0; x < w; ++x)
+      image.setPixelColor(x, y, QColor((x * 4) % 256, (y * 5) % 256, (x * y) % 256));
   return image;
 }
 
@@ -92,8 +93,8 @@ class InitImageTest : public QObject {
     QCOMPARE(m.size(), QSize(64, 48));
     QVERIFY(binary(m));
     for (int x : {8, 20, 40}) QCOMPARE(maskAt(m, x, 10), 255);  // on the stroke
-    QCOMPARE(maskAt(m, 24, 30), 0);                              // far from it
-    QCOMPARE(maskAt(m, 50, 10), 0);                              // beyond its end
+    QCOMPARE(maskAt(m, 24, 30), 0);                             // far from it
+    QCOMPARE(maskAt(m, 50, 10), 0);                             // beyond its end
     const int painted = paintedCount(m);
     // About a 32 × 6 band with round ends: 192 + π·9 ≈ 220 pixels.
     QVERIFY2(painted > 170 && painted < 270, qPrintable(QString::number(painted)));
@@ -267,7 +268,8 @@ class InitImageTest : public QObject {
     InitImagePanel* panel = w->initImagePanel();
     const QString path = files_.filePath("a1111.png");
     const std::string parameters =
-        "a red circle\nNegative prompt: blurry\nSteps: 20, Sampler: Euler, CFG scale: 7, Seed: 5, Size: 64x48, "
+        "a red circle\nNegative prompt: blurry\nSteps: 20, Sampler: Euler, CFG scale: 7, Seed: 5, Size: "
+        "64x48, "
         "Model hash: 0123456789, Denoising strength: 0.45, Mask blur: 8, Inpaint area: Only masked, "
         "Masked area padding: 48, Version: v1.9.0";
     write_png(path.toStdString(), toImage8(testPicture()), {{"parameters", parameters}});
@@ -305,7 +307,8 @@ class InitImageTest : public QObject {
     QVERIFY(w->importPng(octodiff_png));
     QVERIFY(!panel->hasInitImage());
     QCOMPARE(panel->strength(), 0.8);  // untouched
-    QVERIFY2(w->errorBanner()->message().contains("made from text alone"), qPrintable(w->errorBanner()->message()));
+    QVERIFY2(w->errorBanner()->message().contains("made from text alone"),
+             qPrintable(w->errorBanner()->message()));
   }
 
   void optionsPersistButNotTheImage() {
@@ -344,12 +347,14 @@ class InitImageTest : public QObject {
     QVERIFY(!none.strength && !none.mask_blur && !none.only_masked && !none.masked_padding);
     m.denoising_strength = 0.5;
     // A1111 writes "Inpaint area" only for "Only masked": with a mask blur alone it is the whole picture.
-    InitImageSettings whole = initSettingsFromPng({{"parameters", "a cat\nSteps: 20, Denoising strength: 0.5, Mask blur: 4, Seed: 1"}}, m);
+    InitImageSettings whole = initSettingsFromPng(
+        {{"parameters", "a cat\nSteps: 20, Denoising strength: 0.5, Mask blur: 4, Seed: 1"}}, m);
     QCOMPARE(*whole.strength, 0.5);
     QCOMPARE(*whole.mask_blur, 4);
     QCOMPARE(*whole.only_masked, false);
     QVERIFY(!whole.masked_padding);
-    InitImageSettings junk = initSettingsFromPng({{"parameters", "a cat\nSteps: 20, Mask blur: lots"}}, ImageMetadata{});
+    InitImageSettings junk =
+        initSettingsFromPng({{"parameters", "a cat\nSteps: 20, Mask blur: lots"}}, ImageMetadata{});
     QVERIFY(!junk.mask_blur);
   }
 };

@@ -21,7 +21,8 @@ double meanAbsDiff(const QImage& a, const QImage& b) {
   const QImage x = a.convertToFormat(QImage::Format_RGB888), y = b.convertToFormat(QImage::Format_RGB888);
   double sum = 0;
   for (int r = 0; r < x.height(); ++r)
-    for (int c = 0; c < x.width() * 3; ++c) sum += std::abs(int(x.constScanLine(r)[c]) - int(y.constScanLine(r)[c]));
+    for (int c = 0; c < x.width() * 3; ++c)
+      sum += std::abs(int(x.constScanLine(r)[c]) - int(y.constScanLine(r)[c]));
   return sum / (x.width() * x.height() * 3.0);
 }
 
@@ -44,7 +45,8 @@ class VaryTest : public QObject {
   void grab(const QString& name) {
     w_->resize(1400, 900);
     QTest::qWait(200);
-    if (auto* scroll = w_->findChild<QScrollArea*>("formScroll")) scroll->ensureWidgetVisible(w_->initImagePanel(), 0, 0);
+    if (auto* scroll = w_->findChild<QScrollArea*>("formScroll"))
+      scroll->ensureWidgetVisible(w_->initImagePanel(), 0, 0);
     QTest::qWait(50);
     const QString path = resultsDir() + "/" + name;
     QVERIFY(w_->grab().save(path));
@@ -73,7 +75,8 @@ class VaryTest : public QObject {
     vary->click();
     InitImagePanel* panel = w_->initImagePanel();
     QVERIFY(panel->hasInitImage());
-    QCOMPARE(panel->initImage().convertToFormat(QImage::Format_RGB888), source_.convertToFormat(QImage::Format_RGB888));
+    QCOMPARE(panel->initImage().convertToFormat(QImage::Format_RGB888),
+             source_.convertToFormat(QImage::Format_RGB888));
     QCOMPARE(w_->promptPanel()->prompts().at(0), kPrompt);
     QCOMPARE(w_->settingsPanel()->stepsBox()->value(), 50);
     QCOMPARE(w_->settingsPanel()->seed(), int64_t{1});
@@ -97,10 +100,11 @@ class VaryTest : public QObject {
       QCOMPARE(im.size(), QSize(64, 64));
       to_source.push_back(meanAbsDiff(im, source_));
       for (int j = 0; j < i; ++j)  // each device drew its own noise
-        QVERIFY2(meanAbsDiff(im, w_->resultGrid()->tile(j)->image()) > 0.5, qPrintable(QString("%1 vs %2").arg(i).arg(j)));
+        QVERIFY2(meanAbsDiff(im, w_->resultGrid()->tile(j)->image()) > 0.5,
+                 qPrintable(QString("%1 vs %2").arg(i).arg(j)));
     }
-    qInfo("variations at strength 0.6: mean |variation - source| = %.1f, %.1f, %.1f, %.1f (of 255)", to_source[0],
-          to_source[1], to_source[2], to_source[3]);
+    qInfo("variations at strength 0.6: mean |variation - source| = %.1f, %.1f, %.1f, %.1f (of 255)",
+          to_source[0], to_source[1], to_source[2], to_source[3]);
     grab("screenshot-vary.png");
   }
 
