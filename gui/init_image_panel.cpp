@@ -241,7 +241,11 @@ void InitImagePanel::refresh() {
     return;
   }
   thumbnail_->setImage(editor_->overlaid());
-  caption_->setText(tr("%1\n%2 × %3").arg(origin_).arg(initImage().width()).arg(initImage().height()));
+  QString caption = tr("%1\n%2 × %3").arg(origin_).arg(initImage().width()).arg(initImage().height());
+  if (const QSize run = runSize(0, 0); run != initImage().size())
+    caption +=
+        tr(", runs at %1 × %2 (the model's size) unless Size is set").arg(run.width()).arg(run.height());
+  caption_->setText(caption);
   const double f = editor_->maskedFraction();
   mask_status_->setText(f > 0 ? tr("%1 % of the image is repainted").arg(100 * f, 0, 'f', 1)
                               : tr("none: the whole image is varied"));
@@ -293,11 +297,34 @@ void InitImagePanel::setSettings(const InitImageSettings& s) {
   if (s.masked_padding) padding_->setValue(*s.masked_padding);
 }
 
+void InitImagePanel::setModelSize(int defaultWidth, int defaultHeight, int multiple) {
+  model_size_ = QSize(defaultWidth, defaultHeight);
+  model_multiple_ = std::max(1, multiple);
+  refresh();
+}
+
+QSize InitImagePanel::runSize(int width, int height) const {
+  const QSize own = initImage().size();
+  if (own.isEmpty()) return {};
+  if (width > 0 && height > 0) return {width, height};
+  if (width > 0)
+    return {width, std::max(1, static_cast<int>(std::lround(double(width) * own.height() / own.width())))};
+  if (height > 0)
+    return {std::max(1, static_cast<int>(std::lround(double(height) * own.width() / own.height()))), height};
+  const double area = double(model_size_.width()) * model_size_.height();
+  if (model_size_.isEmpty() || double(own.width()) * own.height() <= area) return own;
+  const double scale = std::sqrt(area / (double(own.width()) * own.height()));
+  auto side = [&](int s) {
+    return std::max(model_multiple_, int(s * scale) / model_multiple_ * model_multiple_);
+  };
+  return {side(own.width()), side(own.height())};
+}
+
 void InitImagePanel::applyTo(GenerationRequest* r) const {
   if (!hasInitImage()) return;
   QImage image = initImage();
   QImage mask = editor_->mask();
-  const QSize size(r->width > 0 ? r->width : image.width(), r->height > 0 ? r->height : image.height());
+  const QSize size = runSize(r->width, r->height);
   if (size != image.size()) {
     image = image.scaled(size, Qt::IgnoreAspectRatio, Qt::SmoothTransformation);
     mask = mask.scaled(size, Qt::IgnoreAspectRatio, Qt::FastTransformation);

@@ -63,10 +63,18 @@ class InitImagePanel : public QWidget {
   InitImageSettings settings() const;
   void setSettings(const InitImageSettings& settings);
 
+  // The loaded model's default size and the multiple its sizes must be of (SettingsPanel's).
+  void setModelSize(int defaultWidth, int defaultHeight, int multiple);
+  // The size the init image runs at for a request with this width × height: those when set (one
+  // of them: the other keeps the image's aspect); else the image's own size, or — when it has
+  // more pixels than the model's default size — the model's default area with the image's
+  // aspect, sides floored to the model's multiple (a photo does not become a 4000-pixel run).
+  QSize runSize(int width, int height) const;
+
   // Image-to-image (and inpainting when a mask is painted) for `request`, whose prompts are set:
   // init_images, strength, masks and their options; in Variations mode a single prompt runs on
-  // variations() devices. The image (and mask) is resized to the request's width × height when
-  // those are set and differ; else its own size is the run's. Nothing when there is no image.
+  // variations() devices. The image and mask are resized to runSize() when it differs from the
+  // image's size. Nothing when there is no image.
   void applyTo(GenerationRequest* request) const;
 
   QSlider* strengthSlider() const { return strength_; }
@@ -101,6 +109,8 @@ class InitImagePanel : public QWidget {
   void refresh();
 
   MaskEditor* editor_;  // owned here, shown by the main window in its own tab
+  QSize model_size_;    // the model's default size (empty: no model yet)
+  int model_multiple_ = 8;
   QString origin_;
   ImageCanvas* thumbnail_;
   QLabel *caption_, *hint_, *strength_label_, *mask_status_;

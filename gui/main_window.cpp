@@ -342,6 +342,7 @@ void MainWindow::onModelLoaded(const QString& path, double seconds) {
   const QString label = modelLabel(path);
   model_chooser_->showLoaded(label, QString::fromStdString(m->description()), seconds);
   settings_panel_->setModelSize(m->default_width(), m->default_height(), m->size_multiple());
+  init_panel_->setModelSize(m->default_width(), m->default_height(), m->size_multiple());
   settings_panel_->setModelScheduler(m->default_scheduler());
   adviseSamplingFor(*m);
   settings_.setModel(path, model_chooser_->tokenizerDir());

@@ -199,6 +199,13 @@ class InitImageTest : public QObject {
     QCOMPARE(r->masks[0].width, 32);
     QCOMPARE(r->masks[0].height, 32);
 
+    // One side set: the other keeps the image's aspect (64 × 48 → 32 × 24).
+    w->settingsPanel()->heightBox()->setValue(0);
+    r = w->requestFromForm(&error);
+    QVERIFY2(r, qPrintable(error));
+    QCOMPARE(r->init_images[0].width, 32);
+    QCOMPARE(r->init_images[0].height, 24);
+
     // Several prompts: each its own device (each a variation), the count is theirs.
     w->settingsPanel()->widthBox()->setValue(0);
     w->settingsPanel()->heightBox()->setValue(0);
@@ -212,6 +219,28 @@ class InitImageTest : public QObject {
     QVERIFY(!panel->hasInitImage());
     r = w->requestFromForm(&error);
     QVERIFY(r && r->init_images.empty() && r->masks.empty());
+  }
+
+  void largeImagesRunAtTheModelsArea() {
+    InitImagePanel panel;
+    panel.setInitImage(testPicture(400, 300), "photo");
+    QCOMPARE(panel.runSize(0, 0), QSize(400, 300));  // no model yet: its own size
+    panel.setModelSize(64, 64, 32);                  // the demo model
+    // 4096 pixels at 4:3 → 73.9 × 55.4, floored to multiples of 32.
+    QCOMPARE(panel.runSize(0, 0), QSize(64, 32));
+    panel.setModelSize(512, 512, 64);                // SD 1.5
+    QCOMPARE(panel.runSize(0, 0), QSize(400, 300));  // fewer pixels than 512²: kept
+    panel.setInitImage(testPicture(1600, 1200), "big photo");
+    QCOMPARE(panel.runSize(0, 0), QSize(576, 384));  // 591 × 443 floored to 64
+    QCOMPARE(panel.runSize(768, 512), QSize(768, 512));
+    QVERIFY2(panel.findChild<QLabel*>("initCaption")->text().contains("runs at 576 × 384"),
+             qPrintable(panel.findChild<QLabel*>("initCaption")->text()));
+    GenerationRequest r;
+    r.prompts = {"a photo"};
+    panel.applyTo(&r);
+    QCOMPARE(r.init_images[0].width, 576);
+    QCOMPARE(r.init_images[0].height, 384);
+    QCOMPARE(r.width, 0);  // the engine takes the size from the image
   }
 
   void droppedFiles() {
