@@ -41,6 +41,7 @@ class VaryTest : public QObject {
   std::unique_ptr<QTemporaryDir> settings_dir_;
   std::unique_ptr<MainWindow> w_;
   QImage source_;  // the image varied
+  RunPtr first_;   // the text-to-image run that made it
 
   void grab(const QString& name) {
     w_->resize(1400, 900);
@@ -67,6 +68,7 @@ class VaryTest : public QObject {
     QCOMPARE(waitForJob(*w_), std::optional<JobOutcome>(JobOutcome::Completed));
     QCOMPARE(w_->resultGrid()->tileCount(), 1);
     source_ = w_->resultGrid()->tile(0)->image();
+    first_ = w_->lastRun();
     QCOMPARE(source_.size(), QSize(64, 64));
 
     fillForm(*w_, {"something else"}, /*seed=*/1, /*steps=*/5);  // Vary puts the image's settings back
@@ -188,6 +190,26 @@ class VaryTest : public QObject {
     QVERIFY(w_->generate());  // text to image again
     QCOMPARE(waitForJob(*w_), std::optional<JobOutcome>(JobOutcome::Completed));
     QVERIFY(w_->lastRun()->request.init_images.empty());
+  }
+
+  // Reuse of an image-to-image result brings its init image back (from the run, not from a
+  // PNG); reuse of a text-to-image result removes the init image, with a note.
+  void reuseRestoresTheInitImage() {
+    w_->vary(first_, 0);
+    w_->initImagePanel()->setStrength(0.7);
+    QVERIFY(w_->generate());
+    QCOMPARE(waitForJob(*w_), std::optional<JobOutcome>(JobOutcome::Completed));
+    const RunPtr run = w_->lastRun();
+    w_->initImagePanel()->clearInitImage();
+    w_->initImagePanel()->setStrength(0.3);
+    w_->reuseSettings(run, 1);
+    QVERIFY(w_->initImagePanel()->hasInitImage());
+    QCOMPARE(toImage8(w_->initImagePanel()->initImage()).rgb, run->request.init_images[0].rgb);
+    QCOMPARE(w_->initImagePanel()->strength(), 0.7);
+    w_->reuseSettings(first_, 0);
+    QVERIFY(!w_->initImagePanel()->hasInitImage());
+    QVERIFY2(w_->errorBanner()->message().contains("made from text alone"),
+             qPrintable(w_->errorBanner()->message()));
   }
 };
 
