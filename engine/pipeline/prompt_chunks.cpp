@@ -108,7 +108,7 @@ void add_run(ChunkBuilder& b, const std::vector<int32_t>& run, float weight, int
     }
     const int64_t n = found.embedding->count();
     if (static_cast<int64_t>(b.tokens.size()) + n > kChunkTokens) b.close();
-    b.fixes.push_back({static_cast<int>(b.tokens.size()) + 1, found.embedding});
+    b.fixes.push_back({static_cast<int>(b.tokens.size()) + 1, found.embedding->vectors});
     b.tokens.insert(b.tokens.end(), n, 0);
     b.multipliers.insert(b.multipliers.end(), n, weight);
     position += found.name_tokens;
@@ -167,8 +167,7 @@ Tensor encode_prompt_layouts(const ClipTextModel& encoder, const std::vector<con
   Tensor embeds = encoder.embed_tokens(ids, N, kL);
   for (int64_t n = 0; n < N; ++n)
     for (const PromptChunk::Fix& fix : all[n]->fixes)
-      std::memcpy(embeds.data() + (n * kL + fix.position) * H, fix.embedding->vectors.data(),
-                  sizeof(float) * fix.embedding->vectors.numel());
+      std::memcpy(embeds.data() + (n * kL + fix.position) * H, fix.vectors.data(), sizeof(float) * fix.vectors.numel());
   Tensor z = encoder.forward_embeddings(embeds).last_hidden_state;  // N × 77 × H
   for (int64_t n = 0; n < N; ++n) apply_weights_restoring_mean(z.data() + n * kL * H, all[n]->multipliers, H);
   // rows × (chunks·77) × H is the same memory as (rows·chunks) × 77 × H.

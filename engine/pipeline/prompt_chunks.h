@@ -82,8 +82,8 @@ struct PromptChunk {
   std::vector<int32_t> ids;        // 77: bos, 75 tokens or padding, eos
   std::vector<float> multipliers;  // 77: weights (1 for bos, eos, padding)
   struct Fix {
-    int position = 0;              // index in ids of the first vector
-    const TextualInversion* embedding = nullptr;
+    int position = 0;  // index in ids of the first vector
+    Tensor vectors;    // n × hidden: the embedding's (shares its storage, so the chunk outlives the library)
   };
   std::vector<Fix> fixes;          // textual-inversion vectors to put in place of ids' rows
 };

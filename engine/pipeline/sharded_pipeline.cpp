@@ -334,6 +334,16 @@ std::vector<GenerationResult::Embedding> used_embeddings(const TokenizedPrompts&
   return used;
 }
 
+// The request's prompts as token ids or layouts; their warnings and embeddings go into `result`.
+TokenizedPrompts tokenize_request(const ResolvedRequest& r, const StableDiffusionModel& m, GenerationResult& result) {
+  PromptReading reading;
+  read_prompt_options(r.request, m, reading);
+  TokenizedPrompts tokens = tokenize_prompts(m.tokenizer(), r.prompts, r.negative_prompts, reading.options);
+  result.warnings = tokens.warnings;
+  result.embeddings = used_embeddings(tokens, reading.library);
+  return tokens;
+}
+
 }  // namespace
 
 GenerationResult ShardedPipeline::run(const GenerationRequest& request, const ProgressCallback& progress,
@@ -360,11 +370,7 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
   result.model_calls = calls_run;
   result.threads_per_device = plan.threads_per_worker;
   result.concurrent_devices = plan.workers;
-  PromptReading reading;
-  read_prompt_options(r.request, m, reading);
-  const TokenizedPrompts tokens = tokenize_prompts(m.tokenizer(), r.prompts, r.negative_prompts, reading.options);
-  result.warnings = tokens.warnings;
-  result.embeddings = used_embeddings(tokens, reading.library);
+  const TokenizedPrompts tokens = tokenize_request(r, m, result);
   result.device_keys = jax::split(jax::prng_key(r.request.seed), s.devices, r.request.rng);
 
   DeviceRunner devices(s.devices, plan.threads_per_worker, plan.arenas, cancel);
