@@ -26,6 +26,12 @@ FormState AppSettings::form() const {
   r.compat = static_cast<Compat>(settings_.value("form/compat", 0).toInt());
   r.dtype = static_cast<ComputeDType>(settings_.value("form/dtype", 0).toInt());
   r.threads = settings_.value("form/threads", 0).toInt();
+  // The app reads prompts as A1111 does by default (the engine and CLI default to plain, truncate).
+  r.prompt_syntax = static_cast<PromptSyntax>(
+      settings_.value("form/prompt_syntax", static_cast<int>(PromptSyntax::A1111)).toInt());
+  r.long_prompts = static_cast<LongPrompts>(
+      settings_.value("form/long_prompts", static_cast<int>(LongPrompts::Chunk)).toInt());
+  r.embeddings_dir = settings_.value("form/embeddings_dir").toString().toStdString();
   f.seed_locked = settings_.value("form/seed_locked", true).toBool();
   f.preview = settings_.value("form/preview", true).toBool();
   return f;
@@ -47,6 +53,9 @@ void AppSettings::setForm(const FormState& f) {
   settings_.setValue("form/compat", static_cast<int>(r.compat));
   settings_.setValue("form/dtype", static_cast<int>(r.dtype));
   settings_.setValue("form/threads", r.threads);
+  settings_.setValue("form/prompt_syntax", static_cast<int>(r.prompt_syntax));
+  settings_.setValue("form/long_prompts", static_cast<int>(r.long_prompts));
+  settings_.setValue("form/embeddings_dir", QString::fromStdString(r.embeddings_dir));
   settings_.setValue("form/seed_locked", f.seed_locked);
   settings_.setValue("form/preview", f.preview);
 }

@@ -1,5 +1,6 @@
 #include "settings_panel.h"
 
+#include <QFileDialog>
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -89,6 +90,7 @@ SettingsPanel::SettingsPanel(QWidget* parent) : QWidget(parent) {
   size_row->addWidget(new QLabel(QStringLiteral("×")));
   size_row->addWidget(height_, 1);
   form->addRow(tr("Size"), size_row);
+  form->addRow(tr("Prompts"), buildPromptReading());
 
   advanced_toggle_ = new QToolButton;
   advanced_toggle_->setObjectName(QStringLiteral("advancedToggle"));
@@ -148,7 +150,45 @@ QWidget* SettingsPanel::buildAdvanced() {
   form->addRow(tr("Compatibility"), compat_);
   form->addRow(tr("Compute dtype"), dtype_);
   form->addRow(tr("Threads"), threads_);
+  form->addRow(tr("Embeddings"), buildEmbeddingsRow());
   return box;
+}
+
+QLayout* SettingsPanel::buildPromptReading() {
+  prompt_syntax_ = new QComboBox;
+  prompt_syntax_->setObjectName(QStringLiteral("promptSyntax"));
+  prompt_syntax_->addItem(tr("A1111 syntax"), static_cast<int>(PromptSyntax::A1111));
+  prompt_syntax_->addItem(tr("plain text"), static_cast<int>(PromptSyntax::Plain));
+  prompt_syntax_->setToolTip(tr("A1111 syntax: (word) ×1.1, ((word)) ×1.21, (word:1.3), [word] ÷1.1, \\( \\) for "
+                                "brackets, BREAK starts a new chunk. Plain text: the Flax pipeline's reading."));
+  long_prompts_ = new QComboBox;
+  long_prompts_->setObjectName(QStringLiteral("longPrompts"));
+  long_prompts_->addItem(tr("all tokens (chunks of 75)"), static_cast<int>(LongPrompts::Chunk));
+  long_prompts_->addItem(tr("first 75 tokens"), static_cast<int>(LongPrompts::Truncate));
+  long_prompts_->setToolTip(tr("Prompts longer than 75 tokens: encoded in 75-token chunks (A1111, ComfyUI), "
+                               "or cut after the first 75 with a warning (the Flax pipeline)."));
+  auto* row = new QHBoxLayout;
+  row->addWidget(prompt_syntax_, 1);
+  row->addWidget(long_prompts_, 1);
+  return row;
+}
+
+QLayout* SettingsPanel::buildEmbeddingsRow() {
+  embeddings_ = new QLineEdit;
+  embeddings_->setObjectName(QStringLiteral("embeddingsFolder"));
+  embeddings_->setPlaceholderText(tr("none"));
+  embeddings_->setToolTip(tr("Folder of textual-inversion embeddings (.safetensors); a prompt calls one by its "
+                             "file name"));
+  auto* browse = new QPushButton(tr("…"));
+  browse->setObjectName(QStringLiteral("browseEmbeddings"));
+  connect(browse, &QPushButton::clicked, this, [this] {
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Embeddings folder"), embeddings_->text());
+    if (!dir.isEmpty()) embeddings_->setText(dir);
+  });
+  auto* row = new QHBoxLayout;
+  row->addWidget(embeddings_, 1);
+  row->addWidget(browse);
+  return row;
 }
 
 void SettingsPanel::applyTo(GenerationRequest* r) const {
@@ -166,6 +206,9 @@ void SettingsPanel::applyTo(GenerationRequest* r) const {
   r->compat = static_cast<Compat>(compat_->currentData().toInt());
   r->dtype = static_cast<ComputeDType>(dtype_->currentData().toInt());
   r->threads = threads_->value();
+  r->prompt_syntax = static_cast<PromptSyntax>(prompt_syntax_->currentData().toInt());
+  r->long_prompts = static_cast<LongPrompts>(long_prompts_->currentData().toInt());
+  r->embeddings_dir = embeddings_->text().trimmed().toStdString();
 }
 
 void SettingsPanel::setModelScheduler(SchedulerKind kind) {
@@ -185,6 +228,9 @@ void SettingsPanel::setFrom(const GenerationRequest& r) {
   selectData(compat_, static_cast<int>(r.compat));
   selectData(dtype_, static_cast<int>(r.dtype));
   threads_->setValue(r.threads);
+  selectData(prompt_syntax_, static_cast<int>(r.prompt_syntax));
+  selectData(long_prompts_, static_cast<int>(r.long_prompts));
+  if (!r.embeddings_dir.empty()) embeddings_->setText(QString::fromStdString(r.embeddings_dir));
 }
 
 void SettingsPanel::setSeed(int64_t seed) {

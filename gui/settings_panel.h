@@ -1,11 +1,13 @@
-// SettingsPanel: the sampling settings (seed with random/lock, steps, guidance, scheduler, size)
-// and, folded away under "Advanced", the sharding and numerics (devices, batch per device, RNG
-// scheme, compatibility, dtype, threads).
+// SettingsPanel: the sampling settings (seed with random/lock, steps, guidance, scheduler, size,
+// how prompts are read: syntax and long prompts) and, folded away under "Advanced", the sharding
+// and numerics (devices, batch per device, RNG scheme, compatibility, dtype, threads) and the
+// textual-inversion embeddings folder.
 #pragma once
 
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
+#include <QLineEdit>
 #include <QSpinBox>
 #include <QToolButton>
 #include <QWidget>
@@ -21,7 +23,8 @@ class SettingsPanel : public QWidget {
 
   // Writes every setting of this panel into `request` (prompts untouched).
   void applyTo(GenerationRequest* request) const;
-  // Shows `request`'s settings (prompts ignored).
+  // Shows `request`'s settings (prompts ignored; an empty embeddings folder, as in requests read
+  // from an image's metadata, keeps the folder shown).
   void setFrom(const GenerationRequest& request);
 
   int64_t seed() const { return seed_->value(); }
@@ -52,9 +55,14 @@ class SettingsPanel : public QWidget {
   QComboBox* compatBox() const { return compat_; }
   QComboBox* dtypeBox() const { return dtype_; }
   QSpinBox* threadsBox() const { return threads_; }
+  QComboBox* promptSyntaxBox() const { return prompt_syntax_; }
+  QComboBox* longPromptsBox() const { return long_prompts_; }
+  QLineEdit* embeddingsEdit() const { return embeddings_; }
 
  private:
   QWidget* buildAdvanced();
+  QLayout* buildPromptReading();
+  QLayout* buildEmbeddingsRow();
 
   QSpinBox* seed_ = nullptr;
   QCheckBox* lock_ = nullptr;
@@ -66,6 +74,8 @@ class SettingsPanel : public QWidget {
   QWidget* advanced_ = nullptr;
   QSpinBox *devices_ = nullptr, *batch_ = nullptr, *threads_ = nullptr;
   QComboBox *rng_ = nullptr, *compat_ = nullptr, *dtype_ = nullptr;
+  QComboBox *prompt_syntax_ = nullptr, *long_prompts_ = nullptr;
+  QLineEdit* embeddings_ = nullptr;
 };
 
 }  // namespace octodiff::gui

@@ -25,6 +25,15 @@ const char* kGenerateUsage =
     "usage: octodiff-cli generate [options]\n"
     "  --prompt TEXT             a prompt (repeat up to 8 times; one device per prompt)\n"
     "  --negative-prompt TEXT    negative prompt for every image (default: empty)\n"
+    "  --prompt-syntax plain|a1111  plain text (default, the Flax pipeline's) or A1111's emphasis\n"
+    "                            syntax: (word) x1.1, ((word)) x1.21, (word:1.3), [word] /1.1,\n"
+    "                            \\( \\) \\[ \\] literal brackets, BREAK starts a new 75-token chunk\n"
+    "  --long-prompts truncate|chunk  truncate: one 77-token window with a warning (default);\n"
+    "                            chunk: every token, 75 per chunk, concatenated (A1111/ComfyUI)\n"
+    "  --comma-backtrack N       chunking: move the words after a comma at most N tokens back\n"
+    "                            to the next chunk (A1111's setting; default 0 = off, A1111: 20)\n"
+    "  --embeddings DIR          textual-inversion embeddings (DIR/NAME.safetensors), called by\n"
+    "                            NAME in prompts and negative prompts\n"
     "  --model PATH              diffusers folder or single-file .safetensors (default: the\n"
     "                            embedded demo model)\n"
     "  --tokenizer DIR           folder with vocab.json + merges.txt (single-file checkpoints)\n"
@@ -132,6 +141,13 @@ void image_to_image_options(const Args& args, GenerationRequest& req) {
   if (auto p = args.get("posterior-noise")) req.posterior_noise = read_npy(*p);
 }
 
+void prompt_options(const Args& args, GenerationRequest& req) {
+  req.prompt_syntax = parse_prompt_syntax(args.get_or("prompt-syntax", "plain"));
+  req.long_prompts = parse_long_prompts(args.get_or("long-prompts", "truncate"));
+  req.comma_backtrack = args.get_int("comma-backtrack", 0, 0, kChunkTokens - 1);
+  req.embeddings_dir = args.get_or("embeddings", "");
+}
+
 }  // namespace
 
 int run_generate(const std::vector<std::string>& argv) {
@@ -140,7 +156,7 @@ int run_generate(const std::vector<std::string>& argv) {
              "height", "width",
              "devices", "batch-per-device", "compat", "rng", "dtype", "threads", "latents", "save-latents",
              "save-array", "out", "out-dir", "repeat", "scale", "lora-dir", "taesd", "decoder", "strength", "noise",
-             "posterior-noise"},
+             "posterior-noise", "prompt-syntax", "long-prompts", "comma-backtrack", "embeddings"},
             {"json", "quiet", "help"}, {"prompt", "lora", "init-image"});
   if (args.flag("help")) {
     std::printf("%s", kGenerateUsage);
@@ -156,6 +172,7 @@ int run_generate(const std::vector<std::string>& argv) {
   if (req.prompts.empty()) fail("give at least one --prompt");
   if (req.prompts.size() > 8) fail(req.prompts.size(), " prompts given; at most 8 (one per device of the 2x4 grid)");
   if (auto n = args.get("negative-prompt")) req.negative_prompts = {*n};
+  prompt_options(args, req);
   const std::string seed = args.get_or("seed", "0");
   if (seed == "random") {
     req.seed = static_cast<int64_t>(std::random_device{}() & 0x7fffffff);
@@ -298,6 +315,9 @@ int run_generate(const std::vector<std::string>& argv) {
           {"rng", jax::rng_scheme_name(req.rng)},
           {"dtype", dtype_display_name(s.dtype)},
           {"decoder", decoder_name(s.decoder)},
+          {"prompt_syntax", prompt_syntax_name(req.prompt_syntax)},
+          {"long_prompts", long_prompts_name(req.long_prompts)},
+          {"context_tokens", result.context_tokens},
           {"device_keys", keys}}},
         {"load_seconds", load_seconds},
         {"runs", runs},

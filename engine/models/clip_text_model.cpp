@@ -42,19 +42,36 @@ ClipTextModel ClipTextModel::load(WeightSource& w, const ClipTextConfig& c) {
 }
 
 ClipTextOutput ClipTextModel::forward(const std::vector<int32_t>& ids, int64_t N, int64_t L) const {
+  return forward_embeddings(embed_tokens(ids, N, L));
+}
+
+Tensor ClipTextModel::embed_tokens(const std::vector<int32_t>& ids, int64_t N, int64_t L) const {
   const int64_t H = config_.hidden_size;
   if (static_cast<int64_t>(ids.size()) != N * L) fail("internal: ", ids.size(), " ids for ", N, "×", L);
+  Tensor x = Tensor::empty({N, L, H});
+  for (int64_t i = 0; i < N * L; ++i) {
+    const int32_t id = ids[i];
+    if (id < 0 || id >= config_.vocab_size)
+      fail("token id ", id, " is outside the text encoder's vocabulary of ", config_.vocab_size,
+           " (does the tokenizer belong to this model?)");
+    std::memcpy(x.data() + i * H, token_embedding.data() + int64_t{id} * H, sizeof(float) * H);
+  }
+  return x;
+}
+
+ClipTextOutput ClipTextModel::forward_embeddings(const Tensor& inputs_embeds) const {
+  const int64_t H = config_.hidden_size;
+  if (inputs_embeds.rank() != 3 || inputs_embeds.dim(2) != H)
+    fail("internal: text encoder input embeddings of shape ", shape_str(inputs_embeds.shape()),
+         ", expected N × L × ", H);
+  const int64_t N = inputs_embeds.dim(0), L = inputs_embeds.dim(1);
   if (L > config_.max_position_embeddings)
     fail("prompt of ", L, " tokens is longer than the text encoder's ", config_.max_position_embeddings,
          " positions");
   Tensor x = Tensor::empty({N, L, H});
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t t = 0; t < L; ++t) {
-      int32_t id = ids[n * L + t];
-      if (id < 0 || id >= config_.vocab_size)
-        fail("token id ", id, " is outside the text encoder's vocabulary of ", config_.vocab_size,
-             " (does the tokenizer belong to this model?)");
-      const float* tok = token_embedding.data() + int64_t{id} * H;
+      const float* tok = inputs_embeds.data() + (n * L + t) * H;
       const float* pos = position_embedding.data() + t * H;
       float* dst = x.data() + (n * L + t) * H;
       for (int64_t c = 0; c < H; ++c) dst[c] = tok[c] + pos[c];

@@ -31,7 +31,16 @@ class ClipTextModel {
   static ClipTextModel load(WeightSource& w, const ClipTextConfig& config);
 
   // ids: N × L token ids (L <= max_position_embeddings); ids outside the vocabulary are an error.
+  // Same as forward_embeddings(embed_tokens(ids, batch, length)).
   ClipTextOutput forward(const std::vector<int32_t>& ids, int64_t batch, int64_t length) const;
+
+  // The token-embedding layer alone: N × L × hidden rows of the token embedding (the same checks
+  // as forward). Callers may replace rows, e.g. by textual-inversion vectors, then call
+  // forward_embeddings — transformers' `inputs_embeds` path.
+  Tensor embed_tokens(const std::vector<int32_t>& ids, int64_t batch, int64_t length) const;
+  // inputs_embeds: N × L × hidden (L <= max_position_embeddings); adds the position embeddings
+  // and runs the layers.
+  ClipTextOutput forward_embeddings(const Tensor& inputs_embeds) const;
 
   const ClipTextConfig& config() const { return config_; }
 

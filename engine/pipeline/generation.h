@@ -10,6 +10,7 @@
 #include "core/tensor.h"
 #include "io/image.h"
 #include "models/numerics.h"
+#include "pipeline/prompt_chunks.h"
 #include "random/jax_prng.h"
 #include "schedulers/scheduler.h"
 
@@ -45,6 +46,16 @@ struct GenerationRequest {
   std::vector<std::string> prompts;
   // Empty: the empty prompt (the Flax pipeline's default); one: for every image; else one per image.
   std::vector<std::string> negative_prompts;
+  // How prompts are read (pipeline/prompt_chunks.h). Plain (the default) keeps the Flax pipeline's
+  // reading exactly; A1111 reads the emphasis syntax "(word:1.3)", "[word]", "BREAK"
+  // (text/prompt_syntax.h). Truncate keeps one 77-token window (a warning says what was dropped);
+  // Chunk encodes every token, in 75-token chunks (the UNet's context then has 77 × chunks tokens).
+  PromptSyntax prompt_syntax = PromptSyntax::Plain;
+  LongPrompts long_prompts = LongPrompts::Truncate;
+  int comma_backtrack = 0;     // A1111's comma padding backtrack when chunking (0: off; A1111: 20)
+  // Textual-inversion embeddings (*.safetensors, io/textual_inversion.h) called by their file
+  // names in prompts and negative prompts; empty: none.
+  std::string embeddings_dir;
   int64_t seed = 0;
   int steps = 50;
   double guidance_scale = 7.5;
@@ -135,6 +146,11 @@ struct GenerationResult {
   std::vector<jax::Key> device_keys;
   std::vector<std::string> prompts, negative_prompts;  // one per image, as used
   std::vector<std::string> warnings;                   // e.g. prompts truncated to 77 tokens
+  std::vector<int> context_tokens;  // per device: the length of the UNet's text context (77 × chunks)
+  struct Embedding {
+    std::string name, path;
+  };
+  std::vector<Embedding> embeddings;  // textual inversions the prompts called, in order of first use
   int model_calls = 0;              // UNet calls per device
   int threads_per_device = 1, concurrent_devices = 1;
   Timings timings;

@@ -49,6 +49,10 @@ ImageMetadata describe_image(const GenerationRequest& request, const GenerationR
   m.model_hash = model.model_hash();
   for (const AppliedLora& l : model.loras())
     m.loras.push_back({l.name, l.spec.strength, cached_file_sha256(l.spec.path).substr(0, 12)});
+  m.prompt_syntax = request.prompt_syntax;
+  m.long_prompts = request.long_prompts;
+  m.comma_backtrack = request.comma_backtrack;
+  for (const auto& e : result.embeddings) m.embeddings.push_back({e.name, cached_file_sha256(e.path).substr(0, 12)});
   m.injected_latents = request.latents.has_value();
   m.version = OCTODIFF_VERSION;
   if (d < 0) {
@@ -99,6 +103,14 @@ std::string a1111_parameters(const ImageMetadata& m) {
     for (const auto& l : m.loras) hashes += cat(hashes.empty() ? "" : ", ", l.name, ": ", l.hash);
     out += ", Lora hashes: \"" + hashes + "\"";
   }
+  if (m.prompt_syntax != PromptSyntax::Plain) out += ", Prompt syntax: " + prompt_syntax_name(m.prompt_syntax);
+  if (m.long_prompts != LongPrompts::Truncate) out += ", Long prompts: " + long_prompts_name(m.long_prompts);
+  if (m.comma_backtrack != 0) out += cat(", Comma backtrack: ", m.comma_backtrack);
+  if (!m.embeddings.empty()) {
+    std::string hashes;
+    for (const auto& e : m.embeddings) hashes += cat(hashes.empty() ? "" : ", ", e.name, ": ", e.hash);
+    out += ", TI hashes: \"" + hashes + "\"";
+  }
   if (m.device >= 0) out += cat(", Device: ", m.device + 1, "/", m.devices);
   if (m.devices * m.batch_per_device > 1 && m.device < 0) out += cat(", Grid: ", m.devices * m.batch_per_device, " images");
   if (!m.version.empty()) out += ", Version: Octodiff " + m.version;
@@ -133,6 +145,13 @@ std::string metadata_json(const ImageMetadata& m) {
   j["dtype"] = dtype_display_name(m.dtype);
   j["model"] = {{"name", m.model_name}, {"hash", m.model_hash}};
   j["latents"] = m.injected_latents ? "injected" : "seeded";
+  j["prompt_syntax"] = prompt_syntax_name(m.prompt_syntax);
+  j["long_prompts"] = long_prompts_name(m.long_prompts);
+  if (m.comma_backtrack != 0) j["comma_backtrack"] = m.comma_backtrack;
+  if (!m.embeddings.empty()) {
+    j["embeddings"] = json::array();
+    for (const auto& e : m.embeddings) j["embeddings"].push_back({{"name", e.name}, {"hash", e.hash}});
+  }
   if (!m.loras.empty()) {
     j["loras"] = json::array();
     for (const auto& l : m.loras) j["loras"].push_back({{"name", l.name}, {"strength", l.strength}, {"hash", l.hash}});
@@ -178,6 +197,11 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
       m.model_hash = j["model"].value("hash", "");
     }
     m.injected_latents = j.value("latents", "seeded") == "injected";
+    m.prompt_syntax = parse_prompt_syntax(j.value("prompt_syntax", "plain"));
+    m.long_prompts = parse_long_prompts(j.value("long_prompts", "truncate"));
+    m.comma_backtrack = j.value("comma_backtrack", 0);
+    if (j.contains("embeddings"))
+      for (const auto& e : j.at("embeddings")) m.embeddings.push_back({e.at("name").get<std::string>(), e.value("hash", "")});
     if (j.contains("loras"))
       for (const auto& l : j.at("loras"))
         m.loras.push_back({l.at("name").get<std::string>(), l.at("strength").get<float>(), l.value("hash", "")});
@@ -208,6 +232,11 @@ std::optional<ImageMetadata> from_a1111(const std::string& text) {
   }
   m.prompts = {head};
   m.negative_prompts = {negative};
+  // Octodiff writes "Compat: "; without it A1111 (or another tool reading as A1111) made the image.
+  const bool by_octodiff = params.find("Compat: ") != std::string::npos;
+  m.prompt_syntax = by_octodiff ? PromptSyntax::Plain : PromptSyntax::A1111;  // A1111 always reads its syntax
+  m.long_prompts = by_octodiff ? LongPrompts::Truncate : LongPrompts::Chunk;
+  m.comma_backtrack = by_octodiff ? 0 : 20;
   std::regex field(R"(([A-Za-z][A-Za-z0-9 +]*): ([^,]*)(,|$))");
   for (auto it = std::sregex_iterator(params.begin(), params.end(), field); it != std::sregex_iterator(); ++it) {
     const std::string key = (*it)[1], value = (*it)[2];
@@ -239,6 +268,12 @@ std::optional<ImageMetadata> from_a1111(const std::string& text) {
                                                                   : jax::RngScheme::Classic;
       } else if (key == "Compat") {
         m.compat = parse_compat(value);
+      } else if (key == "Prompt syntax") {
+        m.prompt_syntax = parse_prompt_syntax(value);
+      } else if (key == "Long prompts") {
+        m.long_prompts = parse_long_prompts(value);
+      } else if (key == "Comma backtrack") {
+        m.comma_backtrack = std::stoi(value);
       }
     } catch (const std::exception&) {
       // Tolerate fields other tools write differently.
@@ -274,6 +309,9 @@ GenerationRequest request_from_metadata(const ImageMetadata& m) {
   r.compat = m.compat;
   r.rng = m.rng;
   r.dtype = m.dtype;
+  r.prompt_syntax = m.prompt_syntax;
+  r.long_prompts = m.long_prompts;
+  r.comma_backtrack = m.comma_backtrack;
   if (m.is_grid()) {
     r.devices = m.devices;
     r.batch_per_device = m.batch_per_device;

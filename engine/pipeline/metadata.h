@@ -46,6 +46,20 @@ struct ImageMetadata {
     std::string hash;
   };
   std::vector<Lora> loras;
+  // How the prompts were read. JSON: "prompt_syntax", "long_prompts", "comma_backtrack" (when not
+  // 0), absent in older metadata: plain, truncate. A1111 text: "Prompt syntax: a1111", "Long prompts:
+  // chunk", "Comma backtrack: N" (Octodiff's keys, written when not the default); text without
+  // Octodiff's "Compat" key was written by A1111 itself, which reads a1111 syntax, chunks and
+  // backtracks 20 tokens to a comma (its default setting).
+  PromptSyntax prompt_syntax = PromptSyntax::Plain;
+  LongPrompts long_prompts = LongPrompts::Truncate;
+  int comma_backtrack = 0;
+  // Textual inversions the prompts called: JSON "embeddings": [{name, hash}]; A1111 text
+  // `TI hashes: "NAME: HASH, …"` (A1111's key; HASH = the first 12 hex digits of the file's SHA-256).
+  struct Embedding {
+    std::string name, hash;
+  };
+  std::vector<Embedding> embeddings;
   bool injected_latents = false;
   std::string version;                        // octodiff version that made it (empty if unknown)
 

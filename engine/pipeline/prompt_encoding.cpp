@@ -1,9 +1,17 @@
 #include "pipeline/prompt_encoding.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace octodiff {
 namespace {
+
+[[noreturn]] void relabel(const Error& e, const char* what, int i) {
+  std::string msg = e.what();
+  if (msg.rfind("prompt: ", 0) == 0) msg = msg.substr(8);  // the tokenizer's own label
+  fail(what, " ", i + 1, ": ", msg);
+}
 
 ClipTokenizer::Encoding encode_labelled(const ClipTokenizer& tok, const std::string& text, const char* what, int i) {
   try {
@@ -11,16 +19,23 @@ ClipTokenizer::Encoding encode_labelled(const ClipTokenizer& tok, const std::str
   } catch (const Cancelled&) {
     throw;
   } catch (const Error& e) {
-    std::string msg = e.what();
-    if (msg.rfind("prompt: ", 0) == 0) msg = msg.substr(8);  // the tokenizer's own label
-    fail(what, " ", i + 1, ": ", msg);
+    relabel(e, what, i);
   }
 }
 
-}  // namespace
+PromptLayout layout_labelled(const ClipTokenizer& tok, const std::string& text, const PromptLayoutOptions& options,
+                             const char* what, int i) {
+  try {
+    return layout_prompt(tok, text, options);
+  } catch (const Cancelled&) {
+    throw;
+  } catch (const Error& e) {
+    relabel(e, what, i);
+  }
+}
 
-TokenizedPrompts tokenize_prompts(const ClipTokenizer& tok, const std::vector<std::string>& prompts,
-                                  const std::vector<std::string>& negative_prompts) {
+TokenizedPrompts tokenize_plain(const ClipTokenizer& tok, const std::vector<std::string>& prompts,
+                                const std::vector<std::string>& negative_prompts) {
   TokenizedPrompts t;
   const int n = static_cast<int>(prompts.size());
   t.cond.resize(n);
@@ -41,13 +56,67 @@ TokenizedPrompts tokenize_prompts(const ClipTokenizer& tok, const std::vector<st
   return t;
 }
 
+// Truncate: keep the first chunk, with a warning when there were more.
+void truncate_layout(PromptLayout& layout, const std::string& what, std::vector<std::string>& warnings) {
+  if (layout.chunks.size() <= 1) return;
+  warnings.push_back(cat(what, " has ", layout.chunks.size(), " chunks of ", kChunkTokens, " tokens (",
+                         layout.token_count, " tokens); only the first ", kChunkTokens + 2, " (", kChunkTokens,
+                         " words and symbols) are used"));
+  layout.chunks.resize(1);
+}
+
+void note_used(const PromptLayout& layout, std::vector<std::string>& used) {
+  for (const auto& name : layout.embeddings_used)
+    if (std::find(used.begin(), used.end(), name) == used.end()) used.push_back(name);
+}
+
+TokenizedPrompts tokenize_layouts(const ClipTokenizer& tok, const std::vector<std::string>& prompts,
+                                  const std::vector<std::string>& negative_prompts, const PromptOptions& options) {
+  TokenizedPrompts t;
+  const PromptLayoutOptions layout_options{options.syntax, options.comma_backtrack, options.embeddings};
+  const bool truncate = options.long_prompts == LongPrompts::Truncate;
+  const int n = static_cast<int>(prompts.size());
+  for (int i = 0; i < n; ++i) {
+    PromptLayout cond = layout_labelled(tok, prompts[i], layout_options, "prompt", i);
+    if (truncate) truncate_layout(cond, cat("prompt ", i + 1), t.warnings);
+    PromptLayout uncond = layout_labelled(tok, negative_prompts[i], layout_options, "negative prompt", i);
+    if (truncate && (i == 0 || negative_prompts[i] != negative_prompts[i - 1]))
+      truncate_layout(uncond, cat("negative prompt ", i + 1), t.warnings);
+    if (truncate) uncond.chunks.resize(1);
+    note_used(cond, t.embeddings_used);
+    note_used(uncond, t.embeddings_used);
+    t.cond_layouts.push_back(std::move(cond));
+    t.uncond_layouts.push_back(std::move(uncond));
+  }
+  t.empty = layout_prompt(tok, "", {});
+  t.length = kChunkTokens + 2;
+  return t;
+}
+
+}  // namespace
+
+TokenizedPrompts tokenize_prompts(const ClipTokenizer& tok, const std::vector<std::string>& prompts,
+                                  const std::vector<std::string>& negative_prompts, const PromptOptions& options) {
+  const bool plain = options.syntax == PromptSyntax::Plain && options.long_prompts == LongPrompts::Truncate &&
+                     options.embeddings == nullptr;
+  return plain ? tokenize_plain(tok, prompts, negative_prompts)
+               : tokenize_layouts(tok, prompts, negative_prompts, options);
+}
+
 Tensor encode_device_prompts(const ClipTextModel& encoder, const TokenizedPrompts& tokens, int d, int B,
                              bool guidance) {
+  const int rows = guidance ? 2 * B : B;
+  if (tokens.uses_layouts()) {
+    std::vector<const PromptLayout*> layouts;
+    if (guidance)
+      for (int b = 0; b < B; ++b) layouts.push_back(&tokens.uncond_layouts[d * B + b]);
+    for (int b = 0; b < B; ++b) layouts.push_back(&tokens.cond_layouts[d * B + b]);
+    return encode_prompt_layouts(encoder, layouts, tokens.empty);
+  }
   std::vector<int32_t> ids;
   if (guidance)
     for (int b = 0; b < B; ++b) ids.insert(ids.end(), tokens.uncond[d * B + b].begin(), tokens.uncond[d * B + b].end());
   for (int b = 0; b < B; ++b) ids.insert(ids.end(), tokens.cond[d * B + b].begin(), tokens.cond[d * B + b].end());
-  const int rows = guidance ? 2 * B : B;
   return encoder.forward(ids, rows, tokens.length).last_hidden_state;
 }
 

@@ -8,24 +8,42 @@
 
 #include "core/tensor.h"
 #include "models/clip_text_model.h"
+#include "pipeline/prompt_chunks.h"
 #include "text/clip_tokenizer.h"
 
 namespace octodiff {
 
-// Token ids of every image's prompt and negative prompt (D·B each, device-major), padded to
-// `length`, and the warnings for prompts that were truncated.
+// How prompts are read (pipeline/prompt_chunks.h). The defaults are the Flax pipeline's: plain
+// text, one 77-token window.
+struct PromptOptions {
+  PromptSyntax syntax = PromptSyntax::Plain;
+  LongPrompts long_prompts = LongPrompts::Truncate;
+  int comma_backtrack = 0;
+  const EmbeddingVocabulary* embeddings = nullptr;  // textual inversions; may be null
+};
+
+// Every image's prompt and negative prompt (D·B each, device-major), and the warnings for
+// prompts that were truncated. Plain truncated prompts without embeddings (the defaults) are
+// token ids padded to `length`, encoded as the Flax pipeline does; anything else is a
+// PromptLayout per prompt (chunks with weights and embedding vectors).
 struct TokenizedPrompts {
   std::vector<std::vector<int32_t>> cond, uncond;
   int length = 0;
+  std::vector<PromptLayout> cond_layouts, uncond_layouts;  // empty on the plain path
+  PromptLayout empty;                                      // the empty prompt: padding chunks
+  std::vector<std::string> embeddings_used;                // names, over all prompts
   std::vector<std::string> warnings;
+  bool uses_layouts() const { return !cond_layouts.empty(); }
 };
 
 // Throws octodiff::Error naming the prompt ("prompt 3: ...") a tokenizer cannot take.
 TokenizedPrompts tokenize_prompts(const ClipTokenizer& tokenizer, const std::vector<std::string>& prompts,
-                                  const std::vector<std::string>& negative_prompts);
+                                  const std::vector<std::string>& negative_prompts,
+                                  const PromptOptions& options = {});
 
 // Device d's context for the UNet, (rows, length, hidden): with guidance the B negative
 // prompts' embeddings then the B prompts' ([uncond; cond], rows = 2B), else the prompts' alone.
+// With layouts, length = 77 × the most chunks any of these rows has (the others padded).
 Tensor encode_device_prompts(const ClipTextModel& encoder, const TokenizedPrompts& tokens, int device, int batch,
                              bool guidance);
 

@@ -304,6 +304,46 @@ void gather(std::vector<DeviceWork>& work, const ResolvedRequest& r, int calls, 
   result.timings.mean_step = calls ? sum / (D * calls) : 0;
 }
 
+// The request's prompt options, with its embeddings folder read (the options point to the
+// vocabulary, the vocabulary into the library: filled in place, never moved).
+struct PromptReading {
+  TextualInversionLibrary library;
+  EmbeddingVocabulary vocabulary;
+  PromptOptions options;
+  PromptReading() = default;
+  PromptReading(const PromptReading&) = delete;
+};
+
+void read_prompt_options(const GenerationRequest& request, const StableDiffusionModel& m, PromptReading& p) {
+  if (request.comma_backtrack < 0 || request.comma_backtrack >= kChunkTokens)
+    fail("comma backtrack ", request.comma_backtrack, " must be in 0..", kChunkTokens - 1);
+  p.options = {request.prompt_syntax, request.long_prompts, request.comma_backtrack, nullptr};
+  if (!request.embeddings_dir.empty()) {
+    p.library = read_textual_inversion_folder(request.embeddings_dir);
+    p.vocabulary = EmbeddingVocabulary(p.library, m.tokenizer(), m.text_encoder().config().hidden_size);
+    p.options.embeddings = &p.vocabulary;
+  }
+}
+
+std::vector<GenerationResult::Embedding> used_embeddings(const TokenizedPrompts& tokens,
+                                                         const TextualInversionLibrary& library) {
+  std::vector<GenerationResult::Embedding> used;
+  for (const std::string& name : tokens.embeddings_used)
+    for (const auto& e : library.entries)
+      if (e.embedding.name == name) used.push_back({name, e.embedding.path.string()});
+  return used;
+}
+
+// The request's prompts as token ids or layouts; their warnings and embeddings go into `result`.
+TokenizedPrompts tokenize_request(const ResolvedRequest& r, const StableDiffusionModel& m, GenerationResult& result) {
+  PromptReading reading;
+  read_prompt_options(r.request, m, reading);
+  TokenizedPrompts tokens = tokenize_prompts(m.tokenizer(), r.prompts, r.negative_prompts, reading.options);
+  result.warnings = tokens.warnings;
+  result.embeddings = used_embeddings(tokens, reading.library);
+  return tokens;
+}
+
 }  // namespace
 
 GenerationResult ShardedPipeline::run(const GenerationRequest& request, const ProgressCallback& progress,
@@ -330,8 +370,7 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
   result.model_calls = calls_run;
   result.threads_per_device = plan.threads_per_worker;
   result.concurrent_devices = plan.workers;
-  const TokenizedPrompts tokens = tokenize_prompts(m.tokenizer(), r.prompts, r.negative_prompts);
-  result.warnings = tokens.warnings;
+  const TokenizedPrompts tokens = tokenize_request(r, m, result);
   result.device_keys = jax::split(jax::prng_key(r.request.seed), s.devices, r.request.rng);
 
   DeviceRunner devices(s.devices, plan.threads_per_worker, plan.arenas, cancel);
@@ -353,6 +392,7 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
   phase(Phase::TextEncode, ModelComponent::TextEncoder, &result.timings.text_encode, [&](int d) {
     work[d].context = encode_device_prompts(m.text_encoder(), tokens, d, B, s.guidance);
   });
+  for (const DeviceWork& dw : work) result.context_tokens.push_back(static_cast<int>(dw.context.dim(1)));
   if (!r.init_images.empty()) {  // image-to-image: the VAE encoder makes the start
     phase(std::nullopt, ModelComponent::Vae, &result.timings.encode_image, [&](int d) {
       device_start(r, plan, result.device_keys[d], d, &work[d].initial_latents, &work[d].start);

@@ -1,0 +1,57 @@
+// octodiff-cli's prompt options: --prompt-syntax, --long-prompts, --comma-backtrack, --embeddings
+// on the tiny model (the context length in --json, the options in the PNG's metadata, errors).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+#include "io/png.h"
+#include "pipeline/metadata.h"
+
+using namespace octodiff;
+namespace fs = std::filesystem;
+
+namespace {
+
+using test::CliRun;
+
+CliRun cli(std::vector<std::string> args, const fs::path& cwd) {
+  args.insert(args.begin(), {"--steps", "2", "--seed", "3"});
+  return test::run_cli(test::tiny_generate(std::move(args)), cwd);
+}
+
+}  // namespace
+
+TEST(CliPrompts, ChunkedA1111PromptWithEmbeddingsAndTheMetadataSaysSo) {
+  const fs::path dir = test::temp_dir("cli_prompts");
+  const std::string embeddings = (test::data_dir() / "tiny-sd-prompts" / "embeddings").string();
+  CliRun r = cli({"--prompt", "a (red:1.2) tiny-style circle BREAK on a [white] table", "--negative-prompt", "cat-toy",
+                  "--prompt-syntax", "a1111", "--long-prompts", "chunk", "--embeddings", embeddings, "--json",
+                  "--out", "chunked.png"},
+                 dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["settings"]["prompt_syntax"], "a1111");
+  EXPECT_EQ(j["settings"]["long_prompts"], "chunk");
+  EXPECT_EQ(j["settings"]["context_tokens"], nlohmann::json::array({154}));
+  const auto m = parse_png_metadata(read_png_text(dir / "chunked.png"));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->prompt_syntax, PromptSyntax::A1111);
+  EXPECT_EQ(m->long_prompts, LongPrompts::Chunk);
+  ASSERT_EQ(m->embeddings.size(), 2u);
+  EXPECT_EQ(m->embeddings[0].name, "tiny-style");
+  EXPECT_EQ(m->embeddings[1].name, "cat-toy");
+}
+
+TEST(CliPrompts, ErrorsAreClear) {
+  const fs::path dir = test::temp_dir("cli_prompts_errors");
+  CliRun r = cli({"--prompt", "a cat", "--prompt-syntax", "comfy"}, dir);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("unknown prompt syntax 'comfy'"), std::string::npos) << r.err;
+  r = cli({"--prompt", "a cat", "--long-prompts", "wrap"}, dir);
+  EXPECT_NE(r.err.find("unknown long-prompt rule 'wrap'"), std::string::npos) << r.err;
+  r = cli({"--prompt", "a cat", "--embeddings", (dir / "missing").string()}, dir);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("embeddings folder"), std::string::npos) << r.err;
+  std::printf("%s", r.err.c_str());
+}
