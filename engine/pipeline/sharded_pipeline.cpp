@@ -96,6 +96,16 @@ static int resolve_prompts(const GenerationRequest& req, ResolvedRequest& r) {
   return D;
 }
 
+// GenerationRequest::masked_posterior_noise: only for 9-channel inpainting, (D, B, C, h, w).
+static void check_masked_posterior_noise(const ResolvedRequest& r, int D) {
+  if (!r.inpaint.active || r.inpaint.mode != InpaintMode::UNetChannels)
+    fail("masked-image posterior noise was given but this is no 9-channel inpainting run");
+  const Shape expected{D, r.request.batch_per_device, r.latent_channels, r.latent_height, r.latent_width};
+  if (r.request.masked_posterior_noise->shape() != expected)
+    fail("Unexpected masked-image posterior noise shape, got ", shape_str(r.request.masked_posterior_noise->shape()),
+         ", expected ", shape_str(expected));
+}
+
 ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
   ResolvedRequest r;
   r.request = req;
@@ -156,14 +166,7 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
            shape_str(expected));
   }
 
-  if (req.masked_posterior_noise) {
-    if (r.inpaint.mode != InpaintMode::UNetChannels || !r.inpaint.active)
-      fail("masked-image posterior noise was given but this is no 9-channel inpainting run");
-    const Shape expected{D, B, r.latent_channels, r.latent_height, r.latent_width};
-    if (req.masked_posterior_noise->shape() != expected)
-      fail("Unexpected masked-image posterior noise shape, got ", shape_str(req.masked_posterior_noise->shape()),
-           ", expected ", shape_str(expected));
-  }
+  if (req.masked_posterior_noise) check_masked_posterior_noise(r, D);
 
   Signature& s = r.signature;
   s.devices = D;
