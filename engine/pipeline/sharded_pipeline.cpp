@@ -96,6 +96,12 @@ static int resolve_prompts(const GenerationRequest& req, ResolvedRequest& r) {
   return D;
 }
 
+// Inpainting: the masks of r.request against its init images (pipeline/inpaint.h), into r.
+static void resolve_masks(const StableDiffusionModel& m, ResolvedRequest& r, int D) {
+  const InpaintMode mode = inpaint_mode_for(m.unet().config().in_channels, m.vae().config().latent_channels);
+  r.inpaint = resolve_inpaint(r.request, r.request.init_images, r.init_images, D, mode);
+}
+
 // GenerationRequest::masked_posterior_noise: only for 9-channel inpainting, (D, B, C, h, w).
 static void check_masked_posterior_noise(const ResolvedRequest& r, int D) {
   if (!r.inpaint.active || r.inpaint.mode != InpaintMode::UNetChannels)
@@ -122,9 +128,7 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
       req.decoder == Decoder::Tiny ? m.tiny_autoencoder()->config().decoder_scale_factor() : m.vae_scale_factor();
   int H = req.height, W = req.width;
   if (!req.init_images.empty()) resolve_init_images(r, D, &H, &W);
-  if (!req.masks.empty())
-    r.inpaint = resolve_inpaint(req, req.init_images, r.init_images, D,
-                                inpaint_mode_for(m.unet().config().in_channels, m.vae().config().latent_channels));
+  if (!req.masks.empty()) resolve_masks(m, r, D);
   if (!H) H = m.unet().config().sample_size * scale;
   if (!W) W = m.unet().config().sample_size * scale;
   const int mult = scale * m.unet().config().latent_multiple();
