@@ -13,7 +13,9 @@
 //    The Flax pipeline starts from pure noise (noise × init_noise_sigma) and has no strength;
 //    diffusers does the same at strength 1 and starts from the noised image latents below 1. Octodiff
 //    does that in both modes (at strength < 1 under Flax with the image-to-image start rule), so
-//    strength 1 is exactly the Flax pipeline.
+//    strength 1 is exactly the Flax pipeline. (Two Flax details are not copied: in bf16 the Flax
+//    inpaint pipeline draws its noise in bf16, Octodiff always in float32 as text-to-image; and it
+//    guides at every scale, Octodiff at guidance ≤ 1 runs one pass as text-to-image does.)
 //
 //  4 channels (any ordinary UNet) — diffusers' legacy mode of StableDiffusionInpaintPipeline:
 //    the image-to-image start (pure noise at strength 1, as diffusers), then after every step i

@@ -291,6 +291,33 @@ TEST(InpaintBehaviour, BlurAndOnlyMaskedPasteOverTheInitImage) {
   }
 }
 
+// Only masked = diffusers' padding_mask_crop (goldens/inpaint_crop.safetensors, one diffusers run
+// per image since it crops a batch with one box): crop box, inpaint at the full size, paste back.
+// diffusers returns 8-bit PIL images composited in 8-bit premultiplied alpha, Octodiff composites
+// in float32: compared as 8-bit values.
+TEST(InpaintOptions, OnlyMaskedMatchesDiffusersPaddingMaskCrop) {
+  const auto crop_goldens = SafetensorsFile::open(inpaint_dir() / "goldens" / "inpaint_crop.safetensors");
+  ShardedPipeline pipe(model4());
+  GenerationRequest req = golden_request(SchedulerKind::Pndm, 0.75);
+  req.inpaint_only_masked = true;
+  req.only_masked_padding = 8;
+  const ResolvedRequest r = pipe.resolve(req);
+  for (int d = 0; d < 2; ++d) {
+    const CropBox& b = r.inpaint.mask_for(d).box;
+    EXPECT_EQ((std::vector<double>{double(b.x1), double(b.y1), double(b.x2), double(b.y2)}),
+              crop_goldens->to_f64(crop_goldens->get(cat("pad8.crop.", d))));
+  }
+  const GenerationResult res = pipe.run(req);
+  Tensor ours = res.images.reshaped({2, 64, 64, 3}).clone();
+  for (int d = 0; d < 2; ++d) {
+    const Image8 u8 = to_uint8(ours.data() + d * 64 * 64 * 3, 64, 64);
+    for (int k = 0; k < 64 * 64 * 3; ++k) ours[d * 64 * 64 * 3 + k] = u8.rgb[k];
+  }
+  Tensor want = crop_goldens->to_f32("pad8.images");
+  for (float& v : want) v = std::nearbyint(v * 255.0f);
+  test::expect_close_abs("only-masked (padding 8) images vs diffusers, 8-bit levels", ours, want, 1.0);
+}
+
 TEST(InpaintOptions, CropRegionMatchesDiffusers) {
   const auto ms = masks();
   for (int k = 0; k < 2; ++k)
