@@ -54,7 +54,7 @@ Tensor predict_noise(const DenoiseSetup& setup, const SchedulerState& state, con
                      const Tensor* timestep_cond, int i, const Tensor* extra) {
   const Scheduler& scheduler = *setup.scheduler;
   const double t = scheduler.model_timestep(state, i);
-  const Tensor input = with_extra_channels(scheduler.scale_model_input(state, model_batch(setup, x), i), extra);
+  const Tensor input = scheduler.scale_model_input(state, model_batch(setup, x), i);
   // bf16 weights: the first call takes its activations split in two bf16 halves (~16 bits,
   // kernels/gemm.h), at about twice a bf16 call's time. The first step jumps from the largest
   // noise level, so the schedulers carry this call's error furthest: on the tiny goldens'
@@ -64,7 +64,8 @@ Tensor predict_noise(const DenoiseSetup& setup, const SchedulerState& state, con
   const kernels::ScopedBf16Activations activations(i == 0 ? kernels::Bf16Activations::Split
                                                           : kernels::Bf16Activations::Rounded);
   const Tensor eps =
-      setup.unet->forward_nhwc(input, std::vector<double>(input.dim(0), t), context, timestep_cond, setup.numerics);
+      setup.unet->forward_nhwc(with_extra_channels(input, extra), std::vector<double>(input.dim(0), t), context,
+                               timestep_cond, setup.numerics);
   return apply_guidance(setup, eps);
 }
 
