@@ -75,6 +75,17 @@ const char* kGenerateUsage =
     "                            (D, B, 4, h, w) (the same array as --latents)\n"
     "  --posterior-noise FILE.npy  image-to-image: the eps of the VAE posterior sample, float32\n"
     "                            (D, B, 4, h, w) (default: drawn from the device key, as Flax)\n"
+    "  --mask FILE.png           inpaint: repaint the white area of the init image (repeat: one per\n"
+    "                            device; the init image's size); 9-channel inpainting models take\n"
+    "                            it as their input, other models blend the init image outside it\n"
+    "                            after every step; --strength defaults to 1 (start from noise)\n"
+    "  --mask-blur PX            inpaint: Gaussian blur of the mask (sigma PX pixels, as A1111's\n"
+    "                            'Mask blur'), pasted over the init image with it (default 0)\n"
+    "  --inpaint-area whole|masked  inpaint the whole picture (default) or only the mask's box\n"
+    "                            (plus padding, at the full size, pasted back)\n"
+    "  --inpaint-padding PX      pixels around the mask's box with --inpaint-area masked (default 32)\n"
+    "  --masked-posterior-noise FILE.npy  9-channel inpaint: the eps of the masked image's VAE\n"
+    "                            posterior sample, float32 (D, B, 4, h, w)\n"
     "  --save-array FILE.npy     write the images as float32 (D, B, H, W, 3) in [0, 1]\n"
     "  --out FILE.png            the grid (2x4 for eight images; default octodiff-<seed>.png)\n"
     "  --out-dir DIR             also write every image as its own PNG\n"
@@ -148,6 +159,25 @@ void prompt_options(const Args& args, GenerationRequest& req) {
   req.embeddings_dir = args.get_or("embeddings", "");
 }
 
+// --mask (repeatable), --mask-blur, --inpaint-area, --inpaint-padding, --masked-posterior-noise.
+void inpaint_options(const Args& args, GenerationRequest& req) {
+  for (const auto& path : args.all("mask")) req.masks.push_back(read_png(path));
+  const bool options = args.get("mask-blur") || args.get("inpaint-area") || args.get("inpaint-padding") ||
+                       args.get("masked-posterior-noise");
+  if (req.masks.empty()) {
+    if (options) fail("--mask-blur, --inpaint-area, --inpaint-padding and --masked-posterior-noise need --mask");
+    return;
+  }
+  if (req.init_images.empty()) fail("--mask needs --init-image (the image whose white mask area is repainted)");
+  if (!args.get("strength")) req.strength = 1.0;  // diffusers' inpainting default; the Flax pipeline's only mode
+  req.mask_blur = args.get_int("mask-blur", 0, 0, 1024);
+  const std::string area = args.get_or("inpaint-area", "whole");
+  if (area != "whole" && area != "masked") fail("--inpaint-area must be 'whole' or 'masked', got '", area, "'");
+  req.inpaint_only_masked = area == "masked";
+  req.only_masked_padding = args.get_int("inpaint-padding", 32, 0, 4096);
+  if (auto p = args.get("masked-posterior-noise")) req.masked_posterior_noise = read_npy(*p);
+}
+
 }  // namespace
 
 int run_generate(const std::vector<std::string>& argv) {
@@ -156,8 +186,9 @@ int run_generate(const std::vector<std::string>& argv) {
              "height", "width",
              "devices", "batch-per-device", "compat", "rng", "dtype", "threads", "latents", "save-latents",
              "save-array", "out", "out-dir", "repeat", "scale", "lora-dir", "taesd", "decoder", "strength", "noise",
-             "posterior-noise", "prompt-syntax", "long-prompts", "comma-backtrack", "embeddings"},
-            {"json", "quiet", "help"}, {"prompt", "lora", "init-image"});
+             "posterior-noise", "prompt-syntax", "long-prompts", "comma-backtrack", "embeddings", "mask-blur",
+             "inpaint-area", "inpaint-padding", "masked-posterior-noise"},
+            {"json", "quiet", "help"}, {"prompt", "lora", "init-image", "mask"});
   if (args.flag("help")) {
     std::printf("%s", kGenerateUsage);
     return 0;
@@ -193,6 +224,7 @@ int run_generate(const std::vector<std::string>& argv) {
   req.threads = args.get_int("threads", 0, 1, 1024);
   if (auto p = args.get("latents")) req.latents = read_npy(*p);
   image_to_image_options(args, req);
+  inpaint_options(args, req);
   const int repeat = args.get_int("repeat", 1, 1, 1000);
   const int scale = args.get_int("scale", 1, 1, 16);
 

@@ -6,6 +6,7 @@
 
 #include "core/device.h"
 #include "kernels/gemm.h"
+#include "kernels/tensor_ops.h"
 #include "pipeline/latents.h"
 
 namespace octodiff {
@@ -37,9 +38,20 @@ Tensor apply_guidance(const DenoiseSetup& setup, const Tensor& eps) {
   return guided;
 }
 
+// input (N, h, w, C) ‖ extra (N or N/2, h, w, E) along the channels; extra repeats for a CFG batch.
+Tensor with_extra_channels(const Tensor& input, const Tensor* extra) {
+  if (!extra) return input;
+  const int64_t N = input.dim(0), n = extra->dim(0), C = input.dim(3), E = extra->dim(3);
+  const int64_t P = n * input.dim(1) * input.dim(2);
+  Tensor out = Tensor::empty({N, input.dim(1), input.dim(2), C + E});
+  for (int64_t k = 0; k < N / n; ++k)
+    kernels::concat_channels_nhwc(input.data() + k * P * C, C, extra->data(), E, P, out.data() + k * P * (C + E));
+  return out;
+}
+
 // The noise prediction of call i for latents x (timestep_cond: the embedded guidance, or null).
 Tensor predict_noise(const DenoiseSetup& setup, const SchedulerState& state, const Tensor& x, const Tensor& context,
-                     const Tensor* timestep_cond, int i) {
+                     const Tensor* timestep_cond, int i, const Tensor* extra) {
   const Scheduler& scheduler = *setup.scheduler;
   const double t = scheduler.model_timestep(state, i);
   const Tensor input = scheduler.scale_model_input(state, model_batch(setup, x), i);
@@ -57,7 +69,8 @@ Tensor predict_noise(const DenoiseSetup& setup, const SchedulerState& state, con
   const kernels::ScopedBf16Activations activations(split ? kernels::Bf16Activations::Split
                                                           : kernels::Bf16Activations::Rounded);
   const Tensor eps =
-      setup.unet->forward_nhwc(input, std::vector<double>(input.dim(0), t), context, timestep_cond, setup.numerics);
+      setup.unet->forward_nhwc(with_extra_channels(input, extra), std::vector<double>(input.dim(0), t), context,
+                               timestep_cond, setup.numerics);
   return apply_guidance(setup, eps);
 }
 
@@ -75,7 +88,7 @@ Tensor step_noise(const StepNoise& noise, int i, const Tensor& x) {
 }
 
 Tensor denoise(const DenoiseSetup& setup, Tensor x, const Tensor& context, const StepNoise& noise,
-               const StepObserver& observer) {
+               const StepObserver& observer, const DenoiseHooks& hooks) {
   using Clock = std::chrono::steady_clock;
   SchedulerState state = *setup.initial_state;
   std::optional<Tensor> guidance_embedding;  // (B, time_cond_proj_dim): the same for every step
@@ -86,12 +99,13 @@ Tensor denoise(const DenoiseSetup& setup, Tensor x, const Tensor& context, const
   for (int i = setup.first_call; i < setup.calls; ++i) {
     check_cancelled();
     const auto t0 = Clock::now();
-    const Tensor eps = predict_noise(setup, state, x, context, timestep_cond, i);
+    const Tensor eps = predict_noise(setup, state, x, context, timestep_cond, i, hooks.extra_input_channels);
     const Scheduler& scheduler = *setup.scheduler;
     StepResult next = scheduler.needs_noise(state, i) ? scheduler.step(state, eps, i, x, step_noise(noise, i, x))
                                                        : scheduler.step(state, eps, i, x);
     x = std::move(next.prev_sample);
     state = std::move(next.state);
+    if (hooks.after_step) hooks.after_step(i, x);
     if (observer) observer(i, std::chrono::duration<double>(Clock::now() - t0).count(), x);
   }
   return x;

@@ -55,11 +55,22 @@ struct StepNoise {
 // Called after each step with the call index, its seconds and the latents (B, h, w, C) after it.
 using StepObserver = std::function<void(int call, double seconds, const Tensor& latents)>;
 
+// Per-device additions of a pipeline to the loop (all optional; pipeline/inpaint.h uses both).
+struct DenoiseHooks {
+  // (B, h, w, E): concatenated after the latents' channels of every UNet input (after
+  // scale_model_input; with classifier-free guidance to both halves), as the inpainting
+  // pipelines concatenate [latents, mask, masked-image latents].
+  const Tensor* extra_input_channels = nullptr;
+  // Called after each scheduler step of call i with the latents (B, h, w, C), which it may
+  // change (the legacy inpainting blend); runs before the StepObserver sees them.
+  std::function<void(int call, Tensor& latents)> after_step;
+};
+
 // Runs calls first_call … calls − 1 on x (B, h, w, C), the initial latents already scaled by
 // init_noise_sigma (or an image-to-image run's noised image latents),
 // with `context` from encode_device_prompts ((2B or B), L, hidden). Returns the final latents.
 Tensor denoise(const DenoiseSetup& setup, Tensor x, const Tensor& context, const StepNoise& noise,
-               const StepObserver& observer);
+               const StepObserver& observer, const DenoiseHooks& hooks = {});
 
 // The fresh noise of call i for a sample shaped like x (B, h, w, C): StepNoise's rule.
 Tensor step_noise(const StepNoise& noise, int i, const Tensor& x);

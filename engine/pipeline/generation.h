@@ -107,6 +107,9 @@ struct GenerationRequest {
   int mask_blur = 0;                 // Gaussian blur radius of the mask in pixels (A1111 "Mask blur")
   bool inpaint_only_masked = false;  // A1111 "Inpaint area: Only masked": crop around the mask, paste back
   int only_masked_padding = 32;      // pixels around the mask's bounding box in that mode
+  // 9-channel inpainting: the ε of the masked images' VAE posterior sample, (D, B, C, h, w)
+  // float32. When absent: Flax's sample(split(key_d)[1]), normal over (B, h, w, C) in NHWC order.
+  std::optional<Tensor> masked_posterior_noise;
 };
 
 // The static part of a request: a new signature compiles a new plan, like a jit re-trace.
@@ -121,6 +124,7 @@ struct Signature {
   Decoder decoder = Decoder::Vae;
   // Image-to-image: the strength (static, like the Flax pipeline's start_timestep); 0 otherwise.
   double strength = 0;
+  bool inpaint = false;  // a mask: pipeline/inpaint.h (its mode follows from the model)
   bool operator==(const Signature&) const = default;
   std::string str() const;
 };

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "pipeline/inpaint.h"
 #include "pipeline/model.h"
 #include "pipeline/model_hash.h"
 
@@ -38,6 +39,12 @@ ImageMetadata describe_image(const GenerationRequest& request, const GenerationR
   m.timestep_spacing = s.timestep_spacing;
   m.decoder = s.decoder;
   if (s.strength > 0) m.denoising_strength = s.strength;
+  if (s.inpaint) {
+    m.inpaint = ImageMetadata::Inpaint{request.mask_blur, request.inpaint_only_masked, request.only_masked_padding,
+                                       s.strength < 1 ? "original" : "latent noise",
+                                       inpaint_mode_name(inpaint_mode_for(model.unet().config().in_channels,
+                                                                          model.vae().config().latent_channels))};
+  }
   m.width = s.width;
   m.height = s.height;
   m.devices = s.devices;
@@ -98,6 +105,11 @@ std::string a1111_parameters(const ImageMetadata& m) {
     std::snprintf(strength, sizeof strength, "%g", *m.denoising_strength);
     out += cat(", Denoising strength: ", strength);
   }
+  if (const auto& ip = m.inpaint) {
+    out += cat(", Mask blur: ", ip->mask_blur, ", Inpaint area: ", ip->only_masked ? "Only masked" : "Whole picture");
+    if (ip->only_masked) out += cat(", Masked area padding: ", ip->padding);
+    out += cat(", Masked content: ", ip->masked_content, ", Inpaint mode: ", ip->mode);
+  }
   if (!m.loras.empty()) {
     std::string hashes;
     for (const auto& l : m.loras) hashes += cat(hashes.empty() ? "" : ", ", l.name, ": ", l.hash);
@@ -131,6 +143,9 @@ std::string metadata_json(const ImageMetadata& m) {
   if (m.timestep_spacing) j["timestep_spacing"] = timestep_spacing_name(*m.timestep_spacing);
   j["decoder"] = decoder_name(m.decoder);
   if (m.denoising_strength) j["denoising_strength"] = *m.denoising_strength;
+  if (const auto& ip = m.inpaint)
+    j["inpaint"] = {{"mask_blur", ip->mask_blur}, {"area", ip->only_masked ? "masked" : "whole"},
+                    {"padding", ip->padding}, {"masked_content", ip->masked_content}, {"mode", ip->mode}};
   j["width"] = m.width;
   j["height"] = m.height;
   j["devices"] = m.devices;
@@ -182,6 +197,12 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
       m.timestep_spacing = parse_timestep_spacing(j.at("timestep_spacing").get<std::string>());
     m.decoder = parse_decoder_name(j.value("decoder", "vae"));
     if (j.contains("denoising_strength")) m.denoising_strength = j.at("denoising_strength").get<double>();
+    if (j.contains("inpaint")) {
+      const json& ip = j.at("inpaint");
+      m.inpaint = ImageMetadata::Inpaint{ip.value("mask_blur", 0), ip.value("area", "whole") == "masked",
+                                         ip.value("padding", 32), ip.value("masked_content", "original"),
+                                         ip.value("mode", "")};
+    }
     m.width = j.at("width").get<int>();
     m.height = j.at("height").get<int>();
     m.devices = j.value("devices", 1);
@@ -209,6 +230,16 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
   } catch (const std::exception&) {
     return std::nullopt;  // a damaged chunk: fall back to the A1111 text
   }
+}
+
+// One of A1111's inpainting keys into m.inpaint.
+void parse_a1111_inpaint(const std::string& key, const std::string& value, ImageMetadata& m) {
+  if (!m.inpaint) m.inpaint = ImageMetadata::Inpaint{};
+  if (key == "Mask blur") m.inpaint->mask_blur = std::stoi(value);
+  else if (key == "Inpaint area") m.inpaint->only_masked = value == "Only masked";
+  else if (key == "Masked area padding") m.inpaint->padding = std::stoi(value);
+  else if (key == "Masked content") m.inpaint->masked_content = value;
+  else if (key == "Inpaint mode") m.inpaint->mode = value;
 }
 
 std::optional<ImageMetadata> from_a1111(const std::string& text) {
@@ -261,6 +292,9 @@ std::optional<ImageMetadata> from_a1111(const std::string& text) {
         m.timestep_spacing = parse_timestep_spacing(value);
       } else if (key == "Denoising strength") {
         m.denoising_strength = std::stod(value);
+      } else if (key == "Mask blur" || key == "Inpaint area" || key == "Masked area padding" ||
+                 key == "Masked content" || key == "Inpaint mode") {
+        parse_a1111_inpaint(key, value, m);
       } else if (key == "VAE") {
         if (value == "TAESD") m.decoder = Decoder::Tiny;
       } else if (key == "RNG") {
@@ -312,6 +346,12 @@ GenerationRequest request_from_metadata(const ImageMetadata& m) {
   r.prompt_syntax = m.prompt_syntax;
   r.long_prompts = m.long_prompts;
   r.comma_backtrack = m.comma_backtrack;
+  if (m.denoising_strength) r.strength = *m.denoising_strength;
+  if (const auto& ip = m.inpaint) {
+    r.mask_blur = ip->mask_blur;
+    r.inpaint_only_masked = ip->only_masked;
+    r.only_masked_padding = ip->padding;
+  }
   if (m.is_grid()) {
     r.devices = m.devices;
     r.batch_per_device = m.batch_per_device;

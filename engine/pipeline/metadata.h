@@ -27,6 +27,19 @@ struct ImageMetadata {
   std::optional<TimestepSpacing> timestep_spacing;  // as used (absent in older metadata)
   Decoder decoder = Decoder::Vae;                   // what decoded the image (older metadata: the VAE)
   std::optional<double> denoising_strength;         // image-to-image runs: the strength (A1111's key)
+  // Inpainting runs (pipeline/inpaint.h). A1111 text: "Mask blur: N", "Inpaint area: Whole picture"
+  // or "Only masked", "Masked area padding: N" (only masked), "Masked content: original" (strength
+  // < 1: the start is the noised init image) or "latent noise" (strength 1), and Octodiff's
+  // "Inpaint mode: 9-channel unet" or "latent blend"; JSON: "inpaint": {mask_blur, area
+  // ("whole"/"masked"), padding, masked_content, mode}. The masks themselves are not stored.
+  struct Inpaint {
+    int mask_blur = 0;
+    bool only_masked = false;
+    int padding = 32;
+    std::string masked_content = "original";  // A1111's name: "original" or "latent noise"
+    std::string mode;                          // inpaint_mode_name
+  };
+  std::optional<Inpaint> inpaint;
   int width = 0, height = 0;
   int devices = 1, batch_per_device = 1;
   int device = -1, batch_index = -1;          // -1: a grid of all images

@@ -57,7 +57,7 @@ std::string Signature::str() const {
   return cat("D=", devices, " B=", batch, " ", width, "x", height, " steps=", steps, " ", scheduler_name(scheduler), " ",
              timestep_spacing_name(timestep_spacing), guidance_str, " ", dtype_display_name(dtype), " ",
              compat_name(compat), decoder == Decoder::Tiny ? " taesd" : "",
-             strength > 0 ? cat(" img2img strength=", strength) : std::string());
+             strength > 0 ? cat(" img2img strength=", strength) : std::string(), inpaint ? " inpaint" : "");
 }
 
 // The request's devices (0: one per prompt batch) and every image's prompt and negative prompt
@@ -96,6 +96,22 @@ static int resolve_prompts(const GenerationRequest& req, ResolvedRequest& r) {
   return D;
 }
 
+// Inpainting: the masks of r.request against its init images (pipeline/inpaint.h), into r.
+static void resolve_masks(const StableDiffusionModel& m, ResolvedRequest& r, int D) {
+  const InpaintMode mode = inpaint_mode_for(m.unet().config().in_channels, m.vae().config().latent_channels);
+  r.inpaint = resolve_inpaint(r.request, r.request.init_images, r.init_images, D, mode);
+}
+
+// GenerationRequest::masked_posterior_noise: only for 9-channel inpainting, (D, B, C, h, w).
+static void check_masked_posterior_noise(const ResolvedRequest& r, int D) {
+  if (!r.inpaint.active || r.inpaint.mode != InpaintMode::UNetChannels)
+    fail("masked-image posterior noise was given but this is no 9-channel inpainting run");
+  const Shape expected{D, r.request.batch_per_device, r.latent_channels, r.latent_height, r.latent_width};
+  if (r.request.masked_posterior_noise->shape() != expected)
+    fail("Unexpected masked-image posterior noise shape, got ", shape_str(r.request.masked_posterior_noise->shape()),
+         ", expected ", shape_str(expected));
+}
+
 ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
   ResolvedRequest r;
   r.request = req;
@@ -111,8 +127,8 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
   const int scale =
       req.decoder == Decoder::Tiny ? m.tiny_autoencoder()->config().decoder_scale_factor() : m.vae_scale_factor();
   int H = req.height, W = req.width;
-  if (!req.masks.empty()) fail("inpainting (a mask) is not available in this build yet");
   if (!req.init_images.empty()) resolve_init_images(r, D, &H, &W);
+  if (!req.masks.empty()) resolve_masks(m, r, D);
   if (!H) H = m.unet().config().sample_size * scale;
   if (!W) W = m.unet().config().sample_size * scale;
   const int mult = scale * m.unet().config().latent_multiple();
@@ -133,10 +149,10 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
          "): load it again with ModelLoadOptions::dtype = ", dtype_display_name(req.dtype),
          " (octodiff-cli does this from --dtype)");
 
-  r.latent_channels = m.unet().config().in_channels;
+  r.latent_channels = r.inpaint.active ? m.vae().config().latent_channels : m.unet().config().in_channels;
   if (r.latent_channels != m.vae().config().latent_channels)
-    fail("this model's UNet takes ", r.latent_channels, " input channels (an inpainting model?); "
-         "text-to-image needs ", m.vae().config().latent_channels);
+    fail("this model's UNet takes ", r.latent_channels, " input channels (an inpainting model: give an init image "
+         "and a mask); text-to-image and image-to-image need ", m.vae().config().latent_channels);
   r.latent_height = H / scale;
   r.latent_width = W / scale;
   if (req.latents) {
@@ -153,6 +169,8 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
       fail("Unexpected posterior noise shape, got ", shape_str(req.posterior_noise->shape()), ", expected ",
            shape_str(expected));
   }
+
+  if (req.masked_posterior_noise) check_masked_posterior_noise(r, D);
 
   Signature& s = r.signature;
   s.devices = D;
@@ -172,6 +190,7 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
   s.dtype = req.dtype;
   s.compat = req.compat;
   s.strength = r.init_images.empty() ? 0.0 : req.strength;
+  s.inpaint = r.inpaint.active;
   return r;
 }
 
@@ -278,6 +297,7 @@ struct DeviceWork {
   Tensor start;            // B × h × w × C: what sampling starts from
   Tensor latents;          // B × h × w × C (NHWC, while sampling)
   Tensor images;           // B × H × W × 3
+  InpaintDevice inpaint;   // inpainting: what the loop adds (pipeline/inpaint.h)
   std::vector<double> step_seconds;
 };
 
@@ -395,24 +415,28 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
   for (const DeviceWork& dw : work) result.context_tokens.push_back(static_cast<int>(dw.context.dim(1)));
   if (!r.init_images.empty()) {  // image-to-image: the VAE encoder makes the start
     phase(std::nullopt, ModelComponent::Vae, &result.timings.encode_image, [&](int d) {
-      device_start(r, plan, result.device_keys[d], d, &work[d].initial_latents, &work[d].start);
+      device_start(r, plan, result.device_keys[d], d, &work[d].initial_latents, &work[d].start, &work[d].inpaint);
     });
   }
   const DenoiseSetup setup = denoise_setup(plan, r);
   phase(std::nullopt, ModelComponent::UNet, &result.timings.denoise, [&](int d) {
     DeviceWork& dw = work[d];
-    if (r.init_images.empty()) device_start(r, plan, result.device_keys[d], d, &dw.initial_latents, &dw.start);
+    if (r.init_images.empty())
+      device_start(r, plan, result.device_keys[d], d, &dw.initial_latents, &dw.start, nullptr);
     auto observe = [&](int i, double seconds, const Tensor& x) {
       dw.step_seconds.push_back(seconds);
       report(Phase::Denoise, d, i + 1 - plan.first_call, calls_run, seconds);
       if (show_preview) preview(d, i + 1 - plan.first_call, render_preview(x));
     };
     dw.latents = denoise(setup, std::move(dw.start), dw.context, device_step_noise(r, plan, result.device_keys[d], d),
-                         observe);
+                         observe,
+                         r.inpaint.active ? inpaint_hooks(dw.inpaint, *plan.scheduler, plan.initial_state, plan.calls)
+                                          : DenoiseHooks{});
   });
   phase(Phase::Decode, ModelComponent::Vae, &result.timings.decode, [&](int d) {
     work[d].images = s.decoder == Decoder::Tiny ? decode_with_tiny_autoencoder(*m.tiny_autoencoder(), work[d].latents)
                                                 : decode_with_vae(m.vae(), work[d].latents, s.compat);
+    if (r.inpaint.active) paste_inpainted(work[d].images, r.inpaint.mask_for(d));
     report(Phase::Decode, d);
   });
 
@@ -425,7 +449,7 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
 }
 
 void ShardedPipeline::device_start(const ResolvedRequest& r, const Plan& plan, const jax::Key& key, int d,
-                                   Tensor* noise, Tensor* start) const {
+                                   Tensor* noise, Tensor* start, InpaintDevice* inpaint) const {
   const Shape shape{r.signature.batch, r.latent_channels, r.latent_height, r.latent_width};
   *noise = device_initial_noise(r.request.latents, key, r.request.rng, d, shape);
   if (r.init_images.empty()) {
@@ -433,9 +457,34 @@ void ShardedPipeline::device_start(const ResolvedRequest& r, const Plan& plan, c
     return;
   }
   const Tensor eps = device_posterior_noise(r.request.posterior_noise, key, r.request.rng, d, shape);
+  if (r.inpaint.active) {
+    *inpaint = start_inpaint_device(inpaint_start_inputs(r, plan, key, d, *noise, eps), start);
+    return;
+  }
   const Tensor image_latents =
       sample_image_latents(model_->vae(), device_init_images(r.init_images, d, r.signature.batch), eps);
   *start = noised_start_latents(*plan.scheduler, plan.initial_state, image_latents, *noise, r.signature.compat);
+}
+
+InpaintStartInputs ShardedPipeline::inpaint_start_inputs(const ResolvedRequest& r, const Plan& plan,
+                                                         const jax::Key& key, int d, const Tensor& noise,
+                                                         const Tensor& image_eps) const {
+  InpaintStartInputs in;
+  in.vae = &model_->vae();
+  in.scheduler = plan.scheduler.get();
+  in.state = &plan.initial_state;
+  in.compat = r.signature.compat;
+  in.strength = r.signature.strength;
+  in.mode = r.inpaint.mode;
+  in.images = device_init_images(r.init_images, d, r.signature.batch);
+  in.noise = noise;
+  in.image_eps = image_eps;
+  if (in.mode == InpaintMode::UNetChannels) {  // Flax: prng_seed, mask_prng_seed = split(prng_seed)
+    const jax::Key mask_key = jax::split(key, 2, r.request.rng)[1];
+    in.masked_eps = device_posterior_noise(r.request.masked_posterior_noise, mask_key, r.request.rng, d, noise.shape());
+  }
+  in.mask = &r.inpaint.mask_for(d);
+  return in;
 }
 
 StepNoise ShardedPipeline::device_step_noise(const ResolvedRequest& r, const Plan& plan, const jax::Key& key,

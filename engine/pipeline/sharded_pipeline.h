@@ -21,6 +21,7 @@
 #include "core/device.h"
 #include "pipeline/denoise_loop.h"
 #include "pipeline/generation.h"
+#include "pipeline/inpaint.h"
 #include "pipeline/latent_preview.h"
 #include "pipeline/model.h"
 
@@ -35,6 +36,7 @@ struct ResolvedRequest {
   // Image-to-image: the init images as preprocessed (pipeline/image_to_image.h), 1 or D of
   // them; empty for text-to-image.
   std::vector<Image8> init_images;
+  InpaintInputs inpaint;  // inpainting: the prepared masks (pipeline/inpaint.h); inactive otherwise
 };
 
 class ShardedPipeline {
@@ -68,9 +70,12 @@ class ShardedPipeline {
   void resolve_init_images(ResolvedRequest& r, int devices, int* height, int* width) const;
   // Device d's noise (B, C, h, w: GenerationResult::initial_latents) and the sample its loop
   // starts from (B, h, w, C): the noise × init_noise_sigma, or an image-to-image run's noised
-  // image latents (pipeline/image_to_image.h).
+  // image latents (pipeline/image_to_image.h); inpainting also fills *inpaint (pipeline/inpaint.h).
   void device_start(const ResolvedRequest& r, const Plan& plan, const jax::Key& key, int d, Tensor* noise,
-                    Tensor* start) const;
+                    Tensor* start, InpaintDevice* inpaint) const;
+  // Device d's inputs to its inpainting start (pipeline/inpaint.h), given its noise and init-image ε.
+  InpaintStartInputs inpaint_start_inputs(const ResolvedRequest& r, const Plan& plan, const jax::Key& key, int d,
+                                          const Tensor& noise, const Tensor& image_eps) const;
   StepNoise device_step_noise(const ResolvedRequest& r, const Plan& plan, const jax::Key& key, int d) const;
 
   std::shared_ptr<const StableDiffusionModel> model_;

@@ -22,14 +22,15 @@ SingleFileParts load_single_file_parts(const fs::path& file, const ModelLoadOpti
   SingleFileCheckpoint ckpt = open_single_file(file, options.use_ema);
   SingleFileParts parts;
   const bool sd2 = ckpt.family == SingleFileCheckpoint::Family::SD2;
-  if (ckpt.unet_in_channels != 4)
-    fail("'", file.string(), "' is an inpainting checkpoint (UNet with ", ckpt.unet_in_channels,
-         " input channels); Octodiff's text-to-image pipeline needs a 4-channel model");
+  if (ckpt.unet_in_channels != 4 && ckpt.unet_in_channels != 9)
+    fail("'", file.string(), "' has a UNet with ", ckpt.unet_in_channels,
+         " input channels; Octodiff runs 4-channel models and 9-channel inpainting models");
   parts.description = cat(sd2 ? "SD 2.x" : "SD 1.x", ckpt.v_prediction ? " (v-prediction)" : "",
                           " single-file checkpoint", ckpt.used_ema ? ", EMA weights" : "");
   parts.text_config = sd2 ? ClipTextConfig::sd2() : ClipTextConfig::sd1();
   parts.unet_config = sd2 ? UNetConfig::sd2(ckpt.v_prediction) : UNetConfig::sd1();
   parts.unet_config.cross_attention_dim = ckpt.cross_attention_dim;
+  parts.unet_config.in_channels = ckpt.unet_in_channels;  // 9: an inpainting model (pipeline/inpaint.h)
   parts.vae_config = VaeConfig::sd();
   parts.scheduler_json = sd_scheduler_json(ckpt.v_prediction);
   for (auto [src, what] : {std::pair{&ckpt.unet, "UNet"}, {&ckpt.vae, "VAE"}, {&ckpt.text_encoder, "text encoder"}})
