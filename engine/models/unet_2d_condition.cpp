@@ -186,10 +186,11 @@ Tensor UNet2DCondition::forward(const Tensor& sample, const std::vector<double>&
 }
 
 Tensor UNet2DCondition::forward(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
-                                const Tensor* timestep_cond, const Numerics& numerics, UNetDebug* debug) const {
+                                const Tensor* timestep_cond, const Numerics& numerics, UNetDebug* debug,
+                                const UNetResiduals* residuals) const {
   if (sample.rank() != 4 || sample.dim(1) != config_.in_channels)
     fail("UNet input has shape ", shape_str(sample.shape()), ", expected N × ", config_.in_channels, " × h × w");
-  return to_nchw(forward_nhwc(to_nhwc(sample), timesteps, context, timestep_cond, numerics, debug));
+  return to_nchw(forward_nhwc(to_nhwc(sample), timesteps, context, timestep_cond, numerics, debug, residuals));
 }
 
 Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<double>& timesteps,
@@ -209,9 +210,24 @@ void UNet2DCondition::check_timestep_cond(const Tensor* timestep_cond, int64_t N
     fail("UNet: timestep_cond has shape ", shape_str(timestep_cond->shape()), ", expected ", N, " × ", D);
 }
 
+// skips[k] + down[k] as new tensors (the last skip is also the mid block's input, which stays as it is).
+static void add_down_residuals(std::vector<Tensor>& skips, const UNetResiduals& residuals) {
+  if (residuals.down.size() != skips.size())
+    fail("UNet: ", residuals.down.size(), " down-block residuals given; this UNet has ", skips.size(),
+         " skip tensors (a ControlNet for another architecture?)");
+  for (size_t k = 0; k < skips.size(); ++k) {
+    if (residuals.down[k].shape() != skips[k].shape())
+      fail("UNet: down-block residual ", k, " has shape ", shape_str(residuals.down[k].shape()), ", the skip tensor is ",
+           shape_str(skips[k].shape()));
+    Tensor sum = Tensor::empty(skips[k].shape());
+    kernels::add(skips[k].data(), residuals.down[k].data(), sum.numel(), sum.data());
+    skips[k] = std::move(sum);
+  }
+}
+
 Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<double>& timesteps,
                                      const Tensor& context, const Tensor* timestep_cond, const Numerics& numerics,
-                                     UNetDebug* debug) const {
+                                     UNetDebug* debug, const UNetResiduals* residuals) const {
   const int64_t N = sample.dim(0), h = sample.dim(1), w = sample.dim(2);
   const int m = config_.latent_multiple();
   if (sample.rank() != 4 || sample.dim(3) != config_.in_channels)
@@ -271,10 +287,18 @@ Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<dou
     }
   }
 
+  if (residuals) add_down_residuals(skips, *residuals);
+
   check_cancelled();
   x = mid_resnet_0_(x, &temb);
   x = mid_attention_(x, context, numerics);
   x = mid_resnet_1_(x, &temb);
+  if (residuals) {
+    if (residuals->mid.shape() != x.shape())
+      fail("UNet: the mid-block residual has shape ", shape_str(residuals->mid.shape()), ", the mid block's output is ",
+           shape_str(x.shape()));
+    kernels::add(x.data(), residuals->mid.data(), x.numel(), x.data());
+  }
   if (debug) debug->mid_block_out = to_nchw(x);
 
   for (const Level& level : up_) {

@@ -51,8 +51,10 @@ Tensor predict_noise(const DenoiseSetup& setup, const SchedulerState& state, con
   // to 0.95–1.36e-2 (bf16_test.cpp prints today's figures).
   const kernels::ScopedBf16Activations activations(i == 0 ? kernels::Bf16Activations::Split
                                                           : kernels::Bf16Activations::Rounded);
-  const Tensor eps =
-      setup.unet->forward_nhwc(input, std::vector<double>(input.dim(0), t), context, timestep_cond, setup.numerics);
+  const std::optional<UNetResiduals> residuals =
+      setup.residuals ? setup.residuals(i, t, input, context) : std::nullopt;
+  const Tensor eps = setup.unet->forward_nhwc(input, std::vector<double>(input.dim(0), t), context, timestep_cond,
+                                              setup.numerics, nullptr, residuals ? &*residuals : nullptr);
   return apply_guidance(setup, eps);
 }
 
