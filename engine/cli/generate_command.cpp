@@ -11,6 +11,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "controlnet_options.h"
 #include "core/error.h"
 #include "io/npy.h"
 #include "io/png.h"
@@ -140,10 +141,10 @@ int run_generate(const std::vector<std::string>& argv) {
              "height", "width",
              "devices", "batch-per-device", "compat", "rng", "dtype", "threads", "latents", "save-latents",
              "save-array", "out", "out-dir", "repeat", "scale", "lora-dir", "taesd", "decoder", "strength", "noise",
-             "posterior-noise"},
-            {"json", "quiet", "help"}, {"prompt", "lora", "init-image"});
+             "posterior-noise", "control-preprocess", "control-start", "control-end"},
+            {"json", "quiet", "help"}, {"prompt", "lora", "init-image", "controlnet", "control-image"});
   if (args.flag("help")) {
-    std::printf("%s", kGenerateUsage);
+    std::printf("%s%s", kGenerateUsage, kControlNetUsage);
     return 0;
   }
   if (!args.positional().empty()) fail("unexpected argument '", args.positional()[0], "' (prompts go after --prompt)");
@@ -176,6 +177,7 @@ int run_generate(const std::vector<std::string>& argv) {
   req.threads = args.get_int("threads", 0, 1, 1024);
   if (auto p = args.get("latents")) req.latents = read_npy(*p);
   image_to_image_options(args, req);
+  controlnet_options(args, req);  // after --dtype: the ControlNets are packed in it
   const int repeat = args.get_int("repeat", 1, 1, 1000);
   const int scale = args.get_int("scale", 1, 1, 16);
 
@@ -204,6 +206,9 @@ int run_generate(const std::vector<std::string>& argv) {
 
   std::fprintf(info, "model: %s (%s), loaded in %.2f s\n", model->path().string().c_str(),
                model->description().c_str(), load_seconds);
+  for (const ControlNetUse& c : req.controlnets)
+    std::fprintf(info, "controlnet: %s (%s) scale %g, steps %g..%g\n", c.name.c_str(), c.preprocessor.c_str(), c.scale,
+                 c.guidance_start, c.guidance_end);
   for (const AppliedLora& l : model->loras())
     std::fprintf(info, "lora: %s (%s) strength %g: %d UNet and %d text-encoder weights\n", l.spec.path.string().c_str(),
                  l.format.c_str(), static_cast<double>(l.spec.strength), l.unet_layers, l.text_encoder_layers);

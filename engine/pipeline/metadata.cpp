@@ -49,6 +49,8 @@ ImageMetadata describe_image(const GenerationRequest& request, const GenerationR
   m.model_hash = model.model_hash();
   for (const AppliedLora& l : model.loras())
     m.loras.push_back({l.name, l.spec.strength, cached_file_sha256(l.spec.path).substr(0, 12)});
+  for (const ControlNetUse& c : request.controlnets)
+    m.controlnets.push_back({c.name, c.preprocessor, c.scale, c.guidance_start, c.guidance_end});
   m.injected_latents = request.latents.has_value();
   m.version = OCTODIFF_VERSION;
   if (d < 0) {
@@ -71,6 +73,19 @@ std::string strength_text(float s) {
   char text[32];
   std::snprintf(text, sizeof text, "%g", static_cast<double>(s));
   return text;
+}
+
+// sd-webui-controlnet's value of a "ControlNet N" key (floats as Python prints them: 1.0, 0.8).
+std::string controlnet_text(const ImageMetadata::ControlNet& c) {
+  auto py = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", v);
+    std::string t = text;
+    return t.find_first_of(".e") == std::string::npos ? t + ".0" : t;
+  };
+  std::string text = cat("Module: ", c.module, ", Model: ", c.name, ", Weight: ", py(c.weight));
+  if (c.module == "canny") text += ", Threshold A: 100.0, Threshold B: 200.0";
+  return text + cat(", Guidance Start: ", py(c.guidance_start), ", Guidance End: ", py(c.guidance_end));
 }
 
 }  // namespace
@@ -99,6 +114,8 @@ std::string a1111_parameters(const ImageMetadata& m) {
     for (const auto& l : m.loras) hashes += cat(hashes.empty() ? "" : ", ", l.name, ": ", l.hash);
     out += ", Lora hashes: \"" + hashes + "\"";
   }
+  for (size_t k = 0; k < m.controlnets.size(); ++k)
+    out += cat(", ControlNet ", k, ": \"", controlnet_text(m.controlnets[k]), "\"");
   if (m.device >= 0) out += cat(", Device: ", m.device + 1, "/", m.devices);
   if (m.devices * m.batch_per_device > 1 && m.device < 0) out += cat(", Grid: ", m.devices * m.batch_per_device, " images");
   if (!m.version.empty()) out += ", Version: Octodiff " + m.version;
@@ -137,6 +154,9 @@ std::string metadata_json(const ImageMetadata& m) {
     j["loras"] = json::array();
     for (const auto& l : m.loras) j["loras"].push_back({{"name", l.name}, {"strength", l.strength}, {"hash", l.hash}});
   }
+  for (const auto& c : m.controlnets)
+    j["controlnets"].push_back({{"name", c.name}, {"module", c.module}, {"weight", c.weight},
+                                {"guidance_start", c.guidance_start}, {"guidance_end", c.guidance_end}});
   return j.dump();
 }
 
@@ -178,6 +198,10 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
       m.model_hash = j["model"].value("hash", "");
     }
     m.injected_latents = j.value("latents", "seeded") == "injected";
+    if (j.contains("controlnets"))
+      for (const auto& c : j.at("controlnets"))
+        m.controlnets.push_back({c.value("name", ""), c.value("module", "none"), c.value("weight", 1.0),
+                                 c.value("guidance_start", 0.0), c.value("guidance_end", 1.0)});
     if (j.contains("loras"))
       for (const auto& l : j.at("loras"))
         m.loras.push_back({l.at("name").get<std::string>(), l.at("strength").get<float>(), l.value("hash", "")});

@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "models/layers.h"
 #include "pipeline/controlnet.h"
+#include "pipeline/metadata.h"
 #include "pipeline/sharded_pipeline.h"
 #include "test_support.h"
 
@@ -323,4 +324,26 @@ TEST(ControlNetBadInput, ImageCountsRangesAndDtypeAreChecked) {
   GenerationRequest bf = pipeline_request(ComputeDType::F32);
   add_single(bf, ComputeDType::BF16);
   EXPECT_TRUE(contains(error_of([&] { pipe.resolve(bf); }), "another dtype"));
+}
+
+TEST(ControlNetMetadata, A1111KeysAndJsonRoundTrip) {
+  ImageMetadata m;
+  m.prompts = {"x"};
+  m.negative_prompts = {""};
+  m.steps = 5;
+  m.width = m.height = 64;
+  m.controlnets = {{"control_v11p_sd15_canny", "canny", 0.8, 0.0, 1.0}, {"depth", "none", 1.0, 0.25, 0.5}};
+  const std::string text = a1111_parameters(m);
+  std::printf("%s\n", text.c_str());
+  EXPECT_TRUE(contains(text, "ControlNet 0: \"Module: canny, Model: control_v11p_sd15_canny, Weight: 0.8, Threshold A: "
+                             "100.0, Threshold B: 200.0, Guidance Start: 0.0, Guidance End: 1.0\""));
+  EXPECT_TRUE(contains(text, "ControlNet 1: \"Module: none, Model: depth, Weight: 1.0, Guidance Start: 0.25, "
+                             "Guidance End: 0.5\""));
+  const auto back = parse_png_metadata(png_texts(m));
+  ASSERT_TRUE(back.has_value());
+  ASSERT_EQ(back->controlnets.size(), 2u);
+  EXPECT_EQ(back->controlnets[1].name, "depth");
+  EXPECT_EQ(back->controlnets[1].guidance_start, 0.25);
+  EXPECT_EQ(back->controlnets[0].module, "canny");
+  EXPECT_EQ(back->controlnets[0].weight, 0.8);
 }
