@@ -15,6 +15,7 @@
 #include "io/png.h"
 #include "io/safetensors.h"
 #include "models/layers.h"
+#include "models/parameter_catalog.h"
 #include "pipeline/controlnet.h"
 #include "pipeline/metadata.h"
 #include "pipeline/sharded_pipeline.h"
@@ -346,4 +347,22 @@ TEST(ControlNetMetadata, A1111KeysAndJsonRoundTrip) {
   EXPECT_EQ(back->controlnets[1].guidance_start, 0.25);
   EXPECT_EQ(back->controlnets[0].module, "canny");
   EXPECT_EQ(back->controlnets[0].weight, 0.8);
+}
+
+TEST(ControlNetCatalog, ListsExactlyTheTensorsOfAControlNetFolder) {
+  const ControlNetConfig config = ControlNetConfig::from_json(read_text_file(cn_dir() / "controlnet_a" / "config.json"),
+                                                              "controlnet_a/config.json");
+  const auto specs = controlnet_parameters(config);
+  auto f = SafetensorsFile::open(cn_dir() / "controlnet_a" / "diffusion_pytorch_model.safetensors");
+  ASSERT_EQ(specs.size(), f->tensors().size());
+  for (const ParameterSpec& p : specs) {
+    const TensorRecord* r = f->find(p.name);
+    ASSERT_NE(r, nullptr) << p.name;
+    EXPECT_EQ(r->shape, p.shape) << p.name;
+  }
+  ControlNetConfig sd15;
+  sd15.unet = UNetConfig::sd1();
+  EXPECT_EQ(sd15.num_down_residuals(), 12);
+  std::printf("[controlnet] SD 1.5 ControlNet: %lld parameters\n",
+              static_cast<long long>(parameter_count(controlnet_parameters(sd15))));
 }
