@@ -169,7 +169,10 @@ ControlNetModel ControlNetModel::load(WeightSource& w, const ControlNetConfig& c
   return m;
 }
 
-Tensor ControlNetModel::condition_embedding(const Tensor& cond) const {
+Tensor ControlNetModel::embed_condition(const Tensor& cond) const {
+  if (cond.rank() != 4 || cond.dim(3) != config_.conditioning_channels)
+    fail("ControlNet: the control image batch has shape ", shape_str(cond.shape()), ", expected N × H × W × ",
+         config_.conditioning_channels);
   Tensor x = cond;
   if (config_.bgr) {  // torch.flip(controlnet_cond, dims=[1])
     x = Tensor::empty(cond.shape());
@@ -208,7 +211,17 @@ UNetResiduals ControlNetModel::forward_nhwc(const Tensor& sample, const std::vec
                                             const Tensor& context, const Tensor& cond, double conditioning_scale,
                                             const Numerics& numerics) const {
   check_inputs(sample, timesteps, context, cond);
+  return forward_embedded_nhwc(sample, timesteps, context, embed_condition(cond), conditioning_scale, numerics);
+}
+
+UNetResiduals ControlNetModel::forward_embedded_nhwc(const Tensor& sample, const std::vector<double>& timesteps,
+                                                     const Tensor& context, const Tensor& embedded,
+                                                     double conditioning_scale, const Numerics& numerics) const {
   const UNetConfig& c = config_.unet;
+  const Shape expected{sample.dim(0), sample.dim(1), sample.dim(2), c.block_out_channels[0]};
+  if (sample.rank() != 4 || embedded.shape() != expected)
+    fail("ControlNet: the conditioning embedding has shape ", shape_str(embedded.shape()), ", expected ",
+         shape_str(expected));
   const Tensor t_proj = UNet2DCondition::timestep_embedding(timesteps, c.block_out_channels[0], c.flip_sin_to_cos,
                                                             c.freq_shift);
   Tensor temb = time_linear_1_(t_proj);
@@ -216,7 +229,6 @@ UNetResiduals ControlNetModel::forward_nhwc(const Tensor& sample, const std::vec
   temb = time_linear_2_(temb);
   kernels::silu(temb.data(), temb.numel(), temb.data());  // every resnet's first step
 
-  const Tensor embedded = condition_embedding(cond);
   Tensor x = conv_in_(sample, &embedded);  // conv_in(sample) + cond_embedding(cond)
   std::vector<Tensor> skips{x};
   for (const Level& level : down_) {

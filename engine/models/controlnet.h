@@ -56,6 +56,13 @@ class ControlNetModel {
   // Returns the residuals × conditioning_scale, NHWC.
   UNetResiduals forward_nhwc(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
                              const Tensor& cond, double conditioning_scale, const Numerics& numerics) const;
+  // The two parts of forward_nhwc. The conditioning embedding (N × H × W × C → N × h × w × C0,
+  // C0 = block_out_channels[0]) depends on the control image only: a pipeline computes it once
+  // per run and gives it to every step.
+  Tensor embed_condition(const Tensor& cond) const;
+  UNetResiduals forward_embedded_nhwc(const Tensor& sample, const std::vector<double>& timesteps,
+                                      const Tensor& context, const Tensor& embedded_cond, double conditioning_scale,
+                                      const Numerics& numerics) const;
   // The same on NCHW tensors (diffusers' layout; residuals NCHW too), for tests.
   UNetResiduals forward(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
                         const Tensor& cond, double conditioning_scale, const Numerics& numerics) const;
@@ -69,7 +76,6 @@ class ControlNetModel {
     std::vector<Transformer2D> attentions;  // empty for DownBlock2D
     std::optional<Conv2d> downsample;
   };
-  Tensor condition_embedding(const Tensor& cond) const;
   void check_inputs(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
                     const Tensor& cond) const;
 

@@ -174,19 +174,27 @@ ResidualProvider controlnet_residuals(const std::vector<ControlNetUse>& uses, in
   if (uses.empty()) return {};
   struct Net {
     const ControlNetUse* use;
-    Tensor images;  // (2B or B) × H × W × 3
+    Tensor embedded;  // (2B or B) × h × w × C0: the images' conditioning embedding, made at the first call
   };
   auto nets = std::make_shared<std::vector<Net>>();
-  for (const ControlNetUse& use : uses) nets->push_back({&use, device_control_images(use.images, device, batch, guided)});
-  return [nets, first_call, calls, numerics](int call, double t, const Tensor& input,
-                                             const Tensor& context) -> std::optional<UNetResiduals> {
+  for (const ControlNetUse& use : uses) nets->push_back({&use, Tensor()});
+  return [nets, device, batch, guided, first_call, calls, numerics](
+             int call, double t, const Tensor& input, const Tensor& context) -> std::optional<UNetResiduals> {
     std::optional<UNetResiduals> sum;
     const std::vector<double> timesteps(input.dim(0), t);
-    for (const Net& net : *nets) {
+    for (Net& net : *nets) {
       const ControlNetUse& use = *net.use;
       const double keep = controlnet_keep(call - first_call, calls - first_call, use.guidance_start, use.guidance_end);
       if (keep == 0.0) continue;
-      UNetResiduals r = use.model->forward_nhwc(input, timesteps, context, net.images, use.scale * keep, numerics);
+      if (net.embedded.rank() == 0) {  // once per run: the B images, repeated for the guided batch's halves
+        const Tensor once = use.model->embed_condition(device_control_images(use.images, device, batch, false));
+        std::vector<int64_t> rows;
+        for (int copy = 0; copy < (guided ? 2 : 1); ++copy)
+          for (int b = 0; b < batch; ++b) rows.push_back(b);
+        net.embedded = once.gather0(rows);
+      }
+      UNetResiduals r =
+          use.model->forward_embedded_nhwc(input, timesteps, context, net.embedded, use.scale * keep, numerics);
       if (sum)
         accumulate(*sum, r);
       else
