@@ -7,6 +7,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "kernels/activations.h"
+#include "models/distinct_samples.h"
 
 namespace octodiff {
 namespace {
@@ -222,6 +223,8 @@ UNetResiduals ControlNetModel::forward_embedded_nhwc(const Tensor& sample, const
   if (sample.rank() != 4 || embedded.shape() != expected)
     fail("ControlNet: the conditioning embedding has shape ", shape_str(embedded.shape()), ", expected ",
          shape_str(expected));
+  if (static_cast<int64_t>(timesteps.size()) != sample.dim(0))
+    fail("ControlNet: ", timesteps.size(), " timesteps for batch ", sample.dim(0));
   const Tensor t_proj = UNet2DCondition::timestep_embedding(timesteps, c.block_out_channels[0], c.flip_sin_to_cos,
                                                             c.freq_shift);
   Tensor temb = time_linear_1_(t_proj);
@@ -229,20 +232,8 @@ UNetResiduals ControlNetModel::forward_embedded_nhwc(const Tensor& sample, const
   temb = time_linear_2_(temb);
   kernels::silu(temb.data(), temb.numel(), temb.data());  // every resnet's first step
 
-  Tensor x = conv_in_(sample, &embedded);  // conv_in(sample) + cond_embedding(cond)
-  std::vector<Tensor> skips{x};
-  for (const Level& level : down_) {
-    for (size_t j = 0; j < level.resnets.size(); ++j) {
-      check_cancelled();
-      x = level.resnets[j](x, &temb);
-      if (!level.attentions.empty()) x = level.attentions[j](x, context, numerics);
-      skips.push_back(x);
-    }
-    if (level.downsample) {
-      x = (*level.downsample)(x);
-      skips.push_back(x);
-    }
-  }
+  std::vector<Tensor> skips;
+  Tensor x = down_path(sample, embedded, timesteps, temb, context, numerics, skips);
   check_cancelled();
   x = mid_resnet_0_(x, &temb);
   x = mid_attention_(x, context, numerics);
@@ -258,6 +249,45 @@ UNetResiduals ControlNetModel::forward_embedded_nhwc(const Tensor& sample, const
   out.mid = mid_zero_conv_(x);
   kernels::scale(out.mid.data(), out.mid.numel(), scale);
   return out;
+}
+
+// conv_in(sample) + embedded, then the down blocks; every skip tensor goes to `skips`. As in the
+// UNet, a guided batch's two halves (the same latents, timestep and image) run the layers before
+// the first cross-attention once (models/distinct_samples.h: the same bits).
+Tensor ControlNetModel::down_path(const Tensor& sample, const Tensor& embedded, const std::vector<double>& timesteps,
+                                  const Tensor& temb, const Tensor& context, const Numerics& numerics,
+                                  std::vector<Tensor>& skips) const {
+  const DistinctSamples distinct = distinct_samples(sample, timesteps, &embedded);
+  const bool shared = distinct.repeats() && !down_.empty() && !down_[0].attentions.empty();
+  Tensor x;
+  if (shared) {
+    const Tensor embedded_distinct = embedded.gather0(distinct.rows);
+    x = conv_in_(sample.gather0(distinct.rows), &embedded_distinct);
+  } else {
+    x = conv_in_(sample, &embedded);  // conv_in(sample) + cond_embedding(cond)
+  }
+  skips.push_back(shared ? x.gather0(distinct.slot) : x);
+  for (size_t i = 0; i < down_.size(); ++i) {
+    const Level& level = down_[i];
+    for (size_t j = 0; j < level.resnets.size(); ++j) {
+      check_cancelled();
+      if (shared && i == 0 && j == 0) {
+        const Tensor temb_distinct = temb.gather0(distinct.rows);
+        x = level.resnets[0](x, &temb_distinct);
+        const Tensor tokens = level.attentions[0].text_free_part(x, numerics).gather0(distinct.slot);
+        x = level.attentions[0].after_text_free_part(x.gather0(distinct.slot), tokens, context, numerics);
+      } else {
+        x = level.resnets[j](x, &temb);
+        if (!level.attentions.empty()) x = level.attentions[j](x, context, numerics);
+      }
+      skips.push_back(x);
+    }
+    if (level.downsample) {
+      x = (*level.downsample)(x);
+      skips.push_back(x);
+    }
+  }
+  return x;
 }
 
 UNetResiduals ControlNetModel::forward(const Tensor& sample, const std::vector<double>& timesteps,

@@ -76,6 +76,8 @@ class ControlNetModel {
     std::vector<Transformer2D> attentions;  // empty for DownBlock2D
     std::optional<Conv2d> downsample;
   };
+  Tensor down_path(const Tensor& sample, const Tensor& embedded, const std::vector<double>& timesteps,
+                   const Tensor& temb, const Tensor& context, const Numerics& numerics, std::vector<Tensor>& skips) const;
   void check_inputs(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
                     const Tensor& cond) const;
 

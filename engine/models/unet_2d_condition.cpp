@@ -8,43 +8,12 @@
 #include "core/error.h"
 #include "kernels/activations.h"
 #include "kernels/tensor_ops.h"
+#include "models/distinct_samples.h"
 
 namespace octodiff {
 namespace {
 
 std::string idx(const std::string& prefix, int i) { return prefix + "." + std::to_string(i); }
-
-// Which samples of a batch repeat an earlier one at the same timestep and time condition
-// (classifier-free guidance evaluates every latent twice, with the negative and with the positive
-// prompt): the distinct samples in order, and for each sample its row among them.
-struct DistinctSamples {
-  std::vector<int64_t> rows, slot;
-};
-
-bool same_rows(const Tensor& t, int64_t m, int64_t n) {
-  const int64_t per = t.numel() / std::max<int64_t>(t.dim(0), 1);
-  return std::memcmp(t.data() + m * per, t.data() + n * per, per * sizeof(float)) == 0;
-}
-
-DistinctSamples distinct_samples(const Tensor& sample, const std::vector<double>& timesteps,
-                                 const Tensor* timestep_cond) {
-  const int64_t N = sample.dim(0);
-  DistinctSamples d;
-  for (int64_t n = 0; n < N; ++n) {
-    int64_t slot = static_cast<int64_t>(d.rows.size());
-    for (size_t k = 0; k < d.rows.size(); ++k) {
-      const int64_t m = d.rows[k];
-      if (timesteps[m] == timesteps[n] && same_rows(sample, m, n) &&
-          (!timestep_cond || same_rows(*timestep_cond, m, n))) {
-        slot = static_cast<int64_t>(k);
-        break;
-      }
-    }
-    if (slot == static_cast<int64_t>(d.rows.size())) d.rows.push_back(n);
-    d.slot.push_back(slot);
-  }
-  return d;
-}
 
 }  // namespace
 

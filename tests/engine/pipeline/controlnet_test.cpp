@@ -366,3 +366,23 @@ TEST(ControlNetCatalog, ListsExactlyTheTensorsOfAControlNetFolder) {
   std::printf("[controlnet] SD 1.5 ControlNet: %lld parameters\n",
               static_cast<long long>(parameter_count(controlnet_parameters(sd15))));
 }
+
+TEST(ControlNetModelParity, AGuidedBatchSharesItsTextFreeLayersBitForBit) {
+  auto g = goldens();
+  auto a = load_controlnet(cn_dir() / "controlnet_a", ComputeDType::F32);
+  const Tensor one = g->to_f32("model.sample").slice0(0, 1), cond = g->to_f32("model.cond").slice0(0, 1);
+  const Tensor context = g->to_f32("model.context");
+  Tensor twice = Tensor::empty({2, 4, 32, 32}), cond2 = Tensor::empty({2, 3, 64, 64});
+  for (int n = 0; n < 2; ++n) {
+    std::copy(one.begin(), one.end(), twice.data() + n * one.numel());
+    std::copy(cond.begin(), cond.end(), cond2.data() + n * cond.numel());
+  }
+  Numerics numerics;
+  const UNetResiduals both = a->forward(twice, {981, 981}, context, cond2, 0.7, numerics);
+  for (int n = 0; n < 2; ++n) {
+    const UNetResiduals alone = a->forward(one, {981}, context.slice0(n, n + 1), cond, 0.7, numerics);
+    for (size_t k = 0; k < alone.down.size(); ++k)
+      EXPECT_EQ(test::diff(both.down[k].slice0(n, n + 1), alone.down[k]).max_abs, 0.0) << "row " << n << " down " << k;
+    EXPECT_EQ(test::diff(both.mid.slice0(n, n + 1), alone.mid).max_abs, 0.0) << "row " << n;
+  }
+}
