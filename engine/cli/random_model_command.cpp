@@ -163,7 +163,7 @@ Arch arch_named(const std::string& name) {
     if (a.name == name) return a;
     names += (names.empty() ? "" : ", ") + a.name;
   }
-  fail("unknown --arch '", name, "' (use ", names, " or taesd)");
+  fail("unknown --arch '", name, "' (use ", names, ", taesd or controlnet-sd15)");
 }
 
 DType dtype_named(const std::string& s) {
@@ -551,8 +551,10 @@ int run_make_random_model(const std::vector<std::string>& args) {
   if (layout != "diffusers" && layout != "single-file")
     fail("unknown --layout '", layout, "' (use diffusers or single-file)");
   const bool taesd = opt["--arch"] == "taesd", controlnet = opt["--arch"] == "controlnet-sd15";
-  if ((taesd || controlnet) && layout != "diffusers")
-    fail("--arch ", opt["--arch"], " writes a diffusers folder only; use --layout diffusers");
+  if (taesd && layout != "diffusers")
+    fail("--arch taesd writes a diffusers AutoencoderTiny folder only; use --layout diffusers");
+  if (controlnet && layout != "diffusers")
+    fail("--arch controlnet-sd15 writes a diffusers ControlNetModel folder only; use --layout diffusers");
   if (layout == "single-file" && configs_only) fail("--configs-only writes a diffusers folder's configs; use --layout diffusers");
   const DType dtype = dtype_named(opt["--dtype"]);
   uint64_t seed = 0;

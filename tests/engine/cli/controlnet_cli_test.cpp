@@ -77,3 +77,21 @@ TEST(CliControlNet, BadInputGetsClearErrors) {
   EXPECT_NE(other.code, 0);
   EXPECT_NE(other.err.find("not a ControlNetModel"), std::string::npos) << other.err;
 }
+
+TEST(CliControlNet, MakeRandomModelWritesAnSd15ControlNetConfig) {
+  const fs::path dir = test::temp_dir("cli_random_controlnet");
+  test::CliRun r = test::run_cli({"make-random-model", "--arch", "controlnet-sd15", "--layout", "diffusers", "--out",
+                                  "cn", "--configs-only"},
+                                 dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  // diffusers' ControlNetModel.from_config of this file has 361,279,120 parameters (checked with v0.31.0).
+  EXPECT_NE(r.out.find("361279120 parameters"), std::string::npos) << r.out;
+  const std::string config = read_text_file(dir / "cn" / "config.json");
+  EXPECT_NE(config.find("\"_class_name\": \"ControlNetModel\""), std::string::npos);
+  EXPECT_NE(config.find("\"conditioning_embedding_out_channels\""), std::string::npos);
+  test::CliRun single = test::run_cli({"make-random-model", "--arch", "controlnet-sd15", "--layout", "single-file",
+                                       "--out", "s"},
+                                      dir);
+  EXPECT_NE(single.code, 0);
+  EXPECT_NE(single.err.find("ControlNetModel folder only"), std::string::npos) << single.err;
+}
