@@ -282,6 +282,10 @@ int run_generate(const std::vector<std::string>& argv) {
     const Signature& s = result.signature;
     nlohmann::json keys = nlohmann::json::array();
     for (const auto& k : result.device_keys) keys.push_back({k.k0, k.k1});
+    nlohmann::json controlnets = nlohmann::json::array();
+    for (const ControlNetUse& c : req.controlnets)
+      controlnets.push_back({{"name", c.name}, {"module", c.preprocessor}, {"scale", c.scale},
+                             {"guidance_start", c.guidance_start}, {"guidance_end", c.guidance_end}});
     nlohmann::json j = {
         {"settings",
          {{"model", model->path().string()},
@@ -303,7 +307,8 @@ int run_generate(const std::vector<std::string>& argv) {
           {"rng", jax::rng_scheme_name(req.rng)},
           {"dtype", dtype_display_name(s.dtype)},
           {"decoder", decoder_name(s.decoder)},
-          {"device_keys", keys}}},
+          {"device_keys", keys},
+          {"controlnets", controlnets}}},
         {"load_seconds", load_seconds},
         {"runs", runs},
         {"warnings", result.warnings},
