@@ -211,6 +211,22 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
   }
 }
 
+// The sd-webui-controlnet extension's value: "Module: canny, Model: NAME, Weight: 1.0, …" (quoted).
+ImageMetadata::ControlNet parse_controlnet_text(std::string value) {
+  if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+  ImageMetadata::ControlNet c;
+  std::regex pair(R"(([A-Za-z][A-Za-z ]*): ([^,]*)(, |$))");
+  for (auto it = std::sregex_iterator(value.begin(), value.end(), pair); it != std::sregex_iterator(); ++it) {
+    const std::string k = (*it)[1], v = (*it)[2];
+    if (k == "Module") c.module = v;
+    else if (k == "Model") c.name = v;
+    else if (k == "Weight") c.weight = std::stod(v);
+    else if (k == "Guidance Start") c.guidance_start = std::stod(v);
+    else if (k == "Guidance End") c.guidance_end = std::stod(v);
+  }
+  return c;
+}
+
 std::optional<ImageMetadata> from_a1111(const std::string& text) {
   // The last line holds "Key: value, Key: value"; lines before it are the prompt, then
   // optionally "Negative prompt: ...".
@@ -232,7 +248,8 @@ std::optional<ImageMetadata> from_a1111(const std::string& text) {
   }
   m.prompts = {head};
   m.negative_prompts = {negative};
-  std::regex field(R"(([A-Za-z][A-Za-z0-9 +]*): ([^,]*)(,|$))");
+  // A value in double quotes (Lora hashes, ControlNet N) holds commas and "Key: value" pairs of its own.
+  std::regex field(R"(([A-Za-z][A-Za-z0-9 +]*): ("[^"]*"|[^,]*)(,|$))");
   for (auto it = std::sregex_iterator(params.begin(), params.end(), field); it != std::sregex_iterator(); ++it) {
     const std::string key = (*it)[1], value = (*it)[2];
     try {
@@ -263,6 +280,8 @@ std::optional<ImageMetadata> from_a1111(const std::string& text) {
                                                                   : jax::RngScheme::Classic;
       } else if (key == "Compat") {
         m.compat = parse_compat(value);
+      } else if (key.rfind("ControlNet ", 0) == 0) {
+        m.controlnets.push_back(parse_controlnet_text(value));
       }
     } catch (const std::exception&) {
       // Tolerate fields other tools write differently.

@@ -386,3 +386,22 @@ TEST(ControlNetModelParity, AGuidedBatchSharesItsTextFreeLayersBitForBit) {
     EXPECT_EQ(test::diff(both.mid.slice0(n, n + 1), alone.mid).max_abs, 0.0) << "row " << n;
   }
 }
+
+TEST(ControlNetMetadata, A1111TextAloneGivesTheControlNetsAndKeepsTheModelName) {
+  ImageMetadata m;
+  m.prompts = {"x"};
+  m.negative_prompts = {""};
+  m.steps = 5;
+  m.width = m.height = 64;
+  m.model_name = "base-model";
+  m.controlnets = {{"control_v11p_sd15_canny", "canny", 0.8, 0.0, 1.0}, {"depth", "none", 1.0, 0.25, 0.5}};
+  const auto back = parse_png_metadata({{"parameters", a1111_parameters(m)}});  // no octodiff chunk
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->model_name, "base-model");  // not the "Model: …" inside a ControlNet's quotes
+  ASSERT_EQ(back->controlnets.size(), 2u);
+  EXPECT_EQ(back->controlnets[0].name, "control_v11p_sd15_canny");
+  EXPECT_EQ(back->controlnets[0].module, "canny");
+  EXPECT_EQ(back->controlnets[0].weight, 0.8);
+  EXPECT_EQ(back->controlnets[1].guidance_start, 0.25);
+  EXPECT_EQ(back->controlnets[1].guidance_end, 0.5);
+}
