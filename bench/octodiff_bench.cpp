@@ -39,8 +39,10 @@
 #include "kernels/gemm.h"
 #include "models/flop_count.h"
 #include "bench_timing.h"
+#include "controlnet.h"
 #include "few_step.h"
 #include "peak_flops.h"
+#include "pipeline/controlnet.h"
 #include "pipeline/model_hash.h"
 #include "pipeline/sharded_pipeline.h"
 
@@ -60,6 +62,7 @@ struct Options {
   std::string residency = "auto";  // WeightResidency: auto, minimal or resident
   std::string arch = "sd15";        // sd15 (the default report), sd-turbo or lcm-sd15 (few_step.h)
   std::string taesd;                // few-step modes: a TAESD folder/file, or "random" (the default)
+  std::string controlnet;           // ControlNet mode (controlnet.h): a ControlNet folder/file or "random"
   bool steps_given = false;
   std::optional<double> guidance;   // few-step modes: default per --arch
   bool json = false, skip_pipeline = false, skip_vae = false, skip_grid = false, load_only = false;
@@ -73,6 +76,9 @@ struct Options {
                "                      [--skip-vae] [--first-load warm|cold] [--load-only]\n"
                "                      [--residency auto|minimal|resident] [--json]\n"
                "                      [--arch sd15|sd-turbo|lcm-sd15] [--taesd PATH|random] [--guidance G] [--skip-grid]\n"
+               "                      [--controlnet PATH|random]\n"
+               "  --controlnet: the ControlNet report instead (\"controlnet\" in the JSON): a ControlNet's cost per\n"
+               "                guided step beside the UNet's; random = a random full-size SD 1.5 ControlNet (made once)\n"
                "  default model: a random full-size model of --arch in $OCTODIFF_CACHE_DIR/models (made when absent)\n"
                "  --arch:       sd15 (default): the guided-step report below; sd-turbo (1 step, guidance 0) or\n"
                "                lcm-sd15 (4 steps, embedded guidance 8.5): the few-step report (\"few_step\" in the\n"
@@ -115,6 +121,7 @@ Options parse(int argc, char** argv) {
         o.steps_given = true;
       } else if (a == "--guidance") o.guidance = std::stod(value());
       else if (a == "--taesd") o.taesd = value();
+      else if (a == "--controlnet") o.controlnet = value();
       else if (a == "--arch") {
         o.arch = value();
         if (o.arch != "sd15" && o.arch != "sd-turbo" && o.arch != "lcm-sd15")
@@ -141,6 +148,7 @@ Options parse(int argc, char** argv) {
   if (o.arch == "sd15" && (!o.taesd.empty() || o.guidance || o.skip_grid))
     usage_error("--taesd, --guidance and --skip-grid are for the few-step report (--arch sd-turbo|lcm-sd15)");
   if (o.arch != "sd15" && o.taesd.empty()) o.taesd = "random";
+  if (!o.controlnet.empty() && o.arch != "sd15") usage_error("--controlnet is for --arch sd15");
   return o;
 }
 
@@ -393,6 +401,22 @@ int main(int argc, char** argv) {
       j["peak_rss_mb"] = peak_rss_bytes() / 1048576.0;
       if (o.json) std::printf("%s\n", j.dump(2).c_str());
       else print_load(j);
+      return 0;
+    }
+
+    if (!o.controlnet.empty()) {
+      const fs::path cn_path = o.controlnet == "random" ? random_model("controlnet-sd15") : fs::path(o.controlnet);
+      const auto cn = load_controlnet(cn_path, dtype);
+      j["controlnet"] = bench::run_controlnet_bench(*model, *cn, {o.height, o.width, threads, o.repeats});
+      j["controlnet"]["model"] = cn_path.string();
+      j["peak_rss_mb"] = peak_rss_bytes() / 1048576.0;
+      if (o.json) {
+        std::printf("%s\n", j.dump(2).c_str());
+      } else {
+        print_load(j);
+        bench::print_controlnet_bench(j["controlnet"]);
+        std::printf("peak RSS: %.0f MB\n", j["peak_rss_mb"].get<double>());
+      }
       return 0;
     }
 

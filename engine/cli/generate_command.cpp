@@ -11,6 +11,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "controlnet_options.h"
 #include "core/error.h"
 #include "io/npy.h"
 #include "io/png.h"
@@ -187,10 +188,11 @@ int run_generate(const std::vector<std::string>& argv) {
              "devices", "batch-per-device", "compat", "rng", "dtype", "threads", "latents", "save-latents",
              "save-array", "out", "out-dir", "repeat", "scale", "lora-dir", "taesd", "decoder", "strength", "noise",
              "posterior-noise", "prompt-syntax", "long-prompts", "comma-backtrack", "embeddings", "mask-blur",
-             "inpaint-area", "inpaint-padding", "masked-posterior-noise"},
-            {"json", "quiet", "help"}, {"prompt", "lora", "init-image", "mask"});
+             "inpaint-area", "inpaint-padding", "masked-posterior-noise", "control-preprocess", "control-start",
+             "control-end"},
+            {"json", "quiet", "help"}, {"prompt", "lora", "init-image", "mask", "controlnet", "control-image"});
   if (args.flag("help")) {
-    std::printf("%s", kGenerateUsage);
+    std::printf("%s%s", kGenerateUsage, kControlNetUsage);
     return 0;
   }
   if (!args.positional().empty()) fail("unexpected argument '", args.positional()[0], "' (prompts go after --prompt)");
@@ -225,6 +227,7 @@ int run_generate(const std::vector<std::string>& argv) {
   if (auto p = args.get("latents")) req.latents = read_npy(*p);
   image_to_image_options(args, req);
   inpaint_options(args, req);
+  controlnet_options(args, req);  // after --dtype: the ControlNets are packed in it
   const int repeat = args.get_int("repeat", 1, 1, 1000);
   const int scale = args.get_int("scale", 1, 1, 16);
 
@@ -253,6 +256,9 @@ int run_generate(const std::vector<std::string>& argv) {
 
   std::fprintf(info, "model: %s (%s), loaded in %.2f s\n", model->path().string().c_str(),
                model->description().c_str(), load_seconds);
+  for (const ControlNetUse& c : req.controlnets)
+    std::fprintf(info, "controlnet: %s (%s) scale %g, steps %g..%g\n", c.name.c_str(), c.preprocessor.c_str(), c.scale,
+                 c.guidance_start, c.guidance_end);
   for (const AppliedLora& l : model->loras())
     std::fprintf(info, "lora: %s (%s) strength %g: %d UNet and %d text-encoder weights\n", l.spec.path.string().c_str(),
                  l.format.c_str(), static_cast<double>(l.spec.strength), l.unet_layers, l.text_encoder_layers);
@@ -326,6 +332,10 @@ int run_generate(const std::vector<std::string>& argv) {
     const Signature& s = result.signature;
     nlohmann::json keys = nlohmann::json::array();
     for (const auto& k : result.device_keys) keys.push_back({k.k0, k.k1});
+    nlohmann::json controlnets = nlohmann::json::array();
+    for (const ControlNetUse& c : req.controlnets)
+      controlnets.push_back({{"name", c.name}, {"module", c.preprocessor}, {"scale", c.scale},
+                             {"guidance_start", c.guidance_start}, {"guidance_end", c.guidance_end}});
     nlohmann::json j = {
         {"settings",
          {{"model", model->path().string()},
@@ -350,7 +360,8 @@ int run_generate(const std::vector<std::string>& argv) {
           {"prompt_syntax", prompt_syntax_name(req.prompt_syntax)},
           {"long_prompts", long_prompts_name(req.long_prompts)},
           {"context_tokens", result.context_tokens},
-          {"device_keys", keys}}},
+          {"device_keys", keys},
+          {"controlnets", controlnets}}},
         {"load_seconds", load_seconds},
         {"runs", runs},
         {"warnings", result.warnings},

@@ -28,13 +28,14 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 const char kUsage[] =
-    "  octodiff-cli make-random-model --arch sd15|sd21|sd21-base|lcm-sd15|sd-turbo|taesd\n"
+    "  octodiff-cli make-random-model --arch sd15|sd21|sd21-base|lcm-sd15|sd-turbo|taesd|controlnet-sd15\n"
     "                                 --layout diffusers|single-file --out DIR [--dtype f32|f16|bf16]\n"
     "                                 [--seed N] [--tokenizer-from DIR] [--configs-only]\n"
     "      write a full-size model with deterministic random weights (benchmarks only: it draws noise).\n"
     "      --arch: sd15, sd21 (768-v), sd21-base; lcm-sd15 (an LCM-distilled SD 1.5 UNet:\n"
     "      time_cond_proj_dim 256, LCMScheduler; diffusers layout only); sd-turbo (SD 2.1 at 512x512,\n"
-    "      epsilon, EulerDiscreteScheduler with trailing timesteps).\n"
+    "      epsilon, EulerDiscreteScheduler with trailing timesteps); controlnet-sd15 (a ControlNetModel for\n"
+    "      SD 1.5, lllyasviel's sd-controlnet architecture; diffusers layout: DIR/config.json + weights).\n"
     "      diffusers: DIR/{model_index.json,unet,vae,text_encoder,scheduler,tokenizer}/;\n"
     "      single-file: DIR/model.safetensors (ldm keys) and DIR/tokenizer/. DIR must be new or empty.\n"
     "      --dtype f32 (default) | f16 | bf16; --seed (default 0);\n"
@@ -162,7 +163,7 @@ Arch arch_named(const std::string& name) {
     if (a.name == name) return a;
     names += (names.empty() ? "" : ", ") + a.name;
   }
-  fail("unknown --arch '", name, "' (use ", names, " or taesd)");
+  fail("unknown --arch '", name, "' (use ", names, ", taesd or controlnet-sd15)");
 }
 
 DType dtype_named(const std::string& s) {
@@ -474,6 +475,38 @@ int write_random_taesd(const fs::path& out, DType dtype, uint64_t seed, bool con
   return 0;
 }
 
+// A diffusers ControlNetModel folder for SD 1.5 (lllyasviel/sd-controlnet-*'s config) with random weights.
+int write_random_controlnet(const fs::path& out, DType dtype, uint64_t seed, bool configs_only, const std::string& command) {
+  ControlNetConfig config;
+  config.unet = UNetConfig::sd1();
+  json j = unet_config(config.unet, false);
+  j["_class_name"] = "ControlNetModel";
+  for (const char* k : {"up_block_types", "out_channels", "sample_size", "center_input_sample", "conv_out_kernel",
+                        "time_cond_proj_dim", "reverse_transformer_layers_per_block"})
+    j.erase(k);
+  j["conditioning_channels"] = config.conditioning_channels;
+  j["conditioning_embedding_out_channels"] = config.conditioning_embedding_out_channels;
+  j["controlnet_conditioning_channel_order"] = "rgb";
+  j["global_pool_conditions"] = false;
+  fs::create_directories(out);
+  write_json(out / "config.json", j);
+  const auto specs = controlnet_parameters(config);
+  if (!configs_only)
+    write_component(out / "diffusion_pytorch_model.safetensors", random_tensors(specs, component_seed(seed, 5)), dtype,
+                    {{"format", "pt"},
+                     {"octodiff", "random weights for benchmarks (make-random-model, seed " + std::to_string(seed) + ")"}});
+  const std::string notes = cat(
+      configs_only ? "**Configs only: no weights were written; this folder does not load.**\n\n" : "",
+      "# Random-weight ControlNet (SD 1.5 architecture)\n\n**Random weights, for benchmarks only.**\n\n",
+      "- Architecture: diffusers ControlNetModel for SD 1.5 (", config.num_down_residuals(),
+      " down residuals + 1 mid), ", parameter_count(specs), " parameters, stored as ", dtype_name(dtype), ".\n",
+      "- Made by: `", command, "`\n");
+  write_file_atomic(out / "README.md", notes.data(), notes.size());
+  std::printf("random ControlNet (%lld parameters, %s) in '%s'\n", static_cast<long long>(parameter_count(specs)),
+              configs_only ? "configs only" : dtype_name(dtype), out.string().c_str());
+  return 0;
+}
+
 }  // namespace
 
 const char* make_random_model_usage() {
@@ -517,9 +550,11 @@ int run_make_random_model(const std::vector<std::string>& args) {
   const std::string layout = opt["--layout"];
   if (layout != "diffusers" && layout != "single-file")
     fail("unknown --layout '", layout, "' (use diffusers or single-file)");
-  const bool taesd = opt["--arch"] == "taesd";
+  const bool taesd = opt["--arch"] == "taesd", controlnet = opt["--arch"] == "controlnet-sd15";
   if (taesd && layout != "diffusers")
     fail("--arch taesd writes a diffusers AutoencoderTiny folder only; use --layout diffusers");
+  if (controlnet && layout != "diffusers")
+    fail("--arch controlnet-sd15 writes a diffusers ControlNetModel folder only; use --layout diffusers");
   if (layout == "single-file" && configs_only) fail("--configs-only writes a diffusers folder's configs; use --layout diffusers");
   const DType dtype = dtype_named(opt["--dtype"]);
   uint64_t seed = 0;
@@ -535,6 +570,7 @@ int run_make_random_model(const std::vector<std::string>& args) {
   if (fs::exists(out) && (!fs::is_directory(out) || !fs::is_empty(out)))
     fail("'", out.string(), "' already exists and is not an empty folder; choose a new --out");
   if (taesd) return write_random_taesd(out, dtype, seed, configs_only, command);
+  if (controlnet) return write_random_controlnet(out, dtype, seed, configs_only, command);
   const Arch arch = arch_named(opt["--arch"]);
   if (layout == "single-file" && !arch.single_file)
     fail("--arch ", arch.name, " has no single-file (ldm) layout: diffusers' converter names no ldm key for "

@@ -546,6 +546,84 @@ SingleFileCheckpoint open_single_file(const std::filesystem::path& path, bool us
   return ck;
 }
 
+// ---- ControlNet single files ----------------------------------------------------------------
+
+namespace {
+
+constexpr std::string_view kControlNetPrefix = "control_model.";
+
+// The ControlNet-only modules: input_hint_block (its convolutions: the first is conv_in, the last
+// conv_out, the ones between blocks.0, 1, …; SiLUs hold the odd indices), zero_convs.K.0 and
+// middle_block_out.0.
+void add_controlnet_rules(RuleTable& t, const std::vector<std::string>& keys) {
+  std::set<int> hint;
+  for (const auto& k : keys)
+    if (auto m = match(k, {"input_hint_block", "#", "weight"})) hint.insert((*m)[0]);
+  int block = 0;
+  for (int i : hint) {
+    const std::string ldm = "input_hint_block." + str(i);
+    if (i == *hint.begin())
+      t.add(ldm, "controlnet_cond_embedding.conv_in");
+    else if (i == *hint.rbegin())
+      t.add(ldm, "controlnet_cond_embedding.conv_out");
+    else
+      t.add(ldm, "controlnet_cond_embedding.blocks." + str(block++));
+  }
+  const int zero_convs = count_of(keys, {"zero_convs", "#"});
+  for (int k = 0; k < zero_convs; ++k) t.add("zero_convs." + str(k) + ".0", "controlnet_down_blocks." + str(k));
+  t.add("middle_block_out.0", "controlnet_mid_block");
+}
+
+// Levels and layers per block from where the downsamplers `input_blocks.n.0.op` sit (a ControlNet
+// has no output blocks).
+UNetLayout controlnet_layout(const std::vector<std::string>& keys, const std::string& what) {
+  std::set<int> inputs, ops;
+  for (const auto& k : keys) {
+    if (auto m = match(k, {"input_blocks", "#"})) inputs.insert((*m)[0]);
+    if (auto m = match(k, {"input_blocks", "#", "0", "op"})) ops.insert((*m)[0]);
+  }
+  if (inputs.empty()) fail(what, ": the ControlNet has no input_blocks tensors");
+  UNetLayout u;
+  const int last_in = *inputs.rbegin();
+  u.layers = ops.empty() ? last_in : *ops.begin() - 1;
+  u.levels = static_cast<int>(ops.size()) + 1;
+  bool ok = u.layers >= 1 && last_in == u.levels * (u.layers + 1) - 1;
+  int k = 1;
+  for (int op : ops) ok = ok && op == (u.layers + 1) * k++;
+  if (!ok)
+    fail(what, ": unrecognised ControlNet block structure (input blocks 0..", last_in, ", downsamplers at ",
+         ops.size(), " places)");
+  u.up_attention.assign(u.levels, false);
+  return u;
+}
+
+}  // namespace
+
+std::shared_ptr<WeightSource> open_controlnet_single_file(const std::filesystem::path& path) {
+  auto file = SafetensorsFile::open(path);
+  const std::string what = "'" + path.string() + "'";
+  // lllyasviel's files prefix every key with "control_model."; some (e.g. thibaud's SD 2.1
+  // ControlNets) store them bare, which diffusers recognises by time_embed.0.weight.
+  const bool bare = file->find("time_embed.0.weight") != nullptr;
+  const std::string_view prefix = bare ? std::string_view() : kControlNetPrefix;
+  std::vector<const TensorRecord*> recs;
+  for (const TensorRecord& rec : file->tensors())
+    if (starts_with(rec.name, prefix)) recs.push_back(&rec);
+  std::vector<std::string> keys = stripped(recs, prefix);
+  const bool hint = std::any_of(keys.begin(), keys.end(), [](const std::string& k) {
+    return starts_with(k, "input_hint_block.");
+  });
+  if (recs.empty() || !hint)
+    fail(what, " is not a ControlNet checkpoint (no 'control_model.input_hint_block' tensors)", describe_other(*file));
+  RuleTable table = unet_rules(controlnet_layout(keys, what));
+  add_controlnet_rules(table, keys);
+  auto src = std::make_shared<WeightSource>("ControlNet " + what);
+  for (size_t i = 0; i < recs.size(); ++i) add_mapped(*src, file, *recs[i], keys[i], table);
+  for (const TensorRecord& rec : file->tensors())  // anything else is reported by finish()
+    if (!starts_with(rec.name, prefix) && !is_training_state(rec.name)) src->add(rec.name, raw_entry(file, rec));
+  return src;
+}
+
 // ---- Writing --------------------------------------------------------------------------------
 
 std::vector<LdmTensorPlan> plan_ldm_tensors(LdmComponent component,

@@ -63,6 +63,15 @@ struct SingleFileCheckpoint {
 // `model_ema.` weights when the file has them (used_ema tells); otherwise the regular ones.
 SingleFileCheckpoint open_single_file(const std::filesystem::path& path, bool use_ema = false);
 
+// A ControlNet in the original layout (lllyasviel's ControlNet / A1111: `control_model.` keys, or
+// the same keys without the prefix) under diffusers' ControlNetModel names: the UNet's
+// input_blocks/middle_block rules, input_hint_block.* → controlnet_cond_embedding.{conv_in,
+// blocks.K, conv_out}, zero_convs.K.0 → controlnet_down_blocks.K, middle_block_out.0 →
+// controlnet_mid_block (diffusers' convert_controlnet_checkpoint). Tensors outside those are
+// kept under their stored names, so WeightSource::finish() names them. Throws when the file
+// holds no ControlNet.
+std::shared_ptr<WeightSource> open_controlnet_single_file(const std::filesystem::path& path);
+
 // ---- Writing -------------------------------------------------------------------------------
 
 enum class LdmComponent { UNet, Vae, ClipText, OpenClipText };

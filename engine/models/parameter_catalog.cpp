@@ -127,6 +127,30 @@ std::vector<ParameterSpec> clip_text_parameters(const ClipTextConfig& c) {
   return cat.specs;
 }
 
+std::vector<ParameterSpec> controlnet_parameters(const ControlNetConfig& config) {
+  Catalog cat;
+  for (const ParameterSpec& p : unet_parameters(config.unet))
+    for (const char* prefix : {"time_embedding.", "conv_in.", "down_blocks.", "mid_block."})
+      if (p.name.rfind(prefix, 0) == 0) cat.specs.push_back(p);
+  const auto& e = config.conditioning_embedding_out_channels;
+  const auto& boc = config.unet.block_out_channels;
+  cat.conv("controlnet_cond_embedding.conv_in", config.conditioning_channels, e[0], 3);
+  for (size_t i = 0; i + 1 < e.size(); ++i) {
+    cat.conv(idx("controlnet_cond_embedding.blocks", static_cast<int>(2 * i)), e[i], e[i], 3);
+    cat.conv(idx("controlnet_cond_embedding.blocks", static_cast<int>(2 * i + 1)), e[i], e[i + 1], 3);
+  }
+  cat.conv("controlnet_cond_embedding.conv_out", e.back(), boc[0], 3);
+  std::vector<int64_t> zero{boc[0]};
+  for (size_t i = 0; i < boc.size(); ++i) {
+    for (int j = 0; j < config.unet.layers_per_block; ++j) zero.push_back(boc[i]);
+    if (i + 1 < boc.size()) zero.push_back(boc[i]);
+  }
+  for (size_t k = 0; k < zero.size(); ++k)
+    cat.linear(idx("controlnet_down_blocks", static_cast<int>(k)), zero[k], zero[k], true, true);
+  cat.linear("controlnet_mid_block", boc.back(), boc.back(), true, true);
+  return cat.specs;
+}
+
 std::vector<ParameterSpec> unet_parameters(const UNetConfig& c) {
   Catalog cat;
   const auto& boc = c.block_out_channels;

@@ -15,6 +15,7 @@
 
 #include "core/tensor.h"
 #include "models/configs.h"
+#include "models/controlnet.h"
 
 namespace octodiff {
 
@@ -39,6 +40,10 @@ std::vector<ParameterSpec> vae_parameters(const VaeConfig& config, bool with_enc
 
 // What AutoencoderTiny::load takes (diffusers names); the decoder only when !with_encoder.
 std::vector<ParameterSpec> autoencoder_tiny_parameters(const AutoencoderTinyConfig& config, bool with_encoder = true);
+
+// What ControlNetModel::load takes: the UNet's time embedding, conv_in, down and mid blocks, the
+// conditioning embedding and the 1×1 zero convolutions.
+std::vector<ParameterSpec> controlnet_parameters(const ControlNetConfig& config);
 
 int64_t parameter_count(const std::vector<ParameterSpec>& params);
 

@@ -8,43 +8,12 @@
 #include "core/error.h"
 #include "kernels/activations.h"
 #include "kernels/tensor_ops.h"
+#include "models/distinct_samples.h"
 
 namespace octodiff {
 namespace {
 
 std::string idx(const std::string& prefix, int i) { return prefix + "." + std::to_string(i); }
-
-// Which samples of a batch repeat an earlier one at the same timestep and time condition
-// (classifier-free guidance evaluates every latent twice, with the negative and with the positive
-// prompt): the distinct samples in order, and for each sample its row among them.
-struct DistinctSamples {
-  std::vector<int64_t> rows, slot;
-};
-
-bool same_rows(const Tensor& t, int64_t m, int64_t n) {
-  const int64_t per = t.numel() / std::max<int64_t>(t.dim(0), 1);
-  return std::memcmp(t.data() + m * per, t.data() + n * per, per * sizeof(float)) == 0;
-}
-
-DistinctSamples distinct_samples(const Tensor& sample, const std::vector<double>& timesteps,
-                                 const Tensor* timestep_cond) {
-  const int64_t N = sample.dim(0);
-  DistinctSamples d;
-  for (int64_t n = 0; n < N; ++n) {
-    int64_t slot = static_cast<int64_t>(d.rows.size());
-    for (size_t k = 0; k < d.rows.size(); ++k) {
-      const int64_t m = d.rows[k];
-      if (timesteps[m] == timesteps[n] && same_rows(sample, m, n) &&
-          (!timestep_cond || same_rows(*timestep_cond, m, n))) {
-        slot = static_cast<int64_t>(k);
-        break;
-      }
-    }
-    if (slot == static_cast<int64_t>(d.rows.size())) d.rows.push_back(n);
-    d.slot.push_back(slot);
-  }
-  return d;
-}
 
 }  // namespace
 
@@ -186,10 +155,11 @@ Tensor UNet2DCondition::forward(const Tensor& sample, const std::vector<double>&
 }
 
 Tensor UNet2DCondition::forward(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
-                                const Tensor* timestep_cond, const Numerics& numerics, UNetDebug* debug) const {
+                                const Tensor* timestep_cond, const Numerics& numerics, UNetDebug* debug,
+                                const UNetResiduals* residuals) const {
   if (sample.rank() != 4 || sample.dim(1) != config_.in_channels)
     fail("UNet input has shape ", shape_str(sample.shape()), ", expected N × ", config_.in_channels, " × h × w");
-  return to_nchw(forward_nhwc(to_nhwc(sample), timesteps, context, timestep_cond, numerics, debug));
+  return to_nchw(forward_nhwc(to_nhwc(sample), timesteps, context, timestep_cond, numerics, debug, residuals));
 }
 
 Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<double>& timesteps,
@@ -209,9 +179,24 @@ void UNet2DCondition::check_timestep_cond(const Tensor* timestep_cond, int64_t N
     fail("UNet: timestep_cond has shape ", shape_str(timestep_cond->shape()), ", expected ", N, " × ", D);
 }
 
+// skips[k] + down[k] as new tensors (the last skip is also the mid block's input, which stays as it is).
+static void add_down_residuals(std::vector<Tensor>& skips, const UNetResiduals& residuals) {
+  if (residuals.down.size() != skips.size())
+    fail("UNet: ", residuals.down.size(), " down-block residuals given; this UNet has ", skips.size(),
+         " skip tensors (a ControlNet for another architecture?)");
+  for (size_t k = 0; k < skips.size(); ++k) {
+    if (residuals.down[k].shape() != skips[k].shape())
+      fail("UNet: down-block residual ", k, " has shape ", shape_str(residuals.down[k].shape()), ", the skip tensor is ",
+           shape_str(skips[k].shape()));
+    Tensor sum = Tensor::empty(skips[k].shape());
+    kernels::add(skips[k].data(), residuals.down[k].data(), sum.numel(), sum.data());
+    skips[k] = std::move(sum);
+  }
+}
+
 Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<double>& timesteps,
                                      const Tensor& context, const Tensor* timestep_cond, const Numerics& numerics,
-                                     UNetDebug* debug) const {
+                                     UNetDebug* debug, const UNetResiduals* residuals) const {
   const int64_t N = sample.dim(0), h = sample.dim(1), w = sample.dim(2);
   const int m = config_.latent_multiple();
   if (sample.rank() != 4 || sample.dim(3) != config_.in_channels)
@@ -271,10 +256,18 @@ Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<dou
     }
   }
 
+  if (residuals) add_down_residuals(skips, *residuals);
+
   check_cancelled();
   x = mid_resnet_0_(x, &temb);
   x = mid_attention_(x, context, numerics);
   x = mid_resnet_1_(x, &temb);
+  if (residuals) {
+    if (residuals->mid.shape() != x.shape())
+      fail("UNet: the mid-block residual has shape ", shape_str(residuals->mid.shape()), ", the mid block's output is ",
+           shape_str(x.shape()));
+    kernels::add(x.data(), residuals->mid.data(), x.numel(), x.data());
+  }
   if (debug) debug->mid_block_out = to_nchw(x);
 
   for (const Level& level : up_) {

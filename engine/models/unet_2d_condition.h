@@ -26,6 +26,14 @@ struct UNetDebug {
   int64_t text_free_samples = 0;
 };
 
+// diffusers' down_block_additional_residuals / mid_block_additional_residual (a ControlNet's
+// output, models/controlnet.h), NHWC: added to the UNet's skip tensors after the down blocks
+// (one per skip, in order) and to the mid block's output.
+struct UNetResiduals {
+  std::vector<Tensor> down;  // N × h_k × w_k × C_k, one per skip tensor (12 for SD 1.5)
+  Tensor mid;                // N × h × w × C_mid
+};
+
 class UNet2DCondition {
  public:
   // `precision`: the products of every convolution, projection and attention (layers.h); the
@@ -48,10 +56,13 @@ class UNet2DCondition {
   // sinusoidal projection before linear_1. Required exactly when config().time_cond_proj_dim > 0:
   // a null timestep_cond for such a UNet, or a non-null one for a UNet without cond_proj, is an
   // error (diffusers would silently drop the condition in the first case).
+  // `residuals` (optional): a ControlNet's, whose shapes must be the skips' and the mid block's.
   Tensor forward(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
-                 const Tensor* timestep_cond, const Numerics& numerics, UNetDebug* debug = nullptr) const;
+                 const Tensor* timestep_cond, const Numerics& numerics, UNetDebug* debug = nullptr,
+                 const UNetResiduals* residuals = nullptr) const;
   Tensor forward_nhwc(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
-                      const Tensor* timestep_cond, const Numerics& numerics, UNetDebug* debug = nullptr) const;
+                      const Tensor* timestep_cond, const Numerics& numerics, UNetDebug* debug = nullptr,
+                      const UNetResiduals* residuals = nullptr) const;
 
   const UNetConfig& config() const { return config_; }
   kernels::Precision precision() const { return precision_; }

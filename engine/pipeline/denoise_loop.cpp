@@ -68,9 +68,12 @@ Tensor predict_noise(const DenoiseSetup& setup, const SchedulerState& state, con
   const bool split = i == 0 && setup.guidance == GuidanceKind::ClassifierFree;
   const kernels::ScopedBf16Activations activations(split ? kernels::Bf16Activations::Split
                                                           : kernels::Bf16Activations::Rounded);
+  // ControlNets see the latents as the UNet's own input has them (without inpainting's channels).
+  const std::optional<UNetResiduals> residuals =
+      setup.residuals ? setup.residuals(i, t, input, context) : std::nullopt;
   const Tensor eps =
       setup.unet->forward_nhwc(with_extra_channels(input, extra), std::vector<double>(input.dim(0), t), context,
-                               timestep_cond, setup.numerics);
+                               timestep_cond, setup.numerics, nullptr, residuals ? &*residuals : nullptr);
   return apply_guidance(setup, eps);
 }
 

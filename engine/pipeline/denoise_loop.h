@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -27,6 +28,11 @@ enum class GuidanceKind {
   Embedded,
 };
 
+// Extra residuals for the UNet at call i — a ControlNet's (pipeline/controlnet.h) — given the
+// UNet's input batch (after scale_model_input), its timestep and context. nullopt: none this call.
+using ResidualProvider = std::function<std::optional<UNetResiduals>(int call, double timestep,
+                                                                    const Tensor& model_input, const Tensor& context)>;
+
 // What every device of a run shares (owned by the plan and the model).
 struct DenoiseSetup {
   const UNet2DCondition* unet = nullptr;
@@ -39,6 +45,7 @@ struct DenoiseSetup {
   Numerics numerics;
   GuidanceKind guidance = GuidanceKind::ClassifierFree;
   double guidance_scale = 7.5;  // as requested (CFG multiplies in float32)
+  ResidualProvider residuals;   // optional, per device (its control images differ)
 };
 
 // Where a device's stochastic steps draw their noise (schedulers/scheduler.h states the rule:

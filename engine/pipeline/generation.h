@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,22 @@ Decoder parse_decoder_name(const std::string& name);  // "vae", "taesd"
 std::string decoder_name(Decoder d);                  // "vae", "taesd"
 
 enum class ComputeDType { F32, BF16 };
+
+class ControlNetModel;
+
+// One ControlNet of a request (pipeline/controlnet.h): torch's StableDiffusionControlNetPipeline
+// arguments for it (several = MultiControlNetModel: their scaled residuals are summed).
+struct ControlNetUse {
+  std::shared_ptr<const ControlNetModel> model;  // loaded once (load_controlnet), shared by runs
+  std::string name;                   // how metadata names it (e.g. the file's stem)
+  double scale = 1.0;                 // controlnet_conditioning_scale
+  double guidance_start = 0.0;        // control_guidance_start: fraction of the calls run
+  double guidance_end = 1.0;          // control_guidance_end
+  // The control images, RGB, already preprocessed (edges, …): 1 for every device or D. Resized
+  // to the generation size with Lanczos; in [0, 1] (x / 255) as the ControlNet takes them.
+  std::vector<Image8> images;
+  std::string preprocessor = "none";  // what made the images from the user's (metadata: A1111 "Module")
+};
 ComputeDType parse_dtype_name(const std::string& name);  // "f32"/"float32", "bf16"/"bfloat16"
 std::string dtype_display_name(ComputeDType d);
 
@@ -110,6 +127,11 @@ struct GenerationRequest {
   // 9-channel inpainting: the ε of the masked images' VAE posterior sample, (D, B, C, h, w)
   // float32. When absent: Flax's sample(split(key_d)[1]), normal over (B, h, w, C) in NHWC order.
   std::optional<Tensor> masked_posterior_noise;
+
+  // ControlNets (pipeline/controlnet.h) run beside the UNet at every call (both halves of a
+  // guided batch, guess mode off); their images set the size when height/width are 0 (sides
+  // floored to a multiple of 64 under Flax, of the VAE scale under diffusers).
+  std::vector<ControlNetUse> controlnets;
 };
 
 // The static part of a request: a new signature compiles a new plan, like a jit re-trace.

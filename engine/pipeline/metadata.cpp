@@ -60,6 +60,8 @@ ImageMetadata describe_image(const GenerationRequest& request, const GenerationR
   m.long_prompts = request.long_prompts;
   m.comma_backtrack = request.comma_backtrack;
   for (const auto& e : result.embeddings) m.embeddings.push_back({e.name, cached_file_sha256(e.path).substr(0, 12)});
+  for (const ControlNetUse& c : request.controlnets)
+    m.controlnets.push_back({c.name, c.preprocessor, c.scale, c.guidance_start, c.guidance_end});
   m.injected_latents = request.latents.has_value();
   m.version = OCTODIFF_VERSION;
   if (d < 0) {
@@ -82,6 +84,19 @@ std::string strength_text(float s) {
   char text[32];
   std::snprintf(text, sizeof text, "%g", static_cast<double>(s));
   return text;
+}
+
+// sd-webui-controlnet's value of a "ControlNet N" key (floats as Python prints them: 1.0, 0.8).
+std::string controlnet_text(const ImageMetadata::ControlNet& c) {
+  auto py = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", v);
+    std::string t = text;
+    return t.find_first_of(".e") == std::string::npos ? t + ".0" : t;
+  };
+  std::string text = cat("Module: ", c.module, ", Model: ", c.name, ", Weight: ", py(c.weight));
+  if (c.module == "canny") text += ", Threshold A: 100.0, Threshold B: 200.0";
+  return text + cat(", Guidance Start: ", py(c.guidance_start), ", Guidance End: ", py(c.guidance_end));
 }
 
 }  // namespace
@@ -123,6 +138,8 @@ std::string a1111_parameters(const ImageMetadata& m) {
     for (const auto& e : m.embeddings) hashes += cat(hashes.empty() ? "" : ", ", e.name, ": ", e.hash);
     out += ", TI hashes: \"" + hashes + "\"";
   }
+  for (size_t k = 0; k < m.controlnets.size(); ++k)
+    out += cat(", ControlNet ", k, ": \"", controlnet_text(m.controlnets[k]), "\"");
   if (m.device >= 0) out += cat(", Device: ", m.device + 1, "/", m.devices);
   if (m.devices * m.batch_per_device > 1 && m.device < 0) out += cat(", Grid: ", m.devices * m.batch_per_device, " images");
   if (!m.version.empty()) out += ", Version: Octodiff " + m.version;
@@ -171,6 +188,9 @@ std::string metadata_json(const ImageMetadata& m) {
     j["loras"] = json::array();
     for (const auto& l : m.loras) j["loras"].push_back({{"name", l.name}, {"strength", l.strength}, {"hash", l.hash}});
   }
+  for (const auto& c : m.controlnets)
+    j["controlnets"].push_back({{"name", c.name}, {"module", c.module}, {"weight", c.weight},
+                                {"guidance_start", c.guidance_start}, {"guidance_end", c.guidance_end}});
   return j.dump();
 }
 
@@ -223,6 +243,10 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
     m.comma_backtrack = j.value("comma_backtrack", 0);
     if (j.contains("embeddings"))
       for (const auto& e : j.at("embeddings")) m.embeddings.push_back({e.at("name").get<std::string>(), e.value("hash", "")});
+    if (j.contains("controlnets"))
+      for (const auto& c : j.at("controlnets"))
+        m.controlnets.push_back({c.value("name", ""), c.value("module", "none"), c.value("weight", 1.0),
+                                 c.value("guidance_start", 0.0), c.value("guidance_end", 1.0)});
     if (j.contains("loras"))
       for (const auto& l : j.at("loras"))
         m.loras.push_back({l.at("name").get<std::string>(), l.at("strength").get<float>(), l.value("hash", "")});
@@ -240,6 +264,22 @@ void parse_a1111_inpaint(const std::string& key, const std::string& value, Image
   else if (key == "Masked area padding") m.inpaint->padding = std::stoi(value);
   else if (key == "Masked content") m.inpaint->masked_content = value;
   else if (key == "Inpaint mode") m.inpaint->mode = value;
+}
+
+// The sd-webui-controlnet extension's value: "Module: canny, Model: NAME, Weight: 1.0, …" (quoted).
+ImageMetadata::ControlNet parse_controlnet_text(std::string value) {
+  if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+  ImageMetadata::ControlNet c;
+  std::regex pair(R"(([A-Za-z][A-Za-z ]*): ([^,]*)(, |$))");
+  for (auto it = std::sregex_iterator(value.begin(), value.end(), pair); it != std::sregex_iterator(); ++it) {
+    const std::string k = (*it)[1], v = (*it)[2];
+    if (k == "Module") c.module = v;
+    else if (k == "Model") c.name = v;
+    else if (k == "Weight") c.weight = std::stod(v);
+    else if (k == "Guidance Start") c.guidance_start = std::stod(v);
+    else if (k == "Guidance End") c.guidance_end = std::stod(v);
+  }
+  return c;
 }
 
 std::optional<ImageMetadata> from_a1111(const std::string& text) {
@@ -268,7 +308,8 @@ std::optional<ImageMetadata> from_a1111(const std::string& text) {
   m.prompt_syntax = by_octodiff ? PromptSyntax::Plain : PromptSyntax::A1111;  // A1111 always reads its syntax
   m.long_prompts = by_octodiff ? LongPrompts::Truncate : LongPrompts::Chunk;
   m.comma_backtrack = by_octodiff ? 0 : 20;
-  std::regex field(R"(([A-Za-z][A-Za-z0-9 +]*): ([^,]*)(,|$))");
+  // A value in double quotes (Lora hashes, ControlNet N) holds commas and "Key: value" pairs of its own.
+  std::regex field(R"(([A-Za-z][A-Za-z0-9 +]*): ("[^"]*"|[^,]*)(,|$))");
   for (auto it = std::sregex_iterator(params.begin(), params.end(), field); it != std::sregex_iterator(); ++it) {
     const std::string key = (*it)[1], value = (*it)[2];
     try {
@@ -308,6 +349,8 @@ std::optional<ImageMetadata> from_a1111(const std::string& text) {
         m.long_prompts = parse_long_prompts(value);
       } else if (key == "Comma backtrack") {
         m.comma_backtrack = std::stoi(value);
+      } else if (key.rfind("ControlNet ", 0) == 0) {
+        m.controlnets.push_back(parse_controlnet_text(value));
       }
     } catch (const std::exception&) {
       // Tolerate fields other tools write differently.

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "kernels/tensor_ops.h"
+#include "pipeline/controlnet.h"
 #include "pipeline/decode.h"
 #include "pipeline/denoise_loop.h"
 #include "pipeline/device_runner.h"
@@ -129,6 +130,7 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
   int H = req.height, W = req.width;
   if (!req.init_images.empty()) resolve_init_images(r, D, &H, &W);
   if (!req.masks.empty()) resolve_masks(m, r, D);
+  if (!req.controlnets.empty()) resolve_controlnets(r.request, m.unet().config(), m.vae_scale_factor(), D, &H, &W);
   if (!H) H = m.unet().config().sample_size * scale;
   if (!W) W = m.unet().config().sample_size * scale;
   const int mult = scale * m.unet().config().latent_multiple();
@@ -428,8 +430,11 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
       report(Phase::Denoise, d, i + 1 - plan.first_call, calls_run, seconds);
       if (show_preview) preview(d, i + 1 - plan.first_call, render_preview(x));
     };
-    dw.latents = denoise(setup, std::move(dw.start), dw.context, device_step_noise(r, plan, result.device_keys[d], d),
-                         observe,
+    DenoiseSetup device_setup = setup;  // with this device's control images
+    device_setup.residuals = controlnet_residuals(r.request.controlnets, d, B, s.guidance, plan.first_call, plan.calls,
+                                                  plan.numerics);
+    dw.latents = denoise(device_setup, std::move(dw.start), dw.context,
+                         device_step_noise(r, plan, result.device_keys[d], d), observe,
                          r.inpaint.active ? inpaint_hooks(dw.inpaint, *plan.scheduler, plan.initial_state, plan.calls)
                                           : DenoiseHooks{});
   });
