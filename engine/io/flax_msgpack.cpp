@@ -179,7 +179,11 @@ TensorRecord parse_ndarray(const uint8_t* base, const FlatLeaf& leaf, const std:
   const msgpack::object& data = o.via.array.ptr[2];
   if (shape.type != msgpack::type::ARRAY) bad("has a shape that is not an array of integers");
   if (dtype.type != msgpack::type::STR && dtype.type != msgpack::type::BIN) bad("has a dtype that is not a string");
-  if (data.type != msgpack::type::BIN) bad("has data that is not msgpack binary");
+  // Bytes are bin (msgpack >= 1.0's use_bin_type); raw str from older writers is accepted too.
+  if (data.type != msgpack::type::BIN && data.type != msgpack::type::STR) bad("has data that is not msgpack binary");
+  const bool bin = data.type == msgpack::type::BIN;
+  const uint64_t data_size = bin ? data.via.bin.size : data.via.str.size;
+  const char* data_ptr = bin ? data.via.bin.ptr : data.via.str.ptr;
 
   TensorRecord rec;
   rec.name = leaf.path;
@@ -201,10 +205,10 @@ TensorRecord parse_ndarray(const uint8_t* base, const FlatLeaf& leaf, const std:
   }
   uint64_t expect = 0;
   if (__builtin_mul_overflow(numel, dtype_size(rec.dtype), &expect)) bad("has a shape whose byte size overflows");
-  if (expect != data.via.bin.size)
-    bad("is ", dtype_str, " ", shape_str(rec.shape), " = ", expect, " bytes but holds ", data.via.bin.size, " bytes");
-  rec.begin = static_cast<uint64_t>(reinterpret_cast<const uint8_t*>(data.via.bin.ptr) - base);
-  rec.end = rec.begin + data.via.bin.size;
+  if (expect != data_size)
+    bad("is ", dtype_str, " ", shape_str(rec.shape), " = ", expect, " bytes but holds ", data_size, " bytes");
+  rec.begin = static_cast<uint64_t>(reinterpret_cast<const uint8_t*>(data_ptr) - base);
+  rec.end = rec.begin + data_size;
   return rec;
 }
 

@@ -1,5 +1,8 @@
 // Flax ↔ PyTorch parameter names and layouts (declared in io/flax_msgpack.h).
+#include <algorithm>
 #include <cctype>
+
+#include "core/parallel.h"
 
 #include "core/error.h"
 #include "io/flax_msgpack.h"
@@ -129,41 +132,67 @@ Shape flax_shape_of(const Shape& torch, FlaxLayout layout) {
   return torch;
 }
 
+namespace {
+
+// dst[c][r] = src[r][c] for the columns [c_begin, c_end) of a (rows, cols) matrix, in tiles.
+void transpose_columns(const float* src, int64_t rows, int64_t cols, float* dst, int64_t c_begin, int64_t c_end) {
+  constexpr int64_t kTile = 32;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+    for (int64_t c0 = c_begin; c0 < c_end; c0 += kTile)
+      for (int64_t c = c0; c < std::min(c_end, c0 + kTile); ++c)
+        for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r) dst[c * rows + r] = src[r * cols + c];
+}
+
+// The whole matrix, on every thread (a model's kernels are ~10^9 floats).
+void transpose(const float* src, int64_t rows, int64_t cols, float* dst) {
+  parallel_for(cols, [&](int64_t c0, int64_t c1) { transpose_columns(src, rows, cols, dst, c0, c1); }, 64);
+}
+
+// `count` (rows, cols) matrices one after another, each transposed into the same place in dst.
+void transpose_each(const float* src, int64_t count, int64_t rows, int64_t cols, float* dst) {
+  parallel_for(count, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) transpose_columns(src + k * rows * cols, rows, cols, dst + k * rows * cols, 0, cols);
+  }, 8);
+}
+
+}  // namespace
+
+// HWIO (h, w, i, o) = (h·w·i, o) as a matrix; OIHW = (o, i, h, w). Transposing the matrix gives
+// (o, h·w·i) = (o, h, w, i), and each o's (h·w, i) block transposed gives (o, i, h·w).
 Tensor flax_to_torch_layout(const Tensor& flax, FlaxLayout layout) {
   if (layout == FlaxLayout::AsIs) return flax;
   Tensor out = Tensor::empty(torch_shape_of(flax.shape(), layout));
-  const float* src = flax.data();
-  float* dst = out.data();
   if (layout == FlaxLayout::DenseKernel) {  // (in, out) → (out, in)
-    const int64_t in = flax.dim(0), outs = flax.dim(1);
-    for (int64_t i = 0; i < in; ++i)
-      for (int64_t o = 0; o < outs; ++o) dst[o * in + i] = src[i * outs + o];
+    transpose(flax.data(), flax.dim(0), flax.dim(1), out.data());
     return out;
   }
-  const int64_t h = flax.dim(0), w = flax.dim(1), ci = flax.dim(2), co = flax.dim(3);
-  for (int64_t y = 0; y < h; ++y)
-    for (int64_t x = 0; x < w; ++x)
-      for (int64_t i = 0; i < ci; ++i)
-        for (int64_t o = 0; o < co; ++o) dst[((o * ci + i) * h + y) * w + x] = src[((y * w + x) * ci + i) * co + o];
+  const int64_t hw = flax.dim(0) * flax.dim(1), ci = flax.dim(2), co = flax.dim(3);
+  if (hw == 1) {  // a 1×1 conv: (i, o) → (o, i)
+    transpose(flax.data(), ci, co, out.data());
+    return out;
+  }
+  Tensor ohwi = Tensor::empty({co, hw * ci});
+  transpose(flax.data(), hw * ci, co, ohwi.data());
+  transpose_each(ohwi.data(), co, hw, ci, out.data());
   return out;
 }
 
+// The inverse: OIHW as (o, i, h·w) → per o (h·w, i) → (o, h·w·i) transposed → (h·w·i, o).
 Tensor torch_to_flax_layout(const Tensor& torch, FlaxLayout layout) {
   if (layout == FlaxLayout::AsIs) return torch;
   Tensor out = Tensor::empty(flax_shape_of(torch.shape(), layout));
-  const float* src = torch.data();
-  float* dst = out.data();
   if (layout == FlaxLayout::DenseKernel) {  // (out, in) → (in, out)
-    const int64_t outs = torch.dim(0), in = torch.dim(1);
-    for (int64_t o = 0; o < outs; ++o)
-      for (int64_t i = 0; i < in; ++i) dst[i * outs + o] = src[o * in + i];
+    transpose(torch.data(), torch.dim(0), torch.dim(1), out.data());
     return out;
   }
-  const int64_t co = torch.dim(0), ci = torch.dim(1), h = torch.dim(2), w = torch.dim(3);
-  for (int64_t o = 0; o < co; ++o)
-    for (int64_t i = 0; i < ci; ++i)
-      for (int64_t y = 0; y < h; ++y)
-        for (int64_t x = 0; x < w; ++x) dst[((y * w + x) * ci + i) * co + o] = src[((o * ci + i) * h + y) * w + x];
+  const int64_t co = torch.dim(0), ci = torch.dim(1), hw = torch.dim(2) * torch.dim(3);
+  if (hw == 1) {
+    transpose(torch.data(), co, ci, out.data());
+    return out;
+  }
+  Tensor ohwi = Tensor::empty({co, hw * ci});
+  transpose_each(torch.data(), co, ci, hw, ohwi.data());
+  transpose(ohwi.data(), co, hw * ci, out.data());
   return out;
 }
 

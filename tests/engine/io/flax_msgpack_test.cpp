@@ -96,6 +96,16 @@ TEST(FlaxMsgpack, ParsesNestedMapsIntoPathsWithOffsetsInTheFile) {
   EXPECT_EQ(recs[1].end - recs[1].begin, 12u);
 }
 
+TEST(FlaxMsgpack, AcceptsRawStringDataAndNumpyScalars) {
+  // Writers without use_bin_type store the bytes as raw str; ext 3 is a numpy scalar (shape ()).
+  const std::string payload = Pack().array(3).array(1).uint(2).str("float32").str(float_bytes({1, 2})).b;
+  auto recs = parse(Pack().map(2).str("w").ext(1, payload).str("s").ext(3, ndarray({}, "float32", float_bytes({5}))).b);
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_EQ(recs[0].nbytes(), 8u);
+  EXPECT_EQ(recs[1].shape, Shape{});
+  expect_refused(Pack().map(1).str("s").ext(3, ndarray({2}, "float32", float_bytes({5, 6}))).b, {"'s'", "numpy scalar"});
+}
+
 TEST(FlaxMsgpack, ReadsTheToolsFilesUnderTorchNamesAndLayouts) {
   const auto dir = test::data_dir() / "tiny-sd-flax" / "f32";
   auto flax = weights_from_flax_msgpack(dir / "vae" / "diffusion_flax_model.msgpack", FlaxNaming::Diffusers, "vae");
