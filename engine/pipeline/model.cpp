@@ -294,7 +294,11 @@ std::vector<fs::path> component_weight_files(const fs::path& dir, const std::str
     }
   }
   if (!files.empty()) return files;
-  for (const char* other : {".bin", ".ckpt", ".msgpack"}) {
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".msgpack")
+      fail("'", dir.string(), "' only has '", e.path().filename().string(), "'; Flax weights are read from "
+           "diffusion_flax_model.msgpack (UNet, VAE) or flax_model.msgpack (text encoder)");
+  for (const char* other : {".bin", ".ckpt"}) {
     for (const auto& e : fs::directory_iterator(dir)) {
       if (e.path().extension() == other)
         fail("'", dir.string(), "' only has '", e.path().filename().string(), "'. Octodiff loads .safetensors only "

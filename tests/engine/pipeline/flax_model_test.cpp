@@ -122,6 +122,12 @@ TEST(FlaxModel, BrokenComponentFilesAreErrorsNamingFileAndTensor) {
   msg = load_error();
   EXPECT_NE(msg.find("extra_block/kernel"), std::string::npos) << msg;
   EXPECT_NE(msg.find("diffusion_flax_model.msgpack"), std::string::npos) << msg;
+  // A Flax file under another name: the error says which names are read.
+  fs::rename(unet, dir / "unet" / "flax_weights.msgpack");
+  msg = load_error();
+  EXPECT_NE(msg.find("flax_weights.msgpack"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("diffusion_flax_model.msgpack"), std::string::npos) << msg;
+  fs::rename(dir / "unet" / "flax_weights.msgpack", unet);
   // A truncated file.
   const auto bytes = read_file_bytes(unet);
   write_file_atomic(unet, bytes.data(), bytes.size() / 2);
