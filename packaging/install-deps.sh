@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   qt6-base-dev libgl-dev
-  libeigen3-dev libpng-dev nlohmann-json3-dev libicu-dev libopencv-imgproc-dev
+  libeigen3-dev libpng-dev nlohmann-json3-dev libicu-dev libopencv-imgproc-dev libmsgpack-cxx-dev
   libgtest-dev libbenchmark-dev
   appstream desktop-file-utils
   clang libclang-rt-14-dev

@@ -1,6 +1,7 @@
 // octodiff-cli: the Qt-free command line over the engine.
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -8,14 +9,16 @@
 #include "commands.h"
 #include "core/error.h"
 #include "io/png.h"
+#include "io/flax_msgpack.h"
 #include "io/safetensors.h"
 #include "pipeline/metadata.h"
 
 namespace octodiff::cli {
 
 int run_inspect(const std::vector<std::string>& args) {
-  if (args.size() != 1) fail("usage: octodiff-cli inspect FILE.safetensors");
-  auto f = SafetensorsFile::open(args[0]);
+  if (args.size() != 1) fail("usage: octodiff-cli inspect FILE.safetensors|FILE.msgpack");
+  const bool flax = std::filesystem::path(args[0]).extension() == ".msgpack";
+  auto f = flax ? open_flax_msgpack(args[0]) : SafetensorsFile::open(args[0]);
   for (const auto& [k, v] : f->metadata()) std::printf("# %s = %s\n", k.c_str(), v.c_str());
   for (const auto& t : f->tensors())
     std::printf("%-80s %-5s %s\n", t.name.c_str(), dtype_name(t.dtype), shape_str(t.shape).c_str());
@@ -41,7 +44,8 @@ int usage(FILE* out) {
                "usage:\n"
                "  octodiff-cli generate [options]          text to image (see: generate --help)\n"
                "  octodiff-cli metadata IMAGE.png          print the settings stored in an image\n"
-               "  octodiff-cli inspect FILE.safetensors    list the tensors in a weights file\n\n"
+               "  octodiff-cli inspect FILE.safetensors    list the tensors in a weights file\n"
+               "  octodiff-cli convert --to safetensors|flax SRC DST   a diffusers folder in the other weights format\n\n"
                "developer tools:\n%s",
                OCTODIFF_VERSION, octodiff::make_random_model_usage());
   return out == stderr ? 2 : 0;
@@ -57,6 +61,7 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return octodiff::cli::run_generate(args);
     if (cmd == "inspect") return octodiff::cli::run_inspect(args);
     if (cmd == "metadata") return octodiff::cli::run_metadata(args);
+    if (cmd == "convert") return octodiff::cli::run_convert(args);
     if (cmd == "make-random-model") return octodiff::run_make_random_model(args);
     if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(stdout);
     std::fprintf(stderr, "octodiff-cli: unknown command '%s'\n\n", cmd.c_str());

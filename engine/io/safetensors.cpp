@@ -200,6 +200,19 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
   return f;
 }
 
+std::shared_ptr<SafetensorsFile> SafetensorsFile::over_mapping(const std::filesystem::path& path,
+                                                               std::shared_ptr<MappedFile> map,
+                                                               std::vector<TensorRecord> tensors) {
+  std::shared_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = path;
+  f->map_ = std::move(map);
+  f->data_ = f->map_->data();
+  f->data_size_ = f->map_->size();
+  f->tensors_ = std::move(tensors);
+  for (size_t i = 0; i < f->tensors_.size(); ++i) f->index_[f->tensors_[i].name] = i;
+  return f;
+}
+
 SafetensorsFile::~SafetensorsFile() = default;
 
 const TensorRecord* SafetensorsFile::find(std::string_view name) const {
@@ -245,6 +258,14 @@ Tensor SafetensorsFile::to_f32(const TensorRecord& t) const {
 }
 
 void SafetensorsFile::to_f32_into(const TensorRecord& t, float* dst) const {
+  if (!t.pieces.empty()) {
+    int64_t at = 0;
+    for (const TensorRecord& piece : t.pieces) {
+      to_f32_into(piece, dst + at);
+      at += piece.numel();
+    }
+    return;
+  }
   const uint8_t* src = bytes(t);
   const uint64_t at = static_cast<uint64_t>(src - map_->data());
   // Other dtypes are converted straight from the mapping: a file cut short since it was opened
@@ -285,6 +306,7 @@ void SafetensorsFile::to_f32_into(const TensorRecord& t, float* dst) const {
 }
 
 std::vector<int64_t> SafetensorsFile::to_i64(const TensorRecord& t) const {
+  if (!t.pieces.empty()) fail("tensor '", t.name, "' in '", path_.string(), "' is chunked; expected a plain integer tensor");
   const uint8_t* src = bytes(t);
   const int64_t n = t.numel();
   std::vector<int64_t> out(static_cast<size_t>(n));
@@ -311,7 +333,7 @@ void SafetensorsFile::read_ahead() const { map_->read_ahead(); }
 
 const float* SafetensorsFile::f32_in_place(const TensorRecord& t) const {
   const uint8_t* src = bytes(t);
-  if (t.dtype != DType::F32 || t.nbytes() == 0 || reinterpret_cast<uintptr_t>(src) % alignof(float)) return nullptr;
+  if (!t.pieces.empty() || t.dtype != DType::F32 || t.nbytes() == 0 || reinterpret_cast<uintptr_t>(src) % alignof(float)) return nullptr;
   const uint64_t at = static_cast<uint64_t>(src - map_->data());
   map_->check_still_holds(at, t.nbytes());
   map_->note_use(at + t.nbytes());  // for the read-ahead
@@ -319,11 +341,15 @@ const float* SafetensorsFile::f32_in_place(const TensorRecord& t) const {
 }
 
 void SafetensorsFile::release(const TensorRecord& t) const {
+  if (!t.pieces.empty()) {
+    for (const TensorRecord& piece : t.pieces) release(piece);
+    return;
+  }
   map_->release(static_cast<uint64_t>(data_ - map_->data()) + t.begin, t.nbytes());
 }
 
 std::vector<double> SafetensorsFile::to_f64(const TensorRecord& t) const {
-  if (t.dtype == DType::F64) {
+  if (t.dtype == DType::F64 && t.pieces.empty()) {
     std::vector<double> out(static_cast<size_t>(t.numel()));
     if (!out.empty()) std::memcpy(out.data(), bytes(t), out.size() * 8);
     return out;

@@ -33,6 +33,9 @@ struct TensorRecord {
   Shape shape;
   uint64_t begin = 0;  // byte offsets relative to the start of the data section
   uint64_t end = 0;
+  // A tensor stored in several runs of bytes (a Flax msgpack chunked leaf): each piece is a flat
+  // run of this dtype, in order; begin/end are then unused (0). Empty for a contiguous tensor.
+  std::vector<TensorRecord> pieces;
   uint64_t nbytes() const { return end - begin; }
   int64_t numel() const;
 };
@@ -45,6 +48,11 @@ class SafetensorsFile {
 
   // Maps and validates the file; throws octodiff::Error naming the file and the rule broken.
   static std::shared_ptr<SafetensorsFile> open(const std::filesystem::path& path);
+  // A view of another format's file (io/flax_msgpack.h) whose tensors are runs of bytes inside
+  // `map`: record offsets count from the start of the file. The caller has validated them.
+  static std::shared_ptr<SafetensorsFile> over_mapping(const std::filesystem::path& path,
+                                                       std::shared_ptr<MappedFile> map,
+                                                       std::vector<TensorRecord> tensors);
 
   const std::filesystem::path& path() const { return path_; }
   const std::vector<TensorRecord>& tensors() const { return tensors_; }

@@ -17,6 +17,7 @@
 #include "io/weight_source.h"
 #include "models/layers.h"
 #include "pipeline/autoencoder_tiny_loader.h"
+#include "pipeline/component_weights.h"
 #include "pipeline/model_hash.h"
 #include "pipeline/single_file_model.h"
 
@@ -37,12 +38,6 @@ fs::path require_dir(const fs::path& root, const std::string& name) {
     fail("'", root.string(), "' has no '", name, "' folder; a diffusers model folder needs tokenizer/, "
          "text_encoder/, unet/, vae/ (and scheduler/)");
   return d;
-}
-
-// How error messages name a component's weights: the file itself, or its folder and shard count.
-std::string describe_files(const fs::path& dir, const std::vector<fs::path>& files) {
-  if (files.size() == 1) return "'" + files[0].string() + "'";
-  return cat("'", dir.string(), "' (", files.size(), " shards)");
 }
 
 // Loading frees hundreds of MB of float32 temporaries (tensors as read, before packing) in
@@ -299,7 +294,11 @@ std::vector<fs::path> component_weight_files(const fs::path& dir, const std::str
     }
   }
   if (!files.empty()) return files;
-  for (const char* other : {".bin", ".ckpt", ".msgpack"}) {
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".msgpack")
+      fail("'", dir.string(), "' only has '", e.path().filename().string(), "'; Flax weights are read from "
+           "diffusion_flax_model.msgpack (UNet, VAE) or flax_model.msgpack (text encoder)");
+  for (const char* other : {".bin", ".ckpt"}) {
     for (const auto& e : fs::directory_iterator(dir)) {
       if (e.path().extension() == other)
         fail("'", dir.string(), "' only has '", e.path().filename().string(), "'. Octodiff loads .safetensors only "
@@ -422,13 +421,18 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
   model->description_ = "diffusers folder";
   model->tokenizer_ = std::make_shared<ClipTokenizer>(ClipTokenizer::from_folder(tok_dir));
 
-  auto te_files = component_weight_files(te_dir, "model", options.variant);
-  auto te_w = weights_from_safetensors(te_files, describe_files(te_dir, te_files));
+  const ComponentWeights te = open_component_weights(te_dir, "model", "flax_model.msgpack", FlaxNaming::Transformers,
+                                                     options.variant, options.prefer_flax);
+  const auto& te_files = te.files;
+  auto te_w = te.source;
   auto te_cfg =
       ClipTextConfig::from_json(read_config(te_dir, "config.json"), (te_dir / "config.json").string());
 
-  auto unet_files = component_weight_files(unet_dir, "diffusion_pytorch_model", options.variant);
-  auto unet_w = weights_from_safetensors(unet_files, describe_files(unet_dir, unet_files));
+  const ComponentWeights unet = open_component_weights(unet_dir, "diffusion_pytorch_model", "diffusion_flax_model.msgpack",
+                                                       FlaxNaming::Diffusers, options.variant, options.prefer_flax);
+  const auto& unet_files = unet.files;
+  auto unet_w = unet.source;
+  if (unet.flax_dtype) model->description_ = flax_format_description(*unet.flax_dtype);
   auto unet_cfg = UNetConfig::from_json(read_config(unet_dir, "config.json"), (unet_dir / "config.json").string());
   if (unet_cfg.cross_attention_dim != te_cfg.hidden_size)
     fail("the UNet expects text embeddings of width ", unet_cfg.cross_attention_dim, " but the text encoder makes ",
@@ -439,8 +443,10 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
     return UNet2DCondition::load(*unet_w, unet_cfg, precision);
   }));
 
-  auto vae_files = component_weight_files(vae_dir, "diffusion_pytorch_model", options.variant);
-  auto vae_w = weights_from_safetensors(vae_files, describe_files(vae_dir, vae_files));
+  const ComponentWeights vae = open_component_weights(vae_dir, "diffusion_pytorch_model", "diffusion_flax_model.msgpack",
+                                                      FlaxNaming::Diffusers, options.variant, options.prefer_flax);
+  const auto& vae_files = vae.files;
+  auto vae_w = vae.source;
   auto vae_cfg = VaeConfig::from_json(read_config(vae_dir, "config.json"), (vae_dir / "config.json").string());
   if (vae_cfg.latent_channels != unet_cfg.in_channels && unet_cfg.in_channels != 9)
     fail("the VAE has ", vae_cfg.latent_channels, " latent channels but the UNet takes ", unet_cfg.in_channels);

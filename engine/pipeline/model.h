@@ -45,6 +45,10 @@ struct ModelLoadOptions {
   // "fp16" to prefer diffusers' *.fp16.safetensors variant files; empty = the plain files, falling
   // back to a variant when that is all the folder has.
   std::string variant;
+  // A diffusers folder whose components hold both safetensors and Flax msgpack weights
+  // (diffusion_flax_model.msgpack, flax_model.msgpack) loads the safetensors unless this is set;
+  // a component with only Flax weights loads them either way.
+  bool prefer_flax = false;
   bool load_vae_encoder = false;  // text-to-image never needs it
   bool use_ema = false;           // single-file checkpoints with EMA weights
   // Compute dtype of the UNet and VAE, as Flax's from_pretrained(dtype=...): BF16 packs their
