@@ -18,6 +18,7 @@
 #include "pipeline/lora.h"
 #include "pipeline/metadata.h"
 #include "pipeline/sharded_pipeline.h"
+#include "sheet_command.h"
 
 namespace octodiff::cli {
 
@@ -140,13 +141,14 @@ int run_generate(const std::vector<std::string>& argv) {
              "height", "width",
              "devices", "batch-per-device", "compat", "rng", "dtype", "threads", "latents", "save-latents",
              "save-array", "out", "out-dir", "repeat", "scale", "lora-dir", "taesd", "decoder", "strength", "noise",
-             "posterior-noise"},
+             "posterior-noise", "x", "y", "z"},
             {"json", "quiet", "help"}, {"prompt", "lora", "init-image"});
   if (args.flag("help")) {
-    std::printf("%s", kGenerateUsage);
+    std::printf("%s%s", kGenerateUsage, kSheetUsage);
     return 0;
   }
   if (!args.positional().empty()) fail("unexpected argument '", args.positional()[0], "' (prompts go after --prompt)");
+  const std::optional<SheetSpec> sheet = sheet_from_args(args);  // --x/--y/--z: sheet_command.h
   const bool json_out = args.flag("json");
   const bool quiet = args.flag("quiet");
   FILE* info = json_out ? stderr : stdout;
@@ -195,6 +197,7 @@ int run_generate(const std::vector<std::string>& argv) {
     for (const auto& note : notes) std::fprintf(stderr, "octodiff-cli: note: %s\n", note.c_str());
     return notes.size();
   }();
+  if (sheet) return run_sheet(args, *sheet, req, model, info);
   // The metadata needs the weights' SHA-256 (seconds for a 4 GB file, cached afterwards): hash
   // while the pipeline runs.
   auto hashing = std::async(std::launch::async, [model] { return model->model_hash(); });
