@@ -40,6 +40,9 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent) : QMai
   tabs_->setDocumentMode(true);
   tabs_->addTab(grid_, tr("Results"));
   tabs_->addTab(comparison_, tr("Seed comparison"));
+  sheet_ = new ComparisonSheetView;
+  sheet_->setObjectName(QStringLiteral("comparisonSheet"));
+  tabs_->addTab(sheet_, tr("Comparison sheet"));
   timings_ = new TimingsPanel;
   timings_->setObjectName(QStringLiteral("timingsPanel"));
 
@@ -74,6 +77,7 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent) : QMai
   connect(comparison_, &SeedComparisonView::runRequested, this, &MainWindow::runSeedComparison);
   connect(comparison_, &SeedComparisonView::errorOccurred, this, &MainWindow::reportError);
   connect(comparison_, &SeedComparisonView::saveGridRequested, this, &MainWindow::saveGridDialog);
+  connectSheet();
   progress_timer_.setInterval(250);
   connect(&progress_timer_, &QTimer::timeout, this, &MainWindow::refreshProgress);
 
@@ -426,6 +430,7 @@ void MainWindow::onBusyChanged() {
   cancel_->setEnabled(controller_->isGenerating());
   model_chooser_->setBusy(busy);
   comparison_->setRunEnabled(!busy);
+  sheet_->setRunEnabled(!busy);
   if (controller_->isGenerating())
     progress_timer_.start();
   else
