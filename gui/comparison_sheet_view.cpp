@@ -3,6 +3,7 @@
 #include <QFileDialog>
 #include <QHBoxLayout>
 #include <QPixmap>
+#include <QSettings>
 #include <QVBoxLayout>
 #include <algorithm>
 
@@ -55,9 +56,11 @@ ComparisonSheetView::ComparisonSheetView(QWidget* parent) : QWidget(parent) {
     controls->addWidget(names_[a]);
     controls->addWidget(values_[a], 1);
   }
-  setAxisText(0, QStringLiteral("guidance=3, 7.5, 12"));
-  setAxisText(1, QStringLiteral("seed=1, 2, 3"));
-  setAxisText(2, QString());
+  // The last sheet's axes (QSettings "ui/sheet_axis_x|y|z"), else guidance × seed.
+  const QSettings settings;
+  setAxisText(0, settings.value("ui/sheet_axis_x", QStringLiteral("guidance=3, 7.5, 12")).toString());
+  setAxisText(1, settings.value("ui/sheet_axis_y", QStringLiteral("seed=1, 2, 3")).toString());
+  setAxisText(2, settings.value("ui/sheet_axis_z", QString()).toString());
   run_ = new QPushButton(tr("Run sheet"));
   run_->setObjectName(QStringLiteral("runSheet"));
   connect(run_, &QPushButton::clicked, this, &ComparisonSheetView::requestRun);
@@ -121,6 +124,9 @@ void ComparisonSheetView::requestRun() {
     emit errorOccurred(tr("Comparison sheet: %1").arg(error));
     return;
   }
+  QSettings settings;
+  const char* keys[] = {"ui/sheet_axis_x", "ui/sheet_axis_y", "ui/sheet_axis_z"};
+  for (int a = 0; a < 3; ++a) settings.setValue(keys[a], axisText(a));
   emit runRequested(*s);
 }
 

@@ -155,6 +155,11 @@ class ComparisonSheetTest : public QObject {
     QCOMPARE(meta->guidance_scale, 7.5);
     QCOMPARE(meta->devices, 1);
     view->labelledSheet().save(resultsDir() + "/comparison-sheet-tiny.png");
+    // The axes are remembered for the next session.
+    ComparisonSheetView next;
+    QCOMPARE(next.axisText(0), QString("guidance=3, 7.5"));
+    QCOMPARE(next.axisText(1), QString("seed=1-2"));
+    QCOMPARE(next.axisText(2), QString());
     w_->grab().save(resultsDir() + "/comparison-sheet-tab.png");
   }
 };
