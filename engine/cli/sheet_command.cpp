@@ -38,12 +38,14 @@ void refuse_grid_options(const Args& args) {
     fail("a comparison sheet varies one --prompt (use a prompt=SEARCH,REPLACEMENT,... axis for more)");
 }
 
+#ifdef OCTODIFF_CLI_LABELLED_SHEET
 std::vector<std::string> axis_labels(const SheetSpec& spec, int axis) {
   std::vector<std::string> labels;
   if (axis < static_cast<int>(spec.axes.size()))
     for (int i = 0; i < spec.axes[axis].size(); ++i) labels.push_back(spec.axes[axis].label(i));
   return labels;
 }
+#endif
 
 // The labelled sheet: text drawn with Qt when the CLI is built with the app, else the bare grid.
 Image8 sheet_picture(const SheetResult& sheet, int scale, FILE* info) {
