@@ -28,8 +28,6 @@ for key in text_encode_seconds unet_b1_seconds unet_b1_first_call_seconds unet_b
            one_step_image_vs_unet_b1 taesd_decode_vs_unet_b1 grid_2x4_vs_one_step_image; do
   need "      " "$key"
 done
-# bf16: the UNet call with split activations (a bf16 pipeline's first step) and its ratio.
-[ "$dtype" = bf16 ] && need "      " unet_b1_split_seconds && need "      " one_step_image_vs_unet_b1_split
 need "    " arch "\"$arch\""
 need "    " steps "$steps"
 # One UNet pass a step (no classifier-free-guidance batch): the image makes STEPS calls, the

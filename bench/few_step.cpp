@@ -7,7 +7,6 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/memory.h"
-#include "kernels/gemm.h"
 #include "models/flop_count.h"
 #include "pipeline/sharded_pipeline.h"
 
@@ -105,12 +104,6 @@ json time_networks(const StableDiffusionModel& model, const FewStepOptions& o) {
   std::fprintf(stderr, "UNet batch 1 at %lldx%lld latents...\n", static_cast<long long>(h), static_cast<long long>(w));
   auto unet_call = [&] { model.unet().forward_nhwc(x, {999.0}, context, cond ? &*cond : nullptr, numerics); };
   time_network(j, "unet_b1", o.repeats, unet_flops(uc, 1, h, w) / 1e9, unet_call);
-  if (o.dtype == ComputeDType::BF16) {
-    // The call a bf16 pipeline makes first — a one-step image's only one: activations split in two
-    // bf16 halves (kernels/gemm.h; pipeline/denoise_loop.cpp), about twice the products.
-    const kernels::ScopedBf16Activations split(kernels::Bf16Activations::Split);
-    time_network(j, "unet_b1_split", o.repeats, 0, unet_call);
-  }
   end_phase(ModelComponent::UNet);
 
   const Tensor z = pseudo_random({1, h, w, model.vae().config().latent_channels}, 11);
@@ -185,11 +178,6 @@ json run_few_step(const std::shared_ptr<const StableDiffusionModel>& model, cons
        ratio_check(one_image, unet, 1.15, "one-step image end to end (TAESD) / one UNet batch-1 call")},
       {"taesd_decode_vs_unet_b1",
        ratio_check(n["taesd_decode_seconds"].get<double>(), unet, 0.10, "TAESD decode / one UNet batch-1 call")}};
-  if (n.contains("unet_b1_split_seconds"))  // no target: how much the image adds to the call it makes
-    j["checks"]["one_step_image_vs_unet_b1_split"] = {
-        {"what", "one-step image end to end (TAESD) / one UNet batch-1 call with split bf16 activations, the call "
-                 "a bf16 pipeline makes for its first (here only) step"},
-        {"ratio", one_image / n["unet_b1_split_seconds"].get<double>()}};
   if (o.grid)
     j["checks"]["grid_2x4_vs_one_step_image"] =
         ratio_check(j["one_step_grid_2x4_taesd"]["seconds"].get<double>(), one_image, 10.0,
@@ -202,7 +190,7 @@ void print_few_step(const json& f) {
               f["steps"].get<int>(), f["guidance_scale"].get<double>(), f["guidance"].get<std::string>().c_str(),
               f["scheduler"].get<std::string>().c_str());
   const json& n = f["networks"];
-  for (const char* k : {"text_encode", "unet_b1", "unet_b1_split", "vae_decode", "taesd_decode"})
+  for (const char* k : {"text_encode", "unet_b1", "vae_decode", "taesd_decode"})
     if (n.contains(std::string(k) + "_seconds"))
       std::printf("  %-13s %7.3f s (first call %.3f s)\n", k, n[std::string(k) + "_seconds"].get<double>(),
                 n[std::string(k) + "_first_call_seconds"].get<double>());

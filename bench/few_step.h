@@ -4,9 +4,9 @@
 // Measured, each as the median of the calls after the first (the first reported on its own):
 //   - the networks alone, as a few-step pipeline calls them: the text encoder on one prompt (no
 //     negative prompt: SD-Turbo runs at guidance 0, an LCM UNet takes guidance as an embedding),
-//     one UNet call at batch 1 (LCM: with the guidance embedding; bf16: also with split activations,
-//     the call a bf16 pipeline makes for its first step — a one-step image's only one), the SD VAE's decode and
-//     TAESD's decode of one 512×512 image;
+//     one UNet call at batch 1 (LCM: with the guidance embedding; one-pass runs take rounded bf16
+//     activations in every call, pipeline/denoise_loop.cpp), the SD VAE's decode and TAESD's
+//     decode of one 512×512 image;
 //   - the pipeline (ShardedPipeline::run) end to end: an image at the mode's steps decoded by
 //     TAESD and by the VAE, a one-step image with TAESD (the same run as the first when steps is
 //     1), and a 2×4 grid of one-step images with TAESD (8 devices);

@@ -73,6 +73,7 @@ bool GenerationController::loadModel(const QString& path, const QString& tokeniz
     try {
       if (p.empty()) fail("no model chosen: pick a diffusers folder or a .safetensors file");
       ModelLoadOptions options;
+      options.load_vae_encoder = true;  // image to image (Vary, init images) encodes with it
       if (!tok.empty()) options.tokenizer_dir = tok;
       if (!tiny.empty()) {
         // A bad TAESD must not cost the model: try it alone first (it is small).

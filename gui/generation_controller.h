@@ -47,6 +47,8 @@ class GenerationController : public QObject {
   int runsCompleted() const { return runs_completed_; }
 
   // Starts loading (off the UI thread); false when busy. modelLoaded or modelLoadFailed follows.
+  // The VAE's encoder is loaded too, for image to image (SD 1.5: 34 M parameters beside the
+  // decoder's 49 M; its packed weights live in the weight cache like the rest).
   // `taesd`: a tiny autoencoder to load beside it (ModelLoadOptions::tiny_autoencoder); when it
   // cannot be loaded the model loads without it and loadWarning() says why.
   bool loadModel(const QString& path, const QString& tokenizerDir = {}, const QString& taesd = {});

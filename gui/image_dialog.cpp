@@ -59,6 +59,7 @@ ImageDialog::ImageDialog(const RunPtr& run, int index, QWidget* parent)
   add(tr("Save…"), &ImageDialog::saveRequested);
   add(tr("Copy"), &ImageDialog::copyRequested);
   add(tr("Reuse settings"), &ImageDialog::reuseRequested);
+  add(tr("Vary"), &ImageDialog::varyRequested);
   auto* close = new QPushButton(tr("Close"));
   connect(close, &QPushButton::clicked, this, &QDialog::close);
   controls->addWidget(close);

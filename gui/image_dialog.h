@@ -27,6 +27,7 @@ class ImageDialog : public QDialog {
   void saveRequested(const octodiff::gui::RunPtr& run, int index);
   void copyRequested(const octodiff::gui::RunPtr& run, int index);
   void reuseRequested(const octodiff::gui::RunPtr& run, int index);
+  void varyRequested(const octodiff::gui::RunPtr& run, int index);
 
  private:
   void render();

@@ -1,6 +1,7 @@
 #include "image_metadata_io.h"
 
 #include <QFileInfo>
+#include <QRegularExpression>
 #include <climits>
 
 #include "core/error.h"
@@ -64,7 +65,42 @@ ImportedPng importPng(const QString& path) {
   if (!meta)
     fail("'", QFileInfo(path).fileName().toStdString(),
          "' carries no generation settings (it was not made by Octodiff or a tool writing A1111 parameters)");
-  return {*meta, toQImage(image)};
+  return {*meta, toQImage(image), initSettingsFromPng(texts, *meta)};
+}
+
+InitImageSettings initSettingsFromPng(const std::vector<PngText>& texts, const ImageMetadata& m) {
+  InitImageSettings s;
+  s.strength = m.denoising_strength;
+  for (const PngText& t : texts) {
+    if (t.key != "parameters") continue;
+    const QString text = QString::fromStdString(t.text);
+    const QString params = text.section(QLatin1Char('\n'), -1);  // A1111's last line: "Key: value, …"
+    auto field = [&](const QString& key) -> std::optional<QString> {
+      const QRegularExpression re(QStringLiteral("(?:^|,\\s*)%1:\\s*([^,]*)").arg(QRegularExpression::escape(key)));
+      const QRegularExpressionMatch match = re.match(params);
+      if (!match.hasMatch()) return std::nullopt;
+      return match.captured(1).trimmed();
+    };
+    bool ok = false;
+    if (auto v = field(QStringLiteral("Mask blur")); v && (v->toInt(&ok), ok)) s.mask_blur = v->toInt();
+    if (auto v = field(QStringLiteral("Inpaint area")))
+      s.only_masked = v->compare(QStringLiteral("Only masked"), Qt::CaseInsensitive) == 0;
+    if (auto v = field(QStringLiteral("Masked area padding")); v && (v->toInt(&ok), ok)) s.masked_padding = v->toInt();
+    // A1111 writes "Inpaint area" only for "Only masked": a mask blur without it is the whole picture.
+    if (s.mask_blur && !s.only_masked) s.only_masked = false;
+  }
+  return s;
+}
+
+InitImageSettings initSettingsFromRequest(const GenerationRequest& r) {
+  InitImageSettings s;
+  if (r.init_images.empty()) return s;
+  s.strength = r.strength;
+  if (r.masks.empty()) return s;
+  s.mask_blur = r.mask_blur;
+  s.only_masked = r.inpaint_only_masked;
+  s.masked_padding = r.only_masked_padding;
+  return s;
 }
 
 FormState formFromMetadata(const ImageMetadata& m, const FormState& current, QStringList* notes) {

@@ -7,6 +7,8 @@
 #include <QImage>
 #include <QString>
 #include <QStringList>
+#include <optional>
+#include <vector>
 
 #include "app_settings.h"
 #include "pipeline/metadata.h"
@@ -23,9 +25,26 @@ QByteArray imagePngBytes(const RunRecord& run, int index);
 QString suggestedGridName(const RunRecord& run);
 QString suggestedImageName(const RunRecord& run, int index);
 
+// The image-to-image and inpainting settings an image was made with (absent: not recorded; a
+// text-to-image image has none). The init image and the mask themselves are not in PNG metadata
+// (neither Octodiff's nor A1111's): a restored strength applies to the init image in the panel.
+struct InitImageSettings {
+  std::optional<double> strength;     // A1111 "Denoising strength"
+  std::optional<int> mask_blur;       // A1111 "Mask blur"
+  std::optional<bool> only_masked;    // A1111 "Inpaint area: Only masked" (absent key: whole picture)
+  std::optional<int> masked_padding;  // A1111 "Masked area padding"
+  bool imageToImage() const { return strength.has_value(); }
+};
+// From a PNG's texts: the strength as `metadata` has it (Octodiff's JSON or the A1111 text), the
+// inpainting keys from the A1111 "parameters" text.
+InitImageSettings initSettingsFromPng(const std::vector<PngText>& texts, const ImageMetadata& metadata);
+// From the request of a run made in this session (GenerationRequest's image-to-image fields).
+InitImageSettings initSettingsFromRequest(const GenerationRequest& request);
+
 struct ImportedPng {
   ImageMetadata metadata;
   QImage image;
+  InitImageSettings init;
 };
 // Reads a PNG made by Octodiff (or another tool writing A1111 "parameters"); throws when the file
 // is not a readable PNG or carries no generation settings.

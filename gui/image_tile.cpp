@@ -110,9 +110,11 @@ ImageTile::ImageTile(int index, QWidget* parent) : QFrame(parent), index_(index)
   add(tr("Copy"), tr("Copy this image to the clipboard"), &ImageTile::copyRequested);
   add(tr("Reuse"), tr("Put this image's settings (prompt, seed, …) into the form"),
       &ImageTile::reuseRequested);
+  add(tr("Vary"), tr("Start image-to-image variations from this image (it becomes the init image)"),
+      &ImageTile::varyRequested);
   actions_->adjustSize();
   actions_->setVisible(false);
-  setToolTip(tr("Click to enlarge; right-click or hover for Save, Copy, Reuse"));
+  setToolTip(tr("Click to enlarge; right-click or hover for Save, Copy, Reuse, Vary"));
 
   auto* column = new QVBoxLayout(this);
   column->setContentsMargins(4, 4, 4, 2);
@@ -193,6 +195,7 @@ void ImageTile::contextMenuEvent(QContextMenuEvent* event) {
   menu.addAction(tr("Save as PNG…"), this, [this] { emit saveRequested(index_); });
   menu.addAction(tr("Copy"), this, [this] { emit copyRequested(index_); });
   menu.addAction(tr("Reuse settings"), this, [this] { emit reuseRequested(index_); });
+  menu.addAction(tr("Vary (image to image)"), this, [this] { emit varyRequested(index_); });
   menu.exec(event->globalPos());
 }
 

@@ -53,6 +53,7 @@ class ImageTile : public QFrame {
   void saveRequested(int index);
   void copyRequested(int index);
   void reuseRequested(int index);
+  void varyRequested(int index);  // use this image as the init image (image to image)
 
  protected:
   void mouseReleaseEvent(QMouseEvent* event) override;

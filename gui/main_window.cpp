@@ -30,6 +30,7 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent) : QMai
   setWindowTitle(QStringLiteral("Octodiff"));
   setAcceptDrops(true);
   controller_ = new GenerationController(this);
+  buildInitPanel();
 
   banner_ = new ErrorBanner;
   grid_ = new ResultGridView;
@@ -43,6 +44,7 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent) : QMai
   sheet_ = new ComparisonSheetView;
   sheet_->setObjectName(QStringLiteral("comparisonSheet"));
   tabs_->addTab(sheet_, tr("Comparison sheet"));
+  tabs_->addTab(init_panel_->maskEditor(), tr("Mask"));
   timings_ = new TimingsPanel;
   timings_->setObjectName(QStringLiteral("timingsPanel"));
 
@@ -166,11 +168,13 @@ QWidget* MainWindow::buildFormColumn() {
   column->addWidget(few_step_);
   column->addLayout(buttons);
   column->addWidget(section(tr("Progress"), progress_));
+  column->addWidget(section(tr("Image to image"), init_panel_));
   column->addWidget(section(tr("LoRA"), lora_panel_));
   column->addWidget(section(tr("Decoder"), decoder_panel_));
   column->addStretch(1);
 
   auto* scroll = new QScrollArea;
+  scroll->setObjectName(QStringLiteral("formScroll"));
   scroll->setWidget(content);
   scroll->setWidgetResizable(true);
   scroll->setFrameShape(QFrame::NoFrame);
@@ -211,11 +215,13 @@ void MainWindow::connectImageActions(QObject* source) {
     connect(g, &ResultGridView::saveRequested, this, &MainWindow::saveImageDialog);
     connect(g, &ResultGridView::copyRequested, this, &MainWindow::copyImage);
     connect(g, &ResultGridView::reuseRequested, this, &MainWindow::reuseSettings);
+    connect(g, &ResultGridView::varyRequested, this, &MainWindow::vary);
   } else if (auto* s = qobject_cast<SeedComparisonView*>(source)) {
     connect(s, &SeedComparisonView::enlargeRequested, this, &MainWindow::enlarge);
     connect(s, &SeedComparisonView::saveRequested, this, &MainWindow::saveImageDialog);
     connect(s, &SeedComparisonView::copyRequested, this, &MainWindow::copyImage);
     connect(s, &SeedComparisonView::reuseRequested, this, &MainWindow::reuseSettings);
+    connect(s, &SeedComparisonView::varyRequested, this, &MainWindow::vary);
   }
 }
 
@@ -254,10 +260,14 @@ std::optional<GenerationRequest> MainWindow::requestFromForm(QString* error) con
   if (!prompts_->negativePrompt().isEmpty()) r.negative_prompts = {prompts_->negativePrompt().toStdString()};
   r.preview = progress_->previewEnabled();
   r.decoder = decoder_panel_->decoder();
+  init_panel_->applyTo(&r);  // image to image when there is an init image
   return r;
 }
 
-bool MainWindow::generate() { return generateFromForm(/*live=*/false); }
+bool MainWindow::generate() {
+  if (init_panel_->seedComparisonWanted()) return runInitSeedComparison();
+  return generateFromForm(/*live=*/false);
+}
 
 bool MainWindow::generateKeepingSeed() { return generateFromForm(/*live=*/true); }
 
@@ -336,6 +346,7 @@ void MainWindow::onModelLoaded(const QString& path, double seconds) {
   const QString label = modelLabel(path);
   model_chooser_->showLoaded(label, QString::fromStdString(m->description()), seconds);
   settings_panel_->setModelSize(m->default_width(), m->default_height(), m->size_multiple());
+  init_panel_->setModelSize(m->default_width(), m->default_height(), m->size_multiple());
   settings_panel_->setModelScheduler(m->default_scheduler());
   adviseSamplingFor(*m);
   settings_.setModel(path, model_chooser_->tokenizerDir());

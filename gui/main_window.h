@@ -18,6 +18,7 @@
 #include "few_step_panel.h"
 #include "generation_controller.h"
 #include "image_dialog.h"
+#include "init_image_panel.h"
 #include "live_mode.h"
 #include "lora_panel.h"
 #include "model_chooser.h"
@@ -62,6 +63,8 @@ class MainWindow : public QMainWindow {
   FewStepPanel* fewStepPanel() const { return few_step_; }
   LoraPanel* loraPanel() const { return lora_panel_; }
   DecoderPanel* decoderPanel() const { return decoder_panel_; }
+  InitImagePanel* initImagePanel() const { return init_panel_; }
+  MaskEditor* maskEditor() const { return init_panel_->maskEditor(); }
   RunPtr lastRun() const { return last_run_; }
 
   FormState formState() const;
@@ -95,6 +98,12 @@ class MainWindow : public QMainWindow {
   void reuseSettings(const octodiff::gui::RunPtr& run, int index);
   ImageDialog* enlarge(const octodiff::gui::RunPtr& run, int index);
   void reportError(const QString& message);
+  // Image to image (main_window_init.cpp): the image becomes the init image and the form takes
+  // its prompt and settings; Generate then varies it (InitImagePanel's mode and strength).
+  void vary(const octodiff::gui::RunPtr& run, int index);
+  // A dropped or opened file: a PNG with generation settings restores them, any other image
+  // becomes the init image; anything else is an error in the banner.
+  void dropFile(const QString& path);
 
  signals:
   void errorShown(const QString& message);
@@ -146,6 +155,15 @@ class MainWindow : public QMainWindow {
   void onTaesdChosen(const QString& path);
   // The LoRA checks and decoder of an imported or reused image; `notes`: what could not be.
   void restoreLorasAndDecoder(const ImageMetadata& metadata, QStringList* notes);
+  // The image-to-image part (main_window_init.cpp).
+  void buildInitPanel();
+  bool runInitSeedComparison();
+  void openInitImageDialog();
+  void showInitPanel();
+  // The init image, mask and their settings of a run's image (reuse), or the settings a PNG
+  // recorded (the init image itself is not in PNG metadata); `notes`: what could not be.
+  void restoreInitFromRun(const RunRecord& run, int index, QStringList* notes);
+  void restoreInitFromPng(const InitImageSettings& settings, QStringList* notes);
 
   AppSettings settings_;
   size_t shown_load_notes_ = 0;  // the loaded model's load_notes() already shown
@@ -166,6 +184,7 @@ class MainWindow : public QMainWindow {
   FewStepPanel* few_step_ = nullptr;
   LoraPanel* lora_panel_ = nullptr;
   DecoderPanel* decoder_panel_ = nullptr;
+  InitImagePanel* init_panel_ = nullptr;
   QTimer lora_apply_timer_;           // a LoRA check or strength changed: merge after a pause
   std::function<void()> pending_run_;  // what waits for the LoRAs being merged
   bool retrying_after_merge_ = false;  // pending_run_ is running: the LoRAs were just merged

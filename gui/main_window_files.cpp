@@ -18,11 +18,10 @@
 namespace octodiff::gui {
 namespace {
 
-QString firstPng(const QMimeData* mime) {
+QString firstLocalFile(const QMimeData* mime) {
   if (!mime || !mime->hasUrls()) return {};
   for (const QUrl& url : mime->urls())
-    if (url.isLocalFile() && url.toLocalFile().endsWith(QStringLiteral(".png"), Qt::CaseInsensitive))
-      return url.toLocalFile();
+    if (url.isLocalFile()) return url.toLocalFile();
   return {};
 }
 
@@ -31,6 +30,7 @@ QString firstPng(const QMimeData* mime) {
 void MainWindow::buildMenus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
   file->addAction(tr("&Open PNG settings…"), QKeySequence::Open, this, &MainWindow::openPngDialog);
+  file->addAction(tr("Open &init image…"), this, &MainWindow::openInitImageDialog);
   file->addAction(tr("&Load model…"), this, &MainWindow::loadModelDialog);
   file->addSeparator();
   file->addAction(tr("&Save grid as PNG…"), QKeySequence::Save, this, [this] { saveGridDialog(last_run_); });
@@ -103,6 +103,7 @@ bool MainWindow::importPng(const QString& path) {
       notes << tr("it was made with the model '%1'; '%2' is loaded")
                    .arg(made_with, QString::fromStdString(model->display_name()));
     restoreLorasAndDecoder(imported.metadata, &notes);
+    restoreInitFromPng(imported.init, &notes);
     applyRestoredForm(form, notes, QFileInfo(path).fileName());
     return true;
   } catch (const std::exception& e) {
@@ -117,6 +118,7 @@ void MainWindow::reuseSettings(const RunPtr& run, int index) {
   const ImageMetadata m = describe_image(run->request, run->result, *run->model, index / B, index % B);
   QStringList notes;
   restoreLorasAndDecoder(m, &notes);
+  restoreInitFromRun(*run, index, &notes);
   applyRestoredForm(formFromMetadata(m, formState(), &notes), notes,
                     tr("image %1 of run #%2").arg(index + 1).arg(run->number));
 }
@@ -152,19 +154,20 @@ ImageDialog* MainWindow::enlarge(const RunPtr& run, int index) {
   connect(dialog, &ImageDialog::saveRequested, this, &MainWindow::saveImageDialog);
   connect(dialog, &ImageDialog::copyRequested, this, &MainWindow::copyImage);
   connect(dialog, &ImageDialog::reuseRequested, this, &MainWindow::reuseSettings);
+  connect(dialog, &ImageDialog::varyRequested, this, &MainWindow::vary);
   dialog->show();
   return dialog;
 }
 
 void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
-  if (!firstPng(event->mimeData()).isEmpty()) event->acceptProposedAction();
+  if (!firstLocalFile(event->mimeData()).isEmpty()) event->acceptProposedAction();
 }
 
 void MainWindow::dropEvent(QDropEvent* event) {
-  const QString path = firstPng(event->mimeData());
+  const QString path = firstLocalFile(event->mimeData());
   if (path.isEmpty()) return;
   event->acceptProposedAction();
-  importPng(path);
+  dropFile(path);
 }
 
 void MainWindow::saveGridDialog(const RunPtr& run) {

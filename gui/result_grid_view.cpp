@@ -71,6 +71,7 @@ void ResultGridView::rebuild(int count) {
     connect(tile, &ImageTile::saveRequested, this, [this](int k) { emit saveRequested(run_, k); });
     connect(tile, &ImageTile::copyRequested, this, [this](int k) { emit copyRequested(run_, k); });
     connect(tile, &ImageTile::reuseRequested, this, [this](int k) { emit reuseRequested(run_, k); });
+    connect(tile, &ImageTile::varyRequested, this, [this](int k) { emit varyRequested(run_, k); });
     grid_->addWidget(tile, i / cols_, i % cols_);
     tiles_.push_back(tile);
   }

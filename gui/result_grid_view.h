@@ -42,6 +42,7 @@ class ResultGridView : public QWidget {
   void saveRequested(const octodiff::gui::RunPtr& run, int index);
   void copyRequested(const octodiff::gui::RunPtr& run, int index);
   void reuseRequested(const octodiff::gui::RunPtr& run, int index);
+  void varyRequested(const octodiff::gui::RunPtr& run, int index);
 
  private:
   void rebuild(int count);

@@ -131,6 +131,7 @@ void SeedComparisonView::beginJob(JobKind kind, const std::vector<int64_t>& seed
     connect(view, &ResultGridView::saveRequested, this, &SeedComparisonView::saveRequested);
     connect(view, &ResultGridView::copyRequested, this, &SeedComparisonView::copyRequested);
     connect(view, &ResultGridView::reuseRequested, this, &SeedComparisonView::reuseRequested);
+    connect(view, &ResultGridView::varyRequested, this, &SeedComparisonView::varyRequested);
     auto* save = new QPushButton(kind == JobKind::SeedSweep ? tr("Save image…") : tr("Save grid…"));
     save->setEnabled(false);
     save->setObjectName(QStringLiteral("saveColumn"));

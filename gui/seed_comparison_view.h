@@ -49,6 +49,7 @@ class SeedComparisonView : public QWidget {
   void saveRequested(const octodiff::gui::RunPtr& run, int index);
   void copyRequested(const octodiff::gui::RunPtr& run, int index);
   void reuseRequested(const octodiff::gui::RunPtr& run, int index);
+  void varyRequested(const octodiff::gui::RunPtr& run, int index);
   void saveGridRequested(const octodiff::gui::RunPtr& run);
 
  private:

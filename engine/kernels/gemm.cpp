@@ -75,26 +75,25 @@ PackedMatrix PackedMatrix::adopt(int64_t K, int64_t N, Precision precision, std:
 
 namespace {
 
-// Eight floats as one vector (GCC vector extensions: one AVX register, or two SSE ones).
+// Eight floats as one vector (GCC/clang vector extensions: one AVX register, or two SSE ones).
 typedef float F8 __attribute__((vector_size(32), aligned(4)));
-typedef int32_t I8 __attribute__((vector_size(32)));
 
 // r[i] = row i of an 8×8 block in, column i out: interleave pairs of rows, then pairs of pairs
 // (within 128-bit halves), then swap halves.
 inline void transpose8x8(F8 r[8]) {
   F8 t[8], u[8];
   for (int i = 0; i < 8; i += 2) {
-    t[i] = __builtin_shuffle(r[i], r[i + 1], I8{0, 8, 1, 9, 4, 12, 5, 13});
-    t[i + 1] = __builtin_shuffle(r[i], r[i + 1], I8{2, 10, 3, 11, 6, 14, 7, 15});
+    t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
   }
   for (int i = 0; i < 8; i += 4)
     for (int h = 0; h < 2; ++h) {  // u[i + 2h + c] holds columns 2h + c and 2h + c + 4 of rows i … i+3
-      u[i + 2 * h] = __builtin_shuffle(t[i + h], t[i + 2 + h], I8{0, 1, 8, 9, 4, 5, 12, 13});
-      u[i + 2 * h + 1] = __builtin_shuffle(t[i + h], t[i + 2 + h], I8{2, 3, 10, 11, 6, 7, 14, 15});
+      u[i + 2 * h] = __builtin_shufflevector(t[i + h], t[i + 2 + h], 0, 1, 8, 9, 4, 5, 12, 13);
+      u[i + 2 * h + 1] = __builtin_shufflevector(t[i + h], t[i + 2 + h], 2, 3, 10, 11, 6, 7, 14, 15);
     }
   for (int c = 0; c < 4; ++c) {
-    r[c] = __builtin_shuffle(u[c], u[4 + c], I8{0, 1, 2, 3, 8, 9, 10, 11});
-    r[c + 4] = __builtin_shuffle(u[c], u[4 + c], I8{4, 5, 6, 7, 12, 13, 14, 15});
+    r[c] = __builtin_shufflevector(u[c], u[4 + c], 0, 1, 2, 3, 8, 9, 10, 11);
+    r[c + 4] = __builtin_shufflevector(u[c], u[4 + c], 4, 5, 6, 7, 12, 13, 14, 15);
   }
 }
 

@@ -184,15 +184,19 @@ constexpr auto by_rows(std::integer_sequence<int, R...>) {
   return std::array<Fn, sizeof...(R) + 1>{nullptr, &K<R + 1, kHalf>::run...};
 }
 
-template <int MR, bool kHalf, int64_t kLda = 0>
-struct Dot {
+// Two template parameters each (by_rows takes template <int, bool> class; clang 14 will not
+// match a template with a defaulted third one).
+template <int MR, bool kHalf, int64_t kLda>
+struct DotWithLda {
   static void run(int64_t p, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
                   int cols, bool load, const TileEpilogue& ep) {
     dot_kernel<MR, kHalf, kLda>(p, a, lda, b, c, ldc, cols, load, ep);
   }
 };
 template <int MR, bool kHalf>
-using DotFixed = Dot<MR, kHalf, kBlockLdaBf16>;
+struct Dot : DotWithLda<MR, kHalf, 0> {};
+template <int MR, bool kHalf>
+struct DotFixed : DotWithLda<MR, kHalf, kBlockLdaBf16> {};
 template <int MR, bool>
 struct DotNarrow {
   static void run(int64_t p, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,

@@ -43,13 +43,18 @@ Tensor predict_noise(const DenoiseSetup& setup, const SchedulerState& state, con
   const Scheduler& scheduler = *setup.scheduler;
   const double t = scheduler.model_timestep(state, i);
   const Tensor input = scheduler.scale_model_input(state, model_batch(setup, x), i);
-  // bf16 weights: the first call takes its activations split in two bf16 halves (~16 bits,
-  // kernels/gemm.h), at about twice a bf16 call's time. The first step jumps from the largest
-  // noise level, so the schedulers carry this call's error furthest: on the tiny goldens'
-  // 5-step pipeline, float32 activations for this call alone took the max image error against
-  // f32 from 1.07–1.28e-2 to 5.3–7.7e-3 for every scheduler, and for all the later calls only
-  // to 0.95–1.36e-2 (bf16_test.cpp prints today's figures).
-  const kernels::ScopedBf16Activations activations(i == 0 ? kernels::Bf16Activations::Split
+  // bf16 weights: the first call of a guided run takes its activations split in two bf16 halves
+  // (~16 bits, kernels/gemm.h), at about twice a bf16 call's time. The first step jumps from the
+  // largest noise level and guidance multiplies the call's error by its scale (7.5 × (c − u)), so
+  // the schedulers carry this call's error furthest: on the tiny goldens' 5-step pipeline, float32
+  // activations for this call alone took the max image error against f32 from 1.07–1.28e-2 to
+  // 5.3–7.7e-3 for every scheduler, and for all the later calls only to 0.95–1.36e-2 (bf16_test.cpp
+  // prints today's figures). One-pass runs (guidance ≤ 1, LCM's embedded guidance) have no
+  // multiplier: on the tiny models rounded activations gave the same error as split ones
+  // (one-step Euler ancestral/DDIM trailing 5.4–7.9e-3 vs 5.3–8.1e-3, LCM 1–4 steps 5.5–6.8e-3
+  // vs 5.3–6.4e-3, seeds 3 and 4), so a one-step image's only call runs at bf16 speed.
+  const bool split = i == 0 && setup.guidance == GuidanceKind::ClassifierFree;
+  const kernels::ScopedBf16Activations activations(split ? kernels::Bf16Activations::Split
                                                           : kernels::Bf16Activations::Rounded);
   const Tensor eps =
       setup.unet->forward_nhwc(input, std::vector<double>(input.dim(0), t), context, timestep_cond, setup.numerics);
