@@ -52,6 +52,8 @@ GenerationController::GenerationController(QObject* parent) : QObject(parent) {
   connect(&job_watcher_, &QFutureWatcher<RunPtr>::finished, this, &GenerationController::onJobFinished);
   connect(&load_watcher_, &QFutureWatcher<LoadOutcome>::finished, this,
           &GenerationController::onLoadFinished);
+  connect(&sheet_watcher_, &QFutureWatcher<std::shared_ptr<const SheetResult>>::finished, this,
+          &GenerationController::onSheetFinished);
 }
 
 GenerationController::~GenerationController() {
@@ -226,11 +228,13 @@ bool GenerationController::start(const Job& job) {
 
 void GenerationController::cancel() {
   if (job_) job_->cancel.cancel();
+  cancelSheet();
 }
 
 void GenerationController::waitForIdle() {
   job_watcher_.waitForFinished();
   load_watcher_.waitForFinished();
+  sheet_watcher_.waitForFinished();
 }
 
 void GenerationController::onRunStarted(int index, int runs, int devices, int batch, int steps,

@@ -15,6 +15,7 @@
 #include <QThreadPool>
 #include <memory>
 
+#include "pipeline/comparison_sheet.h"
 #include "pipeline/sharded_pipeline.h"
 #include "progress_tracker.h"
 #include "run_record.h"
@@ -39,7 +40,7 @@ class GenerationController : public QObject {
 
   ModelPtr model() const { return model_; }
   bool isLoading() const { return load_watcher_.isRunning(); }
-  bool isGenerating() const { return job_watcher_.isRunning(); }
+  bool isGenerating() const { return job_watcher_.isRunning() || sheet_watcher_.isRunning(); }
   bool isBusy() const { return isLoading() || isGenerating(); }
   const ProgressTracker& progress() const { return tracker_; }
   double jobSeconds() const { return clock_.isValid() ? clock_.elapsed() / 1000.0 : 0.0; }
@@ -61,6 +62,10 @@ class GenerationController : public QObject {
   bool hasLoras(const std::vector<LoraSpec>& loras) const;
   // Starts a job; false (with errorOccurred) when there is no model or a job is running.
   bool start(const Job& job);
+  // Starts a comparison sheet (generation_controller_sheet.cpp): its runs one after another on
+  // the worker, on this model's pipeline (and plan cache); false (with errorOccurred) when busy.
+  // sheetRunFinished follows each run, then sheetFinished or sheetStopped.
+  bool startSheet(const SheetPlan& plan);
   void cancel();
   // Blocks until no load or job is running (used when the window closes, after cancel()).
   void waitForIdle();
@@ -80,6 +85,9 @@ class GenerationController : public QObject {
   void jobFinished(octodiff::gui::JobOutcome outcome);
   void errorOccurred(const QString& message);
   void busyChanged(bool busy);
+  void sheetRunFinished(int run, const std::vector<int>& cells, const std::vector<QImage>& images);
+  void sheetFinished(const std::shared_ptr<const octodiff::SheetResult>& sheet);
+  void sheetStopped(octodiff::gui::JobOutcome outcome);  // cancelled or failed (errorOccurred says why)
 
  private:
   struct JobState;
@@ -89,6 +97,9 @@ class GenerationController : public QObject {
   void onJobFinished();
   void onLoadFinished();
   void adoptModel(const ModelPtr& model);
+  struct SheetJob;
+  void onSheetFinished();
+  void cancelSheet();
 
   QThreadPool pool_;       // loads and jobs, one at a time
   QThreadPool hash_pool_;  // the model hash, beside them
@@ -97,6 +108,8 @@ class GenerationController : public QObject {
   std::shared_ptr<JobState> job_;
   QFutureWatcher<RunPtr> job_watcher_;
   QFutureWatcher<LoadOutcome> load_watcher_;
+  QFutureWatcher<std::shared_ptr<const SheetResult>> sheet_watcher_;
+  std::shared_ptr<SheetJob> sheet_job_;
   ProgressTracker tracker_;
   QElapsedTimer clock_;
   int runs_completed_ = 0;

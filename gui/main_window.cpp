@@ -41,6 +41,9 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent) : QMai
   tabs_->setDocumentMode(true);
   tabs_->addTab(grid_, tr("Results"));
   tabs_->addTab(comparison_, tr("Seed comparison"));
+  sheet_ = new ComparisonSheetView;
+  sheet_->setObjectName(QStringLiteral("comparisonSheet"));
+  tabs_->addTab(sheet_, tr("Comparison sheet"));
   tabs_->addTab(init_panel_->maskEditor(), tr("Mask"));
   timings_ = new TimingsPanel;
   timings_->setObjectName(QStringLiteral("timingsPanel"));
@@ -76,6 +79,7 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent) : QMai
   connect(comparison_, &SeedComparisonView::runRequested, this, &MainWindow::runSeedComparison);
   connect(comparison_, &SeedComparisonView::errorOccurred, this, &MainWindow::reportError);
   connect(comparison_, &SeedComparisonView::saveGridRequested, this, &MainWindow::saveGridDialog);
+  connectSheet();
   progress_timer_.setInterval(250);
   connect(&progress_timer_, &QTimer::timeout, this, &MainWindow::refreshProgress);
 
@@ -437,6 +441,7 @@ void MainWindow::onBusyChanged() {
   cancel_->setEnabled(controller_->isGenerating());
   model_chooser_->setBusy(busy);
   comparison_->setRunEnabled(!busy);
+  sheet_->setRunEnabled(!busy);
   if (controller_->isGenerating())
     progress_timer_.start();
   else

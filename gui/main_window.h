@@ -26,6 +26,7 @@
 #include "progress_panel.h"
 #include "prompt_panel.h"
 #include "result_grid_view.h"
+#include "comparison_sheet_view.h"
 #include "seed_comparison_view.h"
 #include "settings_panel.h"
 #include "timings_panel.h"
@@ -51,6 +52,7 @@ class MainWindow : public QMainWindow {
   ProgressPanel* progressPanel() const { return progress_; }
   ResultGridView* resultGrid() const { return grid_; }
   SeedComparisonView* seedComparison() const { return comparison_; }
+  ComparisonSheetView* comparisonSheet() const { return sheet_; }
   TimingsPanel* timingsPanel() const { return timings_; }
   ErrorBanner* errorBanner() const { return banner_; }
   QPushButton* generateButton() const { return generate_; }
@@ -80,6 +82,8 @@ class MainWindow : public QMainWindow {
   bool generateKeepingSeed();
   void cancel();
   bool runSeedComparison(octodiff::gui::JobKind kind, const std::vector<int64_t>& seeds);
+  // The form's first prompt and settings as an X/Y(/Z) sheet (main_window_sheet.cpp).
+  bool runSheet(const octodiff::SheetSpec& spec);
   void loadModel(const QString& path, const QString& tokenizerDir);
   // The model with the LoRA panel's selection (and the prompts' tags), off the UI thread, when
   // it does not have exactly those already; false when nothing needed doing or the app is busy.
@@ -144,6 +148,7 @@ class MainWindow : public QMainWindow {
   void adviseSamplingFor(const StableDiffusionModel& model);
   void showModelExtras(const StableDiffusionModel& model);
   // Starts merging `loras`; `then` runs once they are in (dropped when merging fails).
+  void connectSheet();  // main_window_sheet.cpp
   bool applyLorasThen(const std::vector<LoraSpec>& loras, std::function<void()> then);
   void onLorasApplied(double seconds);
   void onLorasFailed(const QString& message);
@@ -174,6 +179,7 @@ class MainWindow : public QMainWindow {
   QTabWidget* tabs_;
   ResultGridView* grid_;
   SeedComparisonView* comparison_;
+  ComparisonSheetView* sheet_;
   TimingsPanel* timings_;
   FewStepPanel* few_step_ = nullptr;
   LoraPanel* lora_panel_ = nullptr;

@@ -19,6 +19,7 @@
 #include "pipeline/lora.h"
 #include "pipeline/metadata.h"
 #include "pipeline/sharded_pipeline.h"
+#include "sheet_command.h"
 
 namespace octodiff::cli {
 
@@ -189,13 +190,14 @@ int run_generate(const std::vector<std::string>& argv) {
              "save-array", "out", "out-dir", "repeat", "scale", "lora-dir", "taesd", "decoder", "strength", "noise",
              "posterior-noise", "prompt-syntax", "long-prompts", "comma-backtrack", "embeddings", "mask-blur",
              "inpaint-area", "inpaint-padding", "masked-posterior-noise", "control-preprocess", "control-start",
-             "control-end"},
+             "control-end", "x", "y", "z"},
             {"json", "quiet", "help"}, {"prompt", "lora", "init-image", "mask", "controlnet", "control-image"});
   if (args.flag("help")) {
-    std::printf("%s%s", kGenerateUsage, kControlNetUsage);
+    std::printf("%s%s%s", kGenerateUsage, kControlNetUsage, kSheetUsage);
     return 0;
   }
   if (!args.positional().empty()) fail("unexpected argument '", args.positional()[0], "' (prompts go after --prompt)");
+  const std::optional<SheetSpec> sheet = sheet_from_args(args);  // --x/--y/--z: sheet_command.h
   const bool json_out = args.flag("json");
   const bool quiet = args.flag("quiet");
   FILE* info = json_out ? stderr : stdout;
@@ -247,6 +249,7 @@ int run_generate(const std::vector<std::string>& argv) {
     for (const auto& note : notes) std::fprintf(stderr, "octodiff-cli: note: %s\n", note.c_str());
     return notes.size();
   }();
+  if (sheet) return run_sheet(args, *sheet, req, model, info);
   // The metadata needs the weights' SHA-256 (seconds for a 4 GB file, cached afterwards): hash
   // while the pipeline runs.
   auto hashing = std::async(std::launch::async, [model] { return model->model_hash(); });

@@ -91,6 +91,10 @@ struct GenerationRequest {
   // Initial noise, (D, B, C, h, w) float32: the Flax pipeline's `latents` argument. When absent
   // each device draws normal(key_d, (B, C, h, w)) from split(PRNGKey(seed), D)[d].
   std::optional<Tensor> latents;
+  // Empty: device d's key is split(PRNGKey(seed), D)[d]. Else one key per device, used instead
+  // for everything the device draws (initial noise, posterior and step noise): a comparison
+  // sheet (pipeline/comparison_sheet.h) gives each device the key of the single run it stands for.
+  std::vector<jax::Key> device_keys;
   // The fresh noise of stochastic schedulers' steps (LCM, Euler ancestral), (D, N, B, C, h, w)
   // float32 for N UNet calls per device (image-to-image: the calls run, from t_start): the k-th
   // call run on device d takes [d, k] when its scheduler step

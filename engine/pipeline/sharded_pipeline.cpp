@@ -94,6 +94,8 @@ static int resolve_prompts(const GenerationRequest& req, ResolvedRequest& r) {
   } else {
     fail(NP, " negative prompts for ", n, " images (give 0, 1 or ", n, ")");
   }
+  if (!req.device_keys.empty() && static_cast<int>(req.device_keys.size()) != D)
+    fail(req.device_keys.size(), " device keys for ", D, " devices (give none or one per device)");
   return D;
 }
 
@@ -393,7 +395,9 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
   result.threads_per_device = plan.threads_per_worker;
   result.concurrent_devices = plan.workers;
   const TokenizedPrompts tokens = tokenize_request(r, m, result);
-  result.device_keys = jax::split(jax::prng_key(r.request.seed), s.devices, r.request.rng);
+  result.device_keys = r.request.device_keys.empty()
+                           ? jax::split(jax::prng_key(r.request.seed), s.devices, r.request.rng)
+                           : r.request.device_keys;
 
   DeviceRunner devices(s.devices, plan.threads_per_worker, plan.arenas, cancel);
   std::vector<DeviceWork> work(s.devices);
