@@ -12,17 +12,20 @@ namespace {
 
 // The nested maps of a state dict: children in first-seen order, leaves index into `tensors`.
 struct Node {
-  std::vector<std::pair<std::string, Node>> children;
+  // Two vectors, not one of pairs: a pair may not hold the still incomplete Node (clang refuses it).
+  std::vector<std::string> child_names;
+  std::vector<Node> children;           // children[i] is named child_names[i]
   std::map<std::string, size_t> index;  // child name → position in children
   const TensorToWrite* tensor = nullptr;
 };
 
 Node& child(Node& n, const std::string& name) {
   auto it = n.index.find(name);
-  if (it != n.index.end()) return n.children[it->second].second;
+  if (it != n.index.end()) return n.children[it->second];
   n.index[name] = n.children.size();
-  n.children.emplace_back(name, Node{});
-  return n.children.back().second;
+  n.child_names.push_back(name);
+  n.children.emplace_back();
+  return n.children.back();
 }
 
 // The msgpack-cxx packer's stream: the file being written.
@@ -86,9 +89,9 @@ void pack_tensor(Packer& pk, const TensorToWrite& t, uint64_t max_chunk_bytes) {
 void pack_node(Packer& pk, const Node& n, uint64_t max_chunk_bytes) {
   if (n.tensor) return pack_tensor(pk, *n.tensor, max_chunk_bytes);
   pk.pack_map(static_cast<uint32_t>(n.children.size()));
-  for (const auto& [name, c] : n.children) {
-    pack_key(pk, name);
-    pack_node(pk, c, max_chunk_bytes);
+  for (size_t i = 0; i < n.children.size(); ++i) {
+    pack_key(pk, n.child_names[i]);
+    pack_node(pk, n.children[i], max_chunk_bytes);
   }
 }
 

@@ -1,5 +1,7 @@
 #include "test_support.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,7 +12,12 @@ std::filesystem::path data_dir() { return OCTODIFF_TEST_DATA_DIR; }
 std::filesystem::path tiny_sd_dir() { return data_dir() / "tiny-sd"; }
 
 std::filesystem::path temp_dir(const std::string& name) {
-  auto dir = std::filesystem::path(OCTODIFF_TEST_TMP_DIR) / name;
+  // Under the running test's own folder: ctest runs tests in parallel processes, and two tests
+  // asking for the same name must not empty each other's folder.
+  std::filesystem::path dir = OCTODIFF_TEST_TMP_DIR;
+  if (const auto* test = ::testing::UnitTest::GetInstance()->current_test_info())
+    dir /= std::string(test->test_suite_name()) + "." + test->name();
+  dir /= name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

@@ -14,7 +14,8 @@ namespace octodiff::test {
 std::filesystem::path data_dir();
 // tests/data/tiny-sd
 std::filesystem::path tiny_sd_dir();
-// A fresh empty directory for this test's outputs (removed at the next run).
+// A fresh empty directory for this test's outputs (removed at the next run), under a folder of
+// the running gtest test's own (suite.name), so tests in parallel processes never share one.
 std::filesystem::path temp_dir(const std::string& name);
 
 struct Diff {
