@@ -10,7 +10,7 @@ dir=$(realpath -m "${1:-$src/build-fuzz}")
 seconds=${2:-10}
 shift $(( $# > 2 ? 2 : $# ))
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors npy png png_metadata configs tokenizer lora single_file)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors npy png png_metadata configs tokenizer lora single_file flax_msgpack prompt)
 
 cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DOCTODIFF_FUZZ=ON -DOCTODIFF_SANITIZE="address;undefined" -DOCTODIFF_BUILD_GUI=OFF \
@@ -33,6 +33,14 @@ add png_metadata "$src"/fuzz/corpus/png_metadata/*
 add configs $(find "$src/tests/data" "$src/resources/demo-model" -name '*config*.json' | sort)
 add lora "$src"/tests/data/tiny-sd-lora/*.safetensors
 add single_file "$src"/fuzz/corpus/single_file/* "$src"/tests/data/tiny-sd-lora/kohya_ldm.safetensors
+add flax_msgpack $(find "$src/tests/data" -name '*.msgpack' -size -300k | sort | head -n 10)
+mkdir -p "$corpus/prompt"
+i=0
+for emb in "$src"/tests/data/tiny-sd-prompts/embeddings/*.safetensors; do
+  { printf 'a (castle:1.3) on a ((cliff)), [fog] \\(literal\\) BREAK storm, (a [b:0.5] c:1.2)\n@@\n'; cat "$emb"; } \
+    >"$corpus/prompt/$i-$(basename "$emb")"
+  i=$((i + 1))
+done
 tok=$src/tests/data/tiny-sd/tokenizer
 mkdir -p "$corpus/tokenizer"
 { cat "$tok/vocab.json"; printf '\n@@\n'; cat "$tok/merges.txt"; printf '\n@@\n'; cat "$tok/tokenizer_config.json";
