@@ -118,8 +118,7 @@ ControlNetModel ControlNetModel::load(WeightSource& w, const ControlNetConfig& c
   const kernels::ScopedWinogradLimit winograd(level2, precision == kernels::Precision::BF16 ? level2 : 0);
   const auto& boc = c.block_out_channels;
   const int n = static_cast<int>(boc.size());
-  const int64_t T = c.time_embed_dim(), X = c.cross_attention_dim, G = c.norm_num_groups;
-  const float eps = static_cast<float>(c.norm_eps);
+  const int64_t T = c.time_embed_dim();
 
   m.time_linear_1_ = Linear::load(w, "time_embedding.linear_1", boc[0], T, true, precision);
   m.time_linear_2_ = Linear::load(w, "time_embedding.linear_2", T, T, true, precision);
@@ -134,37 +133,17 @@ ControlNetModel ControlNetModel::load(WeightSource& w, const ControlNetConfig& c
   }
   m.cond_out_ = Conv2d::load_same(w, "controlnet_cond_embedding.conv_out", e.back(), boc[0], 3, precision);
 
-  int zero = 0;
-  auto zero_conv = [&](int64_t ch) {
-    m.zero_convs_.push_back(Linear::load(w, idx("controlnet_down_blocks", zero++), ch, ch, true, precision, true));
-  };
-  zero_conv(boc[0]);
-  int64_t out_c = boc[0];
+  m.encoder_ = UNetEncoder::load(w, c, precision);  // down_blocks.*, mid_block.*
+  // controlnet_down_blocks.K: one 1×1 conv per skip tensor of the down path, in its order.
+  std::vector<int64_t> skip_channels{boc[0]};
   for (int i = 0; i < n; ++i) {
-    const std::string p = idx("down_blocks", i);
-    const int64_t in_c = out_c;
-    out_c = boc[i];
-    Level level;
-    for (int j = 0; j < c.layers_per_block; ++j) {
-      level.resnets.push_back(
-          ResnetBlock2D::load(w, idx(p + ".resnets", j), j == 0 ? in_c : out_c, out_c, T, G, eps, precision));
-      if (c.down_block_types[i] == "CrossAttnDownBlock2D")
-        level.attentions.push_back(Transformer2D::load(w, idx(p + ".attentions", j), out_c, X, c.num_heads[i],
-                                                       c.transformer_layers_per_block[i], G,
-                                                       c.use_linear_projection, precision));
-      zero_conv(out_c);
-    }
-    if (i < n - 1) {
-      level.downsample = load_downsample(w, p + ".downsamplers.0", out_c, c.downsample_padding, precision);
-      zero_conv(out_c);
-    }
-    m.down_.push_back(std::move(level));
+    skip_channels.insert(skip_channels.end(), m.encoder_.levels()[i].resnets.size(), boc[i]);
+    if (m.encoder_.levels()[i].downsample) skip_channels.push_back(boc[i]);
   }
+  for (size_t k = 0; k < skip_channels.size(); ++k)
+    m.zero_convs_.push_back(Linear::load(w, idx("controlnet_down_blocks", static_cast<int>(k)), skip_channels[k],
+                                         skip_channels[k], true, precision, true));
   const int64_t mid_c = boc[n - 1];
-  m.mid_resnet_0_ = ResnetBlock2D::load(w, "mid_block.resnets.0", mid_c, mid_c, T, G, eps, precision);
-  m.mid_attention_ = Transformer2D::load(w, "mid_block.attentions.0", mid_c, X, c.num_heads[n - 1],
-                                         c.transformer_layers_per_block[n - 1], G, c.use_linear_projection, precision);
-  m.mid_resnet_1_ = ResnetBlock2D::load(w, "mid_block.resnets.1", mid_c, mid_c, T, G, eps, precision);
   m.mid_zero_conv_ = Linear::load(w, "controlnet_mid_block", mid_c, mid_c, true, precision, true);
   w.finish();
   return m;
@@ -234,10 +213,7 @@ UNetResiduals ControlNetModel::forward_embedded_nhwc(const Tensor& sample, const
 
   std::vector<Tensor> skips;
   Tensor x = down_path(sample, embedded, timesteps, temb, context, numerics, skips);
-  check_cancelled();
-  x = mid_resnet_0_(x, &temb);
-  x = mid_attention_(x, context, numerics);
-  x = mid_resnet_1_(x, &temb);
+  x = encoder_.mid(x, temb, context, numerics);
 
   const float scale = static_cast<float>(conditioning_scale);
   UNetResiduals out;
@@ -258,7 +234,7 @@ Tensor ControlNetModel::down_path(const Tensor& sample, const Tensor& embedded, 
                                   const Tensor& temb, const Tensor& context, const Numerics& numerics,
                                   std::vector<Tensor>& skips) const {
   const DistinctSamples distinct = distinct_samples(sample, timesteps, &embedded);
-  const bool shared = distinct.repeats() && !down_.empty() && !down_[0].attentions.empty();
+  const bool shared = distinct.repeats() && encoder_.can_share_text_free_part();
   Tensor x;
   if (shared) {
     const Tensor embedded_distinct = embedded.gather0(distinct.rows);
@@ -266,28 +242,7 @@ Tensor ControlNetModel::down_path(const Tensor& sample, const Tensor& embedded, 
   } else {
     x = conv_in_(sample, &embedded);  // conv_in(sample) + cond_embedding(cond)
   }
-  skips.push_back(shared ? x.gather0(distinct.slot) : x);
-  for (size_t i = 0; i < down_.size(); ++i) {
-    const Level& level = down_[i];
-    for (size_t j = 0; j < level.resnets.size(); ++j) {
-      check_cancelled();
-      if (shared && i == 0 && j == 0) {
-        const Tensor temb_distinct = temb.gather0(distinct.rows);
-        x = level.resnets[0](x, &temb_distinct);
-        const Tensor tokens = level.attentions[0].text_free_part(x, numerics).gather0(distinct.slot);
-        x = level.attentions[0].after_text_free_part(x.gather0(distinct.slot), tokens, context, numerics);
-      } else {
-        x = level.resnets[j](x, &temb);
-        if (!level.attentions.empty()) x = level.attentions[j](x, context, numerics);
-      }
-      skips.push_back(x);
-    }
-    if (level.downsample) {
-      x = (*level.downsample)(x);
-      skips.push_back(x);
-    }
-  }
-  return x;
+  return encoder_.down(std::move(x), temb, context, numerics, shared ? &distinct : nullptr, skips);
 }
 
 UNetResiduals ControlNetModel::forward(const Tensor& sample, const std::vector<double>& timesteps,

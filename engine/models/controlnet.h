@@ -21,6 +21,7 @@
 #include "models/numerics.h"
 #include "models/unet_2d_condition.h"
 #include "models/unet_blocks.h"
+#include "models/unet_encoder.h"
 
 namespace octodiff {
 
@@ -71,11 +72,6 @@ class ControlNetModel {
   kernels::Precision precision() const { return precision_; }
 
  private:
-  struct Level {
-    std::vector<ResnetBlock2D> resnets;
-    std::vector<Transformer2D> attentions;  // empty for DownBlock2D
-    std::optional<Conv2d> downsample;
-  };
   Tensor down_path(const Tensor& sample, const Tensor& embedded, const std::vector<double>& timesteps,
                    const Tensor& temb, const Tensor& context, const Numerics& numerics, std::vector<Tensor>& skips) const;
   void check_inputs(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
@@ -87,9 +83,7 @@ class ControlNetModel {
   Conv2d conv_in_;
   Conv2d cond_in_, cond_out_;
   std::vector<Conv2d> cond_blocks_;  // 3×3 conv, stride-2 3×3 conv, per conditioning level
-  std::vector<Level> down_;
-  ResnetBlock2D mid_resnet_0_, mid_resnet_1_;
-  Transformer2D mid_attention_;
+  UNetEncoder encoder_;              // down blocks and mid block, as the UNet's
   std::vector<Linear> zero_convs_;  // controlnet_down_blocks.K (1×1)
   Linear mid_zero_conv_;            // controlnet_mid_block (1×1)
 };

@@ -41,39 +41,16 @@ UNet2DCondition UNet2DCondition::load(WeightSource& w, const UNetConfig& c, kern
   u.time_linear_2_ = Linear::load(w, "time_embedding.linear_2", T, T, true, precision);
   u.conv_in_ = Conv2d::load_same(w, "conv_in", c.in_channels, boc[0], 3, precision);
 
-  int64_t out_c = boc[0];
-  for (int i = 0; i < n; ++i) {
-    const std::string p = idx("down_blocks", i);
-    const int64_t in_c = out_c;
-    out_c = boc[i];
-    Level level;
-    for (int j = 0; j < c.layers_per_block; ++j) {
-      level.resnets.push_back(
-          ResnetBlock2D::load(w, idx(p + ".resnets", j), j == 0 ? in_c : out_c, out_c, T, G, eps, precision));
-      if (c.down_block_types[i] == "CrossAttnDownBlock2D")
-        level.attentions.push_back(Transformer2D::load(w, idx(p + ".attentions", j), out_c, X, c.num_heads[i],
-                                                       c.transformer_layers_per_block[i], G,
-                                                       c.use_linear_projection, precision));
-    }
-    if (i < n - 1)
-      level.downsample = load_downsample(w, p + ".downsamplers.0", out_c, c.downsample_padding, precision);
-    u.down_.push_back(std::move(level));
-  }
+  u.encoder_ = UNetEncoder::load(w, c, precision);  // down_blocks.*, mid_block.*
 
   const int64_t mid_c = boc[n - 1];
-  u.mid_resnet_0_ = ResnetBlock2D::load(w, "mid_block.resnets.0", mid_c, mid_c, T, G, eps, precision);
-  u.mid_attention_ =
-      Transformer2D::load(w, "mid_block.attentions.0", mid_c, X, c.num_heads[n - 1],
-                          c.transformer_layers_per_block[n - 1], G, c.use_linear_projection, precision);
-  u.mid_resnet_1_ = ResnetBlock2D::load(w, "mid_block.resnets.1", mid_c, mid_c, T, G, eps, precision);
-
   int64_t prev_c = mid_c;
   for (int i = 0; i < n; ++i) {
     const int r = n - 1 - i;  // the down block this up block mirrors
     const std::string p = idx("up_blocks", i);
     const int64_t up_out = boc[r];
     const int64_t skip_in = boc[std::max(r - 1, 0)];
-    Level level;
+    UpLevel level;
     const int layers = c.layers_per_block + 1;
     for (int j = 0; j < layers; ++j) {
       const int64_t skip_c = (j == layers - 1) ? skip_in : up_out;
@@ -227,41 +204,14 @@ Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<dou
   // then are copied out. Every kernel computes each sample on its own, in the same order
   // whatever the batch, so this changes no bit.
   const DistinctSamples distinct = distinct_samples(sample, timesteps, timestep_cond);
-  const bool shared = static_cast<int64_t>(distinct.rows.size()) < N && !down_.empty() &&
-                      !down_[0].attentions.empty();
+  const bool shared = distinct.repeats() && encoder_.can_share_text_free_part();
   if (debug) debug->text_free_samples = shared ? static_cast<int64_t>(distinct.rows.size()) : N;
 
-  Tensor x = shared ? conv_in_(sample.gather0(distinct.rows)) : conv_in_(sample);
-  std::vector<Tensor> skips{shared ? x.gather0(distinct.slot) : x};
-  for (size_t i = 0; i < down_.size(); ++i) {
-    const Level& level = down_[i];
-    for (size_t j = 0; j < level.resnets.size(); ++j) {
-      check_cancelled();
-      if (shared && i == 0 && j == 0) {
-        const Tensor temb_distinct = temb.gather0(distinct.rows);
-        x = level.resnets[0](x, &temb_distinct);
-        const Tensor tokens = level.attentions[0].text_free_part(x, numerics).gather0(distinct.slot);
-        x = x.gather0(distinct.slot);
-        x = level.attentions[0].after_text_free_part(x, tokens, context, numerics);
-        skips.push_back(x);
-        continue;
-      }
-      x = level.resnets[j](x, &temb);
-      if (!level.attentions.empty()) x = level.attentions[j](x, context, numerics);
-      skips.push_back(x);
-    }
-    if (level.downsample) {
-      x = (*level.downsample)(x);
-      skips.push_back(x);
-    }
-  }
-
+  std::vector<Tensor> skips;
+  Tensor x = encoder_.down(shared ? conv_in_(sample.gather0(distinct.rows)) : conv_in_(sample), temb, context,
+                           numerics, shared ? &distinct : nullptr, skips);
   if (residuals) add_down_residuals(skips, *residuals);
-
-  check_cancelled();
-  x = mid_resnet_0_(x, &temb);
-  x = mid_attention_(x, context, numerics);
-  x = mid_resnet_1_(x, &temb);
+  x = encoder_.mid(x, temb, context, numerics);
   if (residuals) {
     if (residuals->mid.shape() != x.shape())
       fail("UNet: the mid-block residual has shape ", shape_str(residuals->mid.shape()), ", the mid block's output is ",
@@ -270,7 +220,7 @@ Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<dou
   }
   if (debug) debug->mid_block_out = to_nchw(x);
 
-  for (const Level& level : up_) {
+  for (const UpLevel& level : up_) {
     for (size_t j = 0; j < level.resnets.size(); ++j) {
       check_cancelled();
       Tensor input = concat_channels(x, skips.back());

@@ -13,6 +13,7 @@
 #include "models/configs.h"
 #include "models/numerics.h"
 #include "models/unet_blocks.h"
+#include "models/unet_encoder.h"
 
 namespace octodiff {
 
@@ -75,10 +76,9 @@ class UNet2DCondition {
 
  private:
   void check_timestep_cond(const Tensor* timestep_cond, int64_t N) const;
-  struct Level {  // one down or up block
+  struct UpLevel {  // one up block
     std::vector<ResnetBlock2D> resnets;
-    std::vector<Transformer2D> attentions;  // empty for DownBlock2D / UpBlock2D
-    std::optional<Conv2d> downsample;
+    std::vector<Transformer2D> attentions;  // empty for UpBlock2D
     std::optional<Upsample2D> upsample;
   };
   UNetConfig config_;
@@ -86,9 +86,8 @@ class UNet2DCondition {
   Linear time_cond_proj_;  // in = time_cond_proj_dim, out = C0, no bias; unset when the dim is 0
   Linear time_linear_1_, time_linear_2_;
   Conv2d conv_in_, conv_out_;
-  std::vector<Level> down_, up_;
-  ResnetBlock2D mid_resnet_0_, mid_resnet_1_;
-  Transformer2D mid_attention_;
+  UNetEncoder encoder_;  // down blocks and mid block (shared with ControlNetModel)
+  std::vector<UpLevel> up_;
   GroupNorm norm_out_;
 };
 
