@@ -50,18 +50,6 @@ Tensor Scheduler::add_noise(const SchedulerState& state, const Tensor& original,
 
 // ---- per-class factors ----------------------------------------------------------------------
 
-Scheduler::NoiseScales LmsDiscreteScheduler::add_noise_scales(const SchedulerState& state, int i) const {
-  return {1.0f, static_cast<float>(state.sigmas[i])};
-}
-
-Scheduler::NoiseScales EulerDiscreteScheduler::add_noise_scales(const SchedulerState& state, int i) const {
-  return {1.0f, static_cast<float>(state.sigmas[sigma_index(state, i)])};
-}
-
-Scheduler::NoiseScales EulerAncestralDiscreteScheduler::add_noise_scales(const SchedulerState& state, int i) const {
-  return {1.0f, static_cast<float>(state.sigmas[i])};
-}
-
 Scheduler::NoiseScales DpmSolverMultistepScheduler::add_noise_scales(const SchedulerState& state, int i) const {
   if (semantics_ == SchedulerSemantics::Flax) return Scheduler::add_noise_scales(state, i);
   // torch: alpha_t = 1 / ((sigma**2 + 1) ** 0.5), sigma_t = sigma * alpha_t, in float32.

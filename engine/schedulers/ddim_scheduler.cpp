@@ -52,10 +52,6 @@ double DdimScheduler::init_noise_sigma(const SchedulerState&) const {
   return 1.0;
 }
 
-int DdimScheduler::num_model_calls(const SchedulerState& state) const {
-  return static_cast<int>(state.timesteps.size());
-}
-
 double DdimScheduler::model_timestep(const SchedulerState& state, int i) const {
   sched::check_call(state, i, "DDIM model_timestep");
   return state.timesteps[i];

@@ -76,10 +76,6 @@ double DpmSolverMultistepScheduler::init_noise_sigma(const SchedulerState&) cons
   return 1.0;
 }
 
-int DpmSolverMultistepScheduler::num_model_calls(const SchedulerState& state) const {
-  return static_cast<int>(state.timesteps.size());
-}
-
 double DpmSolverMultistepScheduler::model_timestep(const SchedulerState& state, int i) const {
   sched::check_call(state, i, "DPM-Solver model_timestep");
   return state.timesteps[i];

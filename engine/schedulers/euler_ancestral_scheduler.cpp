@@ -41,31 +41,10 @@ using sched::elementwise;
 
 EulerAncestralDiscreteScheduler::EulerAncestralDiscreteScheduler(const SchedulerConfig& config,
                                                                  SchedulerSemantics)
-    : Scheduler(config, SchedulerSemantics::Diffusers), train_sigmas_(sched::training_sigmas(alphas_cumprod_)) {}
+    : SigmaScheduler(config, SchedulerSemantics::Diffusers) {}
 
 SchedulerState EulerAncestralDiscreteScheduler::set_timesteps(int n) const {
   return sched::sigma_family_state(config_, train_sigmas_, n, 0.0f);
-}
-
-double EulerAncestralDiscreteScheduler::init_noise_sigma(const SchedulerState& state) const {
-  if (state.sigmas.empty()) fail("Euler ancestral init_noise_sigma: call set_timesteps() first");
-  const float max_sigma = static_cast<float>(*std::max_element(state.sigmas.begin(), state.sigmas.end()));
-  return sched::sigma_family_init_noise_sigma(max_sigma, config_.timestep_spacing);
-}
-
-int EulerAncestralDiscreteScheduler::num_model_calls(const SchedulerState& state) const {
-  return static_cast<int>(state.timesteps.size());
-}
-
-double EulerAncestralDiscreteScheduler::model_timestep(const SchedulerState& state, int i) const {
-  sched::check_call(state, i, "Euler ancestral model_timestep");
-  return state.timesteps[i];
-}
-
-Tensor EulerAncestralDiscreteScheduler::scale_model_input(const SchedulerState& state, const Tensor& sample,
-                                                          int i) const {
-  sched::check_call(state, i, "Euler ancestral scale_model_input");
-  return sched::sigma_family_scale_input(sample, static_cast<float>(state.sigmas[i]));
 }
 
 bool EulerAncestralDiscreteScheduler::needs_noise(const SchedulerState& state, int i) const {

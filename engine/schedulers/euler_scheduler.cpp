@@ -27,7 +27,7 @@ namespace octodiff {
 using sched::elementwise;
 
 EulerDiscreteScheduler::EulerDiscreteScheduler(const SchedulerConfig& config, SchedulerSemantics semantics)
-    : Scheduler(config, semantics), train_sigmas_(sched::training_sigmas(alphas_cumprod_)) {
+    : SigmaScheduler(config, semantics) {
   if (semantics_ == SchedulerSemantics::Flax) {
     if (config_.prediction_type == PredictionType::Sample)
       fail(
@@ -64,26 +64,10 @@ SchedulerState EulerDiscreteScheduler::set_timesteps(int n) const {
                                    config_.final_sigmas_type == "sigma_min" ? train_sigmas_[0] : 0.0f);
 }
 
-double EulerDiscreteScheduler::init_noise_sigma(const SchedulerState& state) const {
-  // Flax: the pipeline reads the value create_state computed from the 1000 training sigmas.
-  float max_sigma;
-  if (semantics_ == SchedulerSemantics::Flax) {
-    max_sigma = *std::max_element(train_sigmas_.begin(), train_sigmas_.end());
-  } else {
-    if (state.sigmas.empty()) fail("Euler init_noise_sigma: call set_timesteps() first");
-    max_sigma = static_cast<float>(*std::max_element(state.sigmas.begin(), state.sigmas.end()));
-  }
-  return sched::sigma_family_init_noise_sigma(max_sigma, config_.timestep_spacing);
-}
-
-int EulerDiscreteScheduler::num_model_calls(const SchedulerState& state) const {
-  return static_cast<int>(state.timesteps.size());
-}
-
 double EulerDiscreteScheduler::model_timestep(const SchedulerState& state, int i) const {
   sched::check_call(state, i, "Euler model_timestep");
   if (semantics_ == SchedulerSemantics::Flax) return std::trunc(state.timesteps[i]);  // int32 cast
-  return state.timesteps[i];
+  return SigmaScheduler::model_timestep(state, i);
 }
 
 int EulerDiscreteScheduler::sigma_index(const SchedulerState& state, int i) const {
@@ -91,12 +75,6 @@ int EulerDiscreteScheduler::sigma_index(const SchedulerState& state, int i) cons
   // jnp.where(timesteps == t, size=1) fills with 0 when nothing matches.
   const int found = sched::find_timestep(state.timesteps, std::trunc(state.timesteps[i]));
   return found < 0 ? 0 : found;
-}
-
-Tensor EulerDiscreteScheduler::scale_model_input(const SchedulerState& state, const Tensor& sample,
-                                                 int i) const {
-  sched::check_call(state, i, "Euler scale_model_input");
-  return sched::sigma_family_scale_input(sample, static_cast<float>(state.sigmas[sigma_index(state, i)]));
 }
 
 StepResult EulerDiscreteScheduler::step(const SchedulerState& state, const Tensor& model_output, int i,

@@ -63,10 +63,6 @@ double LcmScheduler::init_noise_sigma(const SchedulerState&) const {
   return 1.0;
 }
 
-int LcmScheduler::num_model_calls(const SchedulerState& state) const {
-  return static_cast<int>(state.timesteps.size());
-}
-
 double LcmScheduler::model_timestep(const SchedulerState& state, int i) const {
   sched::check_call(state, i, "LCM model_timestep");
   return state.timesteps[i];

@@ -51,7 +51,13 @@ double lms_coefficient(const std::vector<double>& sigmas, int i, int order, int 
 }  // namespace
 
 LmsDiscreteScheduler::LmsDiscreteScheduler(const SchedulerConfig& config, SchedulerSemantics semantics)
-    : Scheduler(config, semantics), train_sigmas_(sched::training_sigmas(alphas_cumprod_)) {}
+    : SigmaScheduler(config, semantics) {}
+
+// Flax reads the largest training sigma itself (no √(σ² + 1)); its grid entries are already
+// int32-truncated, so the family's model_timestep (the grid's own value) serves both semantics.
+double LmsDiscreteScheduler::flax_init_noise_sigma() const {
+  return *std::max_element(train_sigmas_.begin(), train_sigmas_.end());
+}
 
 SchedulerState LmsDiscreteScheduler::set_timesteps(int n) const {
   sched::check_num_steps(config_, n);
@@ -69,29 +75,6 @@ SchedulerState LmsDiscreteScheduler::set_timesteps(int n) const {
     return state;
   }
   return sched::sigma_family_state(config_, train_sigmas_, n, 0.0f);
-}
-
-double LmsDiscreteScheduler::init_noise_sigma(const SchedulerState& state) const {
-  if (semantics_ == SchedulerSemantics::Flax)
-    return *std::max_element(train_sigmas_.begin(), train_sigmas_.end());
-  if (state.sigmas.empty()) fail("LMS init_noise_sigma: call set_timesteps() first");
-  const float max_sigma = static_cast<float>(*std::max_element(state.sigmas.begin(), state.sigmas.end()));
-  return sched::sigma_family_init_noise_sigma(max_sigma, config_.timestep_spacing);
-}
-
-int LmsDiscreteScheduler::num_model_calls(const SchedulerState& state) const {
-  return static_cast<int>(state.timesteps.size());
-}
-
-double LmsDiscreteScheduler::model_timestep(const SchedulerState& state, int i) const {
-  sched::check_call(state, i, "LMS model_timestep");
-  return state.timesteps[i];  // Flax grid entries are already int32-truncated
-}
-
-Tensor LmsDiscreteScheduler::scale_model_input(const SchedulerState& state, const Tensor& sample,
-                                               int i) const {
-  sched::check_call(state, i, "LMS scale_model_input");
-  return sched::sigma_family_scale_input(sample, static_cast<float>(state.sigmas[i]));
 }
 
 StepResult LmsDiscreteScheduler::step(const SchedulerState& state, const Tensor& model_output, int i,

@@ -125,6 +125,10 @@ std::unique_ptr<Scheduler> Scheduler::create(SchedulerKind kind, const Scheduler
   fail("unknown scheduler kind");
 }
 
+int Scheduler::num_model_calls(const SchedulerState& state) const {
+  return static_cast<int>(state.timesteps.size());
+}
+
 bool Scheduler::needs_noise(const SchedulerState&, int) const {
   return false;
 }

@@ -155,8 +155,9 @@ class Scheduler {
   // The factor the pipeline multiplies the initial noise by.
   virtual double init_noise_sigma(const SchedulerState& state) const = 0;
 
-  // Number of model (UNet) calls the pipeline makes for this state (Flax PNDM: N; torch: N+1).
-  virtual int num_model_calls(const SchedulerState& state) const = 0;
+  // Number of model (UNet) calls the pipeline makes for this state: one per timestep, except
+  // PNDM (Flax: N; torch: N+1).
+  virtual int num_model_calls(const SchedulerState& state) const;
 
   // The timestep passed to the UNet for call i (already truncated to an integer under Flax).
   virtual double model_timestep(const SchedulerState& state, int i) const = 0;

@@ -1,4 +1,4 @@
-// The seven schedulers behind Scheduler::create. Each file <name>_scheduler.cpp implements one and
+// The seven schedulers behind Scheduler::create (three of them the sigma family below). Each file <name>_scheduler.cpp implements one and
 // documents how its Flax and Diffusers semantics differ.
 #pragma once
 
@@ -39,7 +39,6 @@ class DdimScheduler final : public Scheduler {
   using Scheduler::step;  // the five-argument step of the base class
   SchedulerState set_timesteps(int num_inference_steps) const override;
   double init_noise_sigma(const SchedulerState& state) const override;
-  int num_model_calls(const SchedulerState& state) const override;
   double model_timestep(const SchedulerState& state, int i) const override;
   Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
   StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
@@ -49,80 +48,70 @@ class DdimScheduler final : public Scheduler {
   float final_alpha_cumprod_;
 };
 
+// The sigma-space family (LMS, Euler, Euler ancestral): training sigmas σ_t = √((1 − ᾱ_t)/ᾱ_t),
+// the model input scaled by 1/√(σ² + 1), add_noise as x + σ·n, the initial noise scaled by
+// σ_max (√(σ_max² + 1) with leading spacing). Each subclass says how it builds its grid and steps.
+class SigmaScheduler : public Scheduler {
+ public:
+  double init_noise_sigma(const SchedulerState& state) const override;
+  double model_timestep(const SchedulerState& state, int i) const override;
+  Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
+
+ protected:
+  SigmaScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
+  NoiseScales add_noise_scales(const SchedulerState& state, int i) const override;
+  // The entry of state.sigmas that call i uses: i itself (Flax Euler looks its timestep up).
+  virtual int sigma_index(const SchedulerState& state, int i) const;
+  // init_noise_sigma under Flax semantics, which the pipeline reads before set_timesteps: from
+  // the training sigmas (the default: as the Diffusers rule, applied to the largest of them).
+  virtual double flax_init_noise_sigma() const;
+  std::vector<float> train_sigmas_;
+};
+
 // K-LMS: 4th-order linear multistep in sigma space.
-class LmsDiscreteScheduler final : public Scheduler {
+class LmsDiscreteScheduler final : public SigmaScheduler {
  public:
   LmsDiscreteScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
   SchedulerKind kind() const override { return SchedulerKind::Lms; }
   using Scheduler::step;  // the five-argument step of the base class
   SchedulerState set_timesteps(int num_inference_steps) const override;
-  double init_noise_sigma(const SchedulerState& state) const override;
-  int num_model_calls(const SchedulerState& state) const override;
-  double model_timestep(const SchedulerState& state, int i) const override;
-  Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
   StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
                   const Tensor& sample) const override;
 
  protected:
-  NoiseScales add_noise_scales(const SchedulerState& state, int i) const override;
-
- public:
-
- private:
-  std::vector<float> train_sigmas_;
+  double flax_init_noise_sigma() const override;  // the largest training sigma itself
 };
 
 // Euler (k-diffusion "euler", no churn).
-class EulerDiscreteScheduler final : public Scheduler {
+class EulerDiscreteScheduler final : public SigmaScheduler {
  public:
   EulerDiscreteScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
   SchedulerKind kind() const override { return SchedulerKind::Euler; }
   using Scheduler::step;  // the five-argument step of the base class
   SchedulerState set_timesteps(int num_inference_steps) const override;
-  double init_noise_sigma(const SchedulerState& state) const override;
-  int num_model_calls(const SchedulerState& state) const override;
   double model_timestep(const SchedulerState& state, int i) const override;
-  Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
   StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
                   const Tensor& sample) const override;
 
  protected:
-  NoiseScales add_noise_scales(const SchedulerState& state, int i) const override;
-
- public:
-
- private:
-  // The sigma index used for call i (Flax looks the truncated timestep up and may fall back to 0).
-  int sigma_index(const SchedulerState& state, int i) const;
-  std::vector<float> train_sigmas_;
+  // Flax looks the truncated timestep up in the grid and falls back to 0 when it is not there.
+  int sigma_index(const SchedulerState& state, int i) const override;
 };
 
 // Euler ancestral: Euler to sigma_down plus fresh noise of sigma_up (stochastic).
-class EulerAncestralDiscreteScheduler final : public Scheduler {
+class EulerAncestralDiscreteScheduler final : public SigmaScheduler {
  public:
   EulerAncestralDiscreteScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
   SchedulerKind kind() const override { return SchedulerKind::EulerAncestral; }
   using Scheduler::step;  // the five-argument step of the base class
   SchedulerState set_timesteps(int num_inference_steps) const override;
-  double init_noise_sigma(const SchedulerState& state) const override;
-  int num_model_calls(const SchedulerState& state) const override;
-  double model_timestep(const SchedulerState& state, int i) const override;
-  Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
   StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
                   const Tensor& sample) const override;
-
- protected:
-  NoiseScales add_noise_scales(const SchedulerState& state, int i) const override;
-
- public:
   bool needs_noise(const SchedulerState& state, int i) const override;
 
  protected:
   StepResult step_with_noise(const SchedulerState& state, const Tensor& model_output, int i, const Tensor& sample,
                              const Tensor& noise) const override;
-
- private:
-  std::vector<float> train_sigmas_;
 };
 
 // LCM: consistency-model multistep sampling (stochastic: noise on every step but the last).
@@ -133,7 +122,6 @@ class LcmScheduler final : public Scheduler {
   using Scheduler::step;  // the five-argument step of the base class
   SchedulerState set_timesteps(int num_inference_steps) const override;
   double init_noise_sigma(const SchedulerState& state) const override;
-  int num_model_calls(const SchedulerState& state) const override;
   double model_timestep(const SchedulerState& state, int i) const override;
   Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
   StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
@@ -161,7 +149,6 @@ class DpmSolverMultistepScheduler final : public Scheduler {
   using Scheduler::step;  // the five-argument step of the base class
   SchedulerState set_timesteps(int num_inference_steps) const override;
   double init_noise_sigma(const SchedulerState& state) const override;
-  int num_model_calls(const SchedulerState& state) const override;
   double model_timestep(const SchedulerState& state, int i) const override;
   Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
   StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
@@ -169,8 +156,6 @@ class DpmSolverMultistepScheduler final : public Scheduler {
 
  protected:
   NoiseScales add_noise_scales(const SchedulerState& state, int i) const override;
-
- public:
 
  private:
   // Noise level of one point of the trajectory: alpha, sigma and lambda = log(alpha/sigma).
