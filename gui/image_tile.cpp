@@ -26,9 +26,15 @@ void ImageCanvas::setOverlay(const QString& text) {
   update();
 }
 
+void ImageCanvas::setCover(const QString& label) {
+  cover_ = label;
+  update();
+}
+
 void ImageCanvas::setPlaceholder(const QString& text) {
   image_ = QImage();
   overlay_.clear();
+  cover_.clear();
   placeholder_ = text;
   update();
 }
@@ -56,6 +62,10 @@ void ImageCanvas::paintEvent(QPaintEvent*) {
   // Nearest when blowing small images up a lot (crisp pixels, as demo images are 64–128 px),
   // smooth when the factor is small or the image is shrunk.
   p.setRenderHint(QPainter::SmoothPixmapTransform, target.width() < 2 * image_.width());
+  if (covered()) {
+    paintCover(p, target);
+    return;
+  }
   p.drawImage(target, image_);
   p.setPen(QColor(0, 0, 0, 90));
   p.drawRect(target.adjusted(-1, -1, 0, 0));
@@ -69,6 +79,21 @@ void ImageCanvas::paintEvent(QPaintEvent*) {
     p.setPen(Qt::white);
     p.drawText(placed, Qt::AlignCenter, overlay_);
   }
+}
+
+// A heavy blur (the image shrunk to ~8 px across and smoothly enlarged), dimmed, and the label.
+void ImageCanvas::paintCover(QPainter& p, const QRect& target) {
+  const int side = std::max(1, std::min(image_.width(), image_.height()) / 8);
+  const QImage tiny = image_.scaled(std::max(1, image_.width() / side), std::max(1, image_.height() / side),
+                                    Qt::IgnoreAspectRatio, Qt::SmoothTransformation);
+  p.setRenderHint(QPainter::SmoothPixmapTransform, true);
+  p.drawImage(target, tiny);
+  p.fillRect(target, QColor(20, 20, 24, 170));
+  QFont f = p.font();
+  f.setBold(true);
+  p.setFont(f);
+  p.setPen(Qt::white);
+  p.drawText(target.adjusted(6, 6, -6, -6), Qt::AlignCenter | Qt::TextWordWrap, cover_);
 }
 
 ImageTile::ImageTile(int index, QWidget* parent) : QFrame(parent), index_(index) {
@@ -150,17 +175,25 @@ void ImageTile::showPlaceholder(const QString& text) {
 
 void ImageTile::showPreview(const QImage& image, int step, int steps) {
   preview_ = true;
-  final_ = false;
+  final_ = flagged_ = false;
+  canvas_->setCover(QString());
   canvas_->setImage(image);
   canvas_->setOverlay(tr("step %1/%2").arg(step).arg(steps));
 }
 
 void ImageTile::showFinal(const QImage& image) {
   final_ = true;
-  preview_ = false;
+  preview_ = flagged_ = false;
+  canvas_->setCover(QString());  // setFlagged() covers it again
   canvas_->setImage(image);
   canvas_->setOverlay(QString());
   actions_->setVisible(underMouse());
+}
+
+void ImageTile::setFlagged(bool flagged) {
+  flagged_ = flagged;
+  canvas_->setCover(flagged ? tr("Flagged by the safety checker\n(click to show)") : QString());
+  canvas_->setOverlay(flagged ? tr("flagged") : QString());
 }
 
 void ImageTile::setActionsVisible(bool visible) {
@@ -184,6 +217,10 @@ void ImageTile::leaveEvent(QEvent* event) {
 
 void ImageTile::mouseReleaseEvent(QMouseEvent* event) {
   QFrame::mouseReleaseEvent(event);
+  if (final_ && canvas_->covered()) {
+    canvas_->setCover(QString());  // revealed; the "flagged" badge stays
+    return;
+  }
   if (final_) emit clicked(index_);
 }
 

@@ -6,6 +6,7 @@
 #include <QFrame>
 #include <QImage>
 #include <QLabel>
+#include <QPainter>
 #include <QToolButton>
 
 namespace octodiff::gui {
@@ -19,6 +20,10 @@ class ImageCanvas : public QWidget {
   const QImage& image() const { return image_; }
   void setOverlay(const QString& text);  // e.g. "step 3/25" on a preview
   void setPlaceholder(const QString& text);
+  // Non-empty: the image is drawn blurred and dimmed under this label (a flagged image); empty:
+  // drawn as it is.
+  void setCover(const QString& label);
+  bool covered() const { return !cover_.isEmpty(); }
   QRect imageRect() const;  // where the image is drawn
   QSize sizeHint() const override { return {160, 160}; }
 
@@ -26,8 +31,10 @@ class ImageCanvas : public QWidget {
   void paintEvent(QPaintEvent* event) override;
 
  private:
+  void paintCover(QPainter& p, const QRect& target);
+
   QImage image_;
-  QString overlay_, placeholder_;
+  QString overlay_, placeholder_, cover_;
 };
 
 class ImageTile : public QFrame {
@@ -42,6 +49,10 @@ class ImageTile : public QFrame {
   void showPlaceholder(const QString& text);
   void showPreview(const QImage& image, int step, int steps);
   void showFinal(const QImage& image);
+  // The safety checker flagged this image (GenerationResult::nsfw_flagged): it is shown blurred
+  // under "Flagged by the safety checker" until clicked, then with a "flagged" badge.
+  void setFlagged(bool flagged);
+  bool isFlagged() const { return flagged_; }
   bool isFinal() const { return final_; }
   bool isPreview() const { return preview_; }
   const QImage& image() const { return canvas_->image(); }
@@ -66,7 +77,7 @@ class ImageTile : public QFrame {
   void updateElidedPrompt();
 
   int index_;
-  bool final_ = false, preview_ = false;
+  bool final_ = false, preview_ = false, flagged_ = false;
   QString prompt_text_;
   ImageCanvas* canvas_;
   QLabel *prompt_, *detail_;

@@ -112,6 +112,7 @@ void ResultGridView::showRun(const RunPtr& run) {
   for (int i = 0; i < tileCount(); ++i) {
     tiles_[i]->setCaption(run->prompt(i), detail(run->seed(), i, devices_, batch_));
     tiles_[i]->showFinal(run->images[i]);
+    tiles_[i]->setFlagged(i < static_cast<int>(run->result.nsfw_flagged.size()) && run->result.nsfw_flagged[i]);
   }
 }
 

@@ -21,7 +21,8 @@ const char* kConvertUsage =
     "usage: octodiff-cli convert --to safetensors|flax [--dtype keep|f32|bf16] SRC DST\n\n"
     "Writes the diffusers folder SRC (safetensors or Flax msgpack weights) as a new folder DST\n"
     "in the other format: unet/ and vae/ diffusion_pytorch_model.safetensors <->\n"
-    "diffusion_flax_model.msgpack, text_encoder/ model.safetensors <-> flax_model.msgpack,\n"
+    "diffusion_flax_model.msgpack, text_encoder/ (and safety_checker/ when present)\n"
+    "model.safetensors <-> flax_model.msgpack,\n"
     "with Flax's names and layouts (HWIO conv kernels, (in, out) dense kernels, `scale`, `_N`).\n"
     "Every other file is copied. --dtype: keep each tensor's stored dtype (default), or store\n"
     "every floating-point tensor as f32 or bf16 (bf16 = Flax's revision=\"bf16\").\n";
@@ -39,6 +40,7 @@ constexpr Component kComponents[] = {
     {"text_encoder", "model", "flax_model.msgpack", FlaxNaming::Transformers},
     {"unet", "diffusion_pytorch_model", "diffusion_flax_model.msgpack", FlaxNaming::Diffusers},
     {"vae", "diffusion_pytorch_model", "diffusion_flax_model.msgpack", FlaxNaming::Diffusers},
+    {"safety_checker", "model", "flax_model.msgpack", FlaxNaming::Transformers},  // when the folder has one
 };
 
 bool is_float(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16 || t == DType::F64; }
@@ -92,7 +94,7 @@ void copy_other_files(const fs::path& src, const fs::path& dst) {
     }
     const std::string dir = rel.parent_path().string(), ext = e.path().extension().string();
     const bool weights = (ext == ".safetensors" || ext == ".msgpack") &&
-                         (dir == "text_encoder" || dir == "unet" || dir == "vae");
+                         (dir == "text_encoder" || dir == "unet" || dir == "vae" || dir == "safety_checker");
     if (!weights) fs::copy_file(e.path(), dst / rel);
   }
 }
@@ -116,6 +118,7 @@ int run_convert(const std::vector<std::string>& argv) {
   const bool to_flax = to == "flax";
   copy_other_files(src, dst);
   for (const Component& c : kComponents) {
+    if (std::string(c.dir) == "safety_checker" && !fs::is_directory(src / c.dir)) continue;
     const ComponentWeights in = open_component_weights(src / c.dir, c.safetensors_file, c.flax_file, c.naming, "",
                                                        /*prefer_flax=*/!to_flax);
     const fs::path out = dst / c.dir / (to_flax ? std::string(c.flax_file) : std::string(c.safetensors_file) + ".safetensors");

@@ -93,10 +93,27 @@ const char* kGenerateUsage =
     "  --out-dir DIR             also write every image as its own PNG\n"
     "  --scale N                 enlarge the saved PNGs N times (nearest neighbour; for small models)\n"
     "  --repeat N                call the pipeline N times (the first call compiles)\n"
+    "  --no-safety-checker       do not load or run the model folder's safety_checker/ (run by\n"
+    "                            default when present, as the Flax pipeline does; a flagged image\n"
+    "                            is kept, reported here and in its PNG metadata, not blacked out)\n"
     "  --json                    settings and timings as JSON on stdout\n"
     "  --quiet                   no progress output\n";
 
 namespace {
+
+// Which images the safety checker flagged (pipeline/safety_check.h); nothing when none ran.
+void print_safety_verdict(FILE* info, const GenerationResult& result) {
+  if (result.nsfw_flagged.empty()) return;
+  std::string flagged;
+  for (size_t i = 0; i < result.nsfw_flagged.size(); ++i)
+    if (result.nsfw_flagged[i]) flagged += (flagged.empty() ? "" : ", ") + std::to_string(i + 1);
+  if (flagged.empty())
+    std::fprintf(info, "  safety checker: no image flagged (%.2f s)\n", result.timings.safety_check);
+  else
+    std::fprintf(info, "  safety checker: flagged image%s %s of %zu (kept, not blacked out; marked in the PNG "
+                 "metadata) (%.2f s)\n", flagged.find(',') == std::string::npos ? "" : "s", flagged.c_str(),
+                 result.nsfw_flagged.size(), result.timings.safety_check);
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -191,7 +208,7 @@ int run_generate(const std::vector<std::string>& argv) {
              "posterior-noise", "prompt-syntax", "long-prompts", "comma-backtrack", "embeddings", "mask-blur",
              "inpaint-area", "inpaint-padding", "masked-posterior-noise", "control-preprocess", "control-start",
              "control-end", "x", "y", "z"},
-            {"json", "quiet", "help"}, {"prompt", "lora", "init-image", "mask", "controlnet", "control-image"});
+            {"json", "quiet", "help", "no-safety-checker"}, {"prompt", "lora", "init-image", "mask", "controlnet", "control-image"});
   if (args.flag("help")) {
     std::printf("%s%s%s", kGenerateUsage, kControlNetUsage, kSheetUsage);
     return 0;
@@ -230,6 +247,7 @@ int run_generate(const std::vector<std::string>& argv) {
   image_to_image_options(args, req);
   inpaint_options(args, req);
   controlnet_options(args, req);  // after --dtype: the ControlNets are packed in it
+  req.safety_checker = !args.flag("no-safety-checker");
   const int repeat = args.get_int("repeat", 1, 1, 1000);
   const int scale = args.get_int("scale", 1, 1, 16);
 
@@ -237,6 +255,7 @@ int run_generate(const std::vector<std::string>& argv) {
   load.load_vae_encoder = !req.init_images.empty();
   if (auto t = args.get("tokenizer")) load.tokenizer_dir = *t;
   load.dtype = req.dtype;  // weights are packed in the compute dtype at load
+  load.load_safety_checker = req.safety_checker;
   load.loras = lora_options(args, req);
   if (auto t = args.get("taesd")) load.tiny_autoencoder = *t;
   req.decoder = parse_decoder_name(args.get_or("decoder", load.tiny_autoencoder ? "taesd" : "vae"));
@@ -259,6 +278,8 @@ int run_generate(const std::vector<std::string>& argv) {
 
   std::fprintf(info, "model: %s (%s), loaded in %.2f s\n", model->path().string().c_str(),
                model->description().c_str(), load_seconds);
+  if (const auto& checker = model->safety_checker())
+    std::fprintf(info, "safety checker: %s (%s)\n", checker->files.front().string().c_str(), checker->format.c_str());
   for (const ControlNetUse& c : req.controlnets)
     std::fprintf(info, "controlnet: %s (%s) scale %g, steps %g..%g\n", c.name.c_str(), c.preprocessor.c_str(), c.scale,
                  c.guidance_start, c.guidance_end);
@@ -299,6 +320,7 @@ int run_generate(const std::vector<std::string>& argv) {
                  t.total - t.compile, t.text_encode, t.denoise, result.model_calls, resolved.signature.devices,
                  resolved.signature.devices == 1 ? "" : "s", t.mean_step, t.decode);
     for (const auto& w : result.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+    print_safety_verdict(info, result);
     runs.push_back(timings_json(result));
   }
 
@@ -365,6 +387,7 @@ int run_generate(const std::vector<std::string>& argv) {
           {"context_tokens", result.context_tokens},
           {"device_keys", keys},
           {"controlnets", controlnets}}},
+        {"nsfw_flagged", result.nsfw_flagged},
         {"load_seconds", load_seconds},
         {"runs", runs},
         {"warnings", result.warnings},

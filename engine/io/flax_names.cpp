@@ -102,7 +102,8 @@ TorchParameter flax_parameter_for_torch(const std::string& torch_name, size_t nd
     }
   }
   std::string& leaf = parts.back();
-  const bool embedding = parts.size() >= 2 && naming == FlaxNaming::Transformers &&
+  // nn.Embed tables (token/position embeddings: 2-D); CLIP's vision patch_embedding is a conv.
+  const bool embedding = ndim == 2 && parts.size() >= 2 && naming == FlaxNaming::Transformers &&
                          parts[parts.size() - 2].size() > 10 &&
                          parts[parts.size() - 2].compare(parts[parts.size() - 2].size() - 10, 10, "_embedding") == 0;
   if (leaf == "weight") {

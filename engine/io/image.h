@@ -51,5 +51,8 @@ namespace octodiff {
 // pass first (when the width changes) rounded to 8 bits, then the vertical pass. Returns a copy
 // when the size is unchanged, as PIL does.
 Image8 resize_lanczos(const Image8& image, int width, int height);
+// The same with PIL's Image.BICUBIC (Keys' cubic, a = -0.5, support 2 widened when shrinking),
+// as CLIPImageProcessor resizes (preprocess/clip_image_processor.h).
+Image8 resize_bicubic(const Image8& image, int width, int height);
 
 }  // namespace octodiff

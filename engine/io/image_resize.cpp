@@ -1,4 +1,5 @@
-// resize_lanczos (image.h): PIL's 8-bit resampling (libImaging/Resample.c) for the Lanczos filter.
+// resize_lanczos, resize_bicubic (image.h): PIL's 8-bit resampling (libImaging/Resample.c) for its
+// Lanczos and bicubic filters.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -20,6 +21,22 @@ double sinc(double x) {
 
 double lanczos3(double x) { return (x >= -3.0 && x < 3.0) ? sinc(x) * sinc(x / 3.0) : 0.0; }
 
+// PIL's bicubic_filter: Keys' cubic convolution with a = -0.5, support 2.
+double bicubic(double x) {
+  constexpr double a = -0.5;
+  if (x < 0.0) x = -x;
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+
+struct Filter {
+  double (*fn)(double);
+  double support;
+};
+constexpr Filter kLanczos{lanczos3, 3.0};
+constexpr Filter kBicubic{bicubic, 2.0};
+
 // One output pixel's taps: the first input index and its fixed-point weights.
 struct Taps {
   int first = 0;
@@ -27,10 +44,10 @@ struct Taps {
 };
 
 // PIL's precompute_coeffs + normalize_coeffs_8bpc for in_size → out_size.
-std::vector<Taps> lanczos_taps(int in_size, int out_size) {
+std::vector<Taps> filter_taps(const Filter& filter, int in_size, int out_size) {
   const double scale = static_cast<double>(in_size) / out_size;
   const double filterscale = std::max(scale, 1.0);
-  const double support = 3.0 * filterscale;
+  const double support = filter.support * filterscale;
   std::vector<Taps> taps(out_size);
   std::vector<double> k;
   for (int xx = 0; xx < out_size; ++xx) {
@@ -41,7 +58,7 @@ std::vector<Taps> lanczos_taps(int in_size, int out_size) {
     k.assign(std::max(xmax, 0), 0.0);
     double ww = 0.0;
     for (int x = 0; x < xmax; ++x) {
-      k[x] = lanczos3((x + xmin - center + 0.5) * ss);
+      k[x] = filter.fn((x + xmin - center + 0.5) * ss);
       ww += k[x];
     }
     taps[xx].first = xmin;
@@ -57,8 +74,8 @@ std::vector<Taps> lanczos_taps(int in_size, int out_size) {
 uint8_t clip8(int32_t acc) { return static_cast<uint8_t>(std::clamp(acc >> kPrecisionBits, 0, 255)); }
 
 // One pass along x (`horizontal`) or y from `in` (in_w × in_h) to out_w × out_h.
-Image8 resample_pass(const Image8& in, int out_w, int out_h, bool horizontal) {
-  const std::vector<Taps> taps = lanczos_taps(horizontal ? in.width : in.height, horizontal ? out_w : out_h);
+Image8 resample_pass(const Filter& filter, const Image8& in, int out_w, int out_h, bool horizontal) {
+  const std::vector<Taps> taps = filter_taps(filter, horizontal ? in.width : in.height, horizontal ? out_w : out_h);
   Image8 out{out_w, out_h, std::vector<uint8_t>(size_t(out_w) * out_h * 3)};
   for (int y = 0; y < out_h; ++y)
     for (int x = 0; x < out_w; ++x) {
@@ -76,16 +93,24 @@ Image8 resample_pass(const Image8& in, int out_w, int out_h, bool horizontal) {
   return out;
 }
 
+Image8 resize_with(const Filter& filter, const Image8& image, int width, int height, const char* what) {
+  check_image_size(width, height, what);
+  if (image.rgb.size() != size_t(image.width) * image.height * 3)
+    fail(what, ": the image's pixels do not match its ", image.width, "×", image.height, " size");
+  Image8 out = image;
+  if (width != image.width) out = resample_pass(filter, out, width, image.height, true);
+  if (height != image.height) out = resample_pass(filter, out, width, height, false);
+  return out;
+}
+
 }  // namespace
 
 Image8 resize_lanczos(const Image8& image, int width, int height) {
-  check_image_size(width, height, "resize_lanczos target");
-  if (image.rgb.size() != size_t(image.width) * image.height * 3)
-    fail("resize_lanczos: the image's pixels do not match its ", image.width, "×", image.height, " size");
-  Image8 out = image;
-  if (width != image.width) out = resample_pass(out, width, image.height, true);
-  if (height != image.height) out = resample_pass(out, width, height, false);
-  return out;
+  return resize_with(kLanczos, image, width, height, "resize_lanczos target");
+}
+
+Image8 resize_bicubic(const Image8& image, int width, int height) {
+  return resize_with(kBicubic, image, width, height, "resize_bicubic target");
 }
 
 }  // namespace octodiff

@@ -4,38 +4,25 @@
 
 #include "core/device.h"
 #include "core/error.h"
-#include "kernels/activations.h"
 
 namespace octodiff {
 
 ClipTextModel ClipTextModel::load(WeightSource& w, const ClipTextConfig& c) {
-  // Always float32, as the Flax pipeline runs its text encoder whatever the pipeline dtype.
-  constexpr kernels::Precision kF32 = kernels::Precision::F32;
   // Recent transformers releases may save CLIPTextModel without the "text_model." prefix.
   const std::string p = w.has("text_model.embeddings.token_embedding.weight") ? "text_model." : "";
   ClipTextModel m;
   m.config_ = c;
-  const int64_t H = c.hidden_size, F = c.intermediate_size;
+  const int64_t H = c.hidden_size;
   const float eps = static_cast<float>(c.layer_norm_eps);
   m.token_embedding = stored_tensor(w, p + "embeddings.token_embedding.weight", {c.vocab_size, H});
   m.position_embedding = w.take(p + "embeddings.position_embedding.weight", {c.max_position_embeddings, H});
   w.ignore(p + "embeddings.position_ids");  // a buffer older files carry; not a weight
   w.ignore("text_projection.weight");       // CLIP's projection head; SD uses hidden states
-  for (int i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string l = p + "encoder.layers." + std::to_string(i) + ".";
-    Layer layer{
-        LayerNorm::load(w, l + "layer_norm1", H, eps),
-        LayerNorm::load(w, l + "layer_norm2", H, eps),
-        MultiHeadAttention::load(w,
-                                 {l + "self_attn.q_proj", l + "self_attn.k_proj", l + "self_attn.v_proj",
-                                  l + "self_attn.out_proj"},
-                                 H, H, c.num_attention_heads, /*qkv_bias=*/true, /*self=*/true, kF32,
-                                 /*causal=*/true),
-        Linear::load(w, l + "mlp.fc1", H, F, true, kF32),
-        Linear::load(w, l + "mlp.fc2", F, H, true, kF32),
-    };
-    m.layers_.push_back(std::move(layer));
-  }
+  // Always float32 (ClipEncoderLayer), as the Flax pipeline runs its text encoder whatever its dtype.
+  const ClipEncoderLayerShape shape{H, c.intermediate_size, c.num_attention_heads, eps,
+                                    parse_clip_activation(c.hidden_act), /*causal=*/true};
+  for (int i = 0; i < c.num_hidden_layers; ++i)
+    m.layers_.push_back(ClipEncoderLayer::load(w, p + "encoder.layers." + std::to_string(i) + ".", shape));
   m.final_norm_ = LayerNorm::load(w, p + "final_layer_norm", H, eps);
   w.finish();
   return m;
@@ -82,16 +69,7 @@ ClipTextOutput ClipTextModel::forward_embeddings(const Tensor& inputs_embeds) co
   for (size_t i = 0; i < layers_.size(); ++i) {
     check_cancelled();
     if (i + 1 == layers_.size()) out.penultimate = x;
-    const Layer& layer = layers_[i];
-    x = layer.attention(layer.norm1(x), nullptr, &x);
-    Tensor h = layer.fc1(layer.norm2(x));
-    if (config_.hidden_act == "quick_gelu")
-      kernels::quick_gelu(h.data(), h.numel(), h.data());
-    else if (config_.hidden_act == "gelu")
-      kernels::gelu(h.data(), h.numel(), h.data(), kernels::Gelu::Erf);
-    else
-      kernels::gelu(h.data(), h.numel(), h.data(), kernels::Gelu::Tanh);
-    x = layer.fc2(h, &x);
+    x = layers_[i](x);
   }
   out.last_hidden_state = final_norm_(x);
   return out;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "io/weight_source.h"
-#include "models/attention.h"
+#include "models/clip_encoder.h"
 #include "models/configs.h"
 #include "models/layers.h"
 
@@ -45,15 +45,10 @@ class ClipTextModel {
   const ClipTextConfig& config() const { return config_; }
 
  private:
-  struct Layer {
-    LayerNorm norm1, norm2;
-    MultiHeadAttention attention;
-    Linear fc1, fc2;
-  };
   ClipTextConfig config_;
   Tensor token_embedding;     // vocab × hidden
   Tensor position_embedding;  // positions × hidden
-  std::vector<Layer> layers_;
+  std::vector<ClipEncoderLayer> layers_;  // causal
   LayerNorm final_norm_;
 };
 

@@ -136,6 +136,10 @@ struct GenerationRequest {
   // guided batch, guess mode off); their images set the size when height/width are 0 (sides
   // floored to a multiple of 64 under Flax, of the VAE scale under diffusers).
   std::vector<ControlNetUse> controlnets;
+
+  // Run the model's safety checker (pipeline/safety_check.h) when it has one: each image is
+  // marked in GenerationResult::nsfw_flagged, never blacked out.
+  bool safety_checker = true;
 };
 
 // The static part of a request: a new signature compiles a new plan, like a jit re-trace.
@@ -163,6 +167,7 @@ struct Timings {
   double encode_image = 0;   // image-to-image: the VAE encoder and the noised start latents
   std::vector<double> step;  // per step index: mean over devices
   double decode = 0;
+  double safety_check = 0;   // the safety checker (0 when none ran)
   double total = 0;
 };
 
@@ -181,6 +186,10 @@ struct GenerationResult {
     std::string name, path;
   };
   std::vector<Embedding> embeddings;  // textual inversions the prompts called, in order of first use
+  // The safety checker's verdict per image (D·B, device-major: image d·B + b), when it ran (the
+  // model has one and the request asked for it); empty otherwise. Flagged images are kept as they
+  // are (the Flax pipeline returns black ones instead).
+  std::vector<bool> nsfw_flagged;
   int model_calls = 0;              // UNet calls per device
   int threads_per_device = 1, concurrent_devices = 1;
   Timings timings;

@@ -67,8 +67,10 @@ ImageMetadata describe_image(const GenerationRequest& request, const GenerationR
   if (d < 0) {
     m.prompts = result.prompts;
     m.negative_prompts = result.negative_prompts;
+    m.nsfw_flagged = result.nsfw_flagged;
   } else {
     const int i = d * s.batch + b;
+    if (!result.nsfw_flagged.empty()) m.nsfw_flagged = {result.nsfw_flagged.at(i)};
     m.prompts = {result.prompts.at(i)};
     m.negative_prompts = {result.negative_prompts.at(i)};
     m.device = d;
@@ -97,6 +99,16 @@ std::string controlnet_text(const ImageMetadata::ControlNet& c) {
   std::string text = cat("Module: ", c.module, ", Model: ", c.name, ", Weight: ", py(c.weight));
   if (c.module == "canny") text += ", Threshold A: 100.0, Threshold B: 200.0";
   return text + cat(", Guidance Start: ", py(c.guidance_start), ", Guidance End: ", py(c.guidance_end));
+}
+
+// "flagged" / "passed" for one image; "flagged images 2 5 of 8" / "passed" for a grid (no commas:
+// they separate the A1111 keys).
+std::string safety_text(const std::vector<bool>& flags) {
+  std::string flagged;
+  for (size_t i = 0; i < flags.size(); ++i)
+    if (flags[i]) flagged += cat(flagged.empty() ? "" : " ", i + 1);
+  if (flagged.empty()) return "passed";
+  return flags.size() == 1 ? "flagged" : cat("flagged images ", flagged, " of ", flags.size());
 }
 
 }  // namespace
@@ -140,6 +152,7 @@ std::string a1111_parameters(const ImageMetadata& m) {
   }
   for (size_t k = 0; k < m.controlnets.size(); ++k)
     out += cat(", ControlNet ", k, ": \"", controlnet_text(m.controlnets[k]), "\"");
+  if (!m.nsfw_flagged.empty()) out += ", Safety checker: " + safety_text(m.nsfw_flagged);
   if (m.device >= 0) out += cat(", Device: ", m.device + 1, "/", m.devices);
   if (m.devices * m.batch_per_device > 1 && m.device < 0) out += cat(", Grid: ", m.devices * m.batch_per_device, " images");
   if (!m.version.empty()) out += ", Version: Octodiff " + m.version;
@@ -177,6 +190,7 @@ std::string metadata_json(const ImageMetadata& m) {
   j["dtype"] = dtype_display_name(m.dtype);
   j["model"] = {{"name", m.model_name}, {"hash", m.model_hash}};
   j["latents"] = m.injected_latents ? "injected" : "seeded";
+  if (!m.nsfw_flagged.empty()) j["nsfw_flagged"] = m.nsfw_flagged;
   j["prompt_syntax"] = prompt_syntax_name(m.prompt_syntax);
   j["long_prompts"] = long_prompts_name(m.long_prompts);
   if (m.comma_backtrack != 0) j["comma_backtrack"] = m.comma_backtrack;
@@ -238,6 +252,7 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
       m.model_hash = j["model"].value("hash", "");
     }
     m.injected_latents = j.value("latents", "seeded") == "injected";
+    if (j.contains("nsfw_flagged")) m.nsfw_flagged = j.at("nsfw_flagged").get<std::vector<bool>>();
     m.prompt_syntax = parse_prompt_syntax(j.value("prompt_syntax", "plain"));
     m.long_prompts = parse_long_prompts(j.value("long_prompts", "truncate"));
     m.comma_backtrack = j.value("comma_backtrack", 0);

@@ -83,6 +83,10 @@ struct ImageMetadata {
   };
   std::vector<ControlNet> controlnets;
   bool injected_latents = false;
+  // The safety checker's verdict (pipeline/safety_check.h): one entry for a single image, every
+  // image's for a grid; empty when no checker ran. JSON "nsfw_flagged": [bool, …]; A1111 text
+  // "Safety checker: flagged" / "passed" (a grid: "flagged images 2 5 of 8" / "passed").
+  std::vector<bool> nsfw_flagged;
   std::string version;                        // octodiff version that made it (empty if unknown)
 
   bool is_grid() const { return device < 0; }

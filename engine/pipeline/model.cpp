@@ -242,6 +242,7 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::with_loras(
   m->scheduler_source_ = base->scheduler_source_;
   m->default_scheduler_ = base->default_scheduler_;
   m->tiny_autoencoder_ = base->tiny_autoencoder_;
+  m->safety_checker_ = base->safety_checker_;
   for (int i = 0; i < 3; ++i) {
     m->caches_[i] = base->caches_[i];  // release()/prefetch() reach the shared layers
     m->from_cache_[i] = base->from_cache_[i];
@@ -471,6 +472,11 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
   model->hash_file_ = unet_files.front();
   for (const auto* list : {&te_files, &unet_files, &vae_files})
     for (const auto& f : *list) model->weights_bytes_ += static_cast<int64_t>(fs::file_size(f));
+  if (options.load_safety_checker) {  // pipeline/safety_check.h
+    std::string note;
+    model->safety_checker_ = load_safety_checker(path, options.prefer_flax, &note);
+    if (!note.empty()) model->load_notes_.push_back(note);
+  }
   release_freed_heap();
   model->load_tiny_autoencoder(options);
   model->decide_residency(options);

@@ -16,6 +16,7 @@
 #include "models/unet_2d_condition.h"
 #include "pipeline/generation.h"
 #include "pipeline/lora.h"
+#include "pipeline/safety_check.h"
 #include "schedulers/scheduler.h"
 #include "text/clip_tokenizer.h"
 
@@ -73,6 +74,9 @@ struct ModelLoadOptions {
   // *_decoder.safetensors) loaded beside the model: GenerationRequest::decoder = Tiny decodes
   // with it, and previews use it. Its latent channels must be the VAE's.
   std::optional<std::filesystem::path> tiny_autoencoder;
+  // Load the folder's safety_checker/ when it has one (pipeline/safety_check.h), as the Flax
+  // pipeline does; false skips it (and its memory: ~1.2 GB for SD's ViT-L/14).
+  bool load_safety_checker = true;
 };
 
 class WeightCacheFile;
@@ -119,6 +123,8 @@ class StableDiffusionModel {
   const AutoencoderKL& vae() const { return *vae_; }
   // The tiny autoencoder ModelLoadOptions::tiny_autoencoder named; null when none was given.
   const std::shared_ptr<const AutoencoderTiny>& tiny_autoencoder() const { return tiny_autoencoder_; }
+  // The folder's safety checker (pipeline/safety_check.h); null when it has none or it was not loaded.
+  const std::shared_ptr<const SafetyCheckerComponent>& safety_checker() const { return safety_checker_; }
   // scheduler_config.json text (empty: SD's default PNDM configuration).
   const std::string& scheduler_config_json() const { return scheduler_json_; }
   // Class `kind` configured from that file (diffusers' Cls.from_config), with the timestep
@@ -191,6 +197,7 @@ class StableDiffusionModel {
   std::shared_ptr<UNet2DCondition> unet_;
   std::shared_ptr<AutoencoderKL> vae_;
   std::shared_ptr<const AutoencoderTiny> tiny_autoencoder_;
+  std::shared_ptr<const SafetyCheckerComponent> safety_checker_;
   std::string scheduler_json_;
   std::string scheduler_source_;  // where scheduler_json_ came from, for errors
   SchedulerKind default_scheduler_ = SchedulerKind::Pndm;

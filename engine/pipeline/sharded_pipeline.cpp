@@ -328,6 +328,18 @@ void gather(std::vector<DeviceWork>& work, const ResolvedRequest& r, int calls, 
   result.timings.mean_step = calls ? sum / (D * calls) : 0;
 }
 
+// The safety checker on each device's decoded images (pipeline/safety_check.h), as the pmapped
+// Flax checker runs on its shard; flags device-major into the result.
+void check_safety(DeviceRunner& devices, const std::vector<DeviceWork>& work, const SafetyCheckerComponent& checker,
+                  GenerationResult& result) {
+  const auto t0 = Clock::now();
+  std::vector<std::vector<bool>> flags(work.size());
+  devices.for_each_device([&](int d) { flags[d] = check_image_safety(checker, work[d].images).nsfw; });
+  devices.trim_arenas();
+  for (const auto& f : flags) result.nsfw_flagged.insert(result.nsfw_flagged.end(), f.begin(), f.end());
+  result.timings.safety_check = seconds_since(t0);
+}
+
 // The request's prompt options, with its embeddings folder read (the options point to the
 // vocabulary, the vocabulary into the library: filled in place, never moved).
 struct PromptReading {
@@ -449,6 +461,7 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
     report(Phase::Decode, d);
   });
 
+  if (r.request.safety_checker && m.safety_checker()) check_safety(devices, work, *m.safety_checker(), result);
   gather(work, r, calls_run, result);  // outside the arenas: results outlive the plan's memory
   work.clear();                         // return the activations to the arenas now
   result.timings.total = seconds_since(t_start);
