@@ -205,6 +205,7 @@ int run_generate(const std::vector<std::string>& argv) {
   const bool quiet = args.flag("quiet");
   Ranks ranks;  // under mpirun: one of K processes (ranks.h); rank 0 alone prints and writes
   ranks.timeout_seconds = args.get_double("mpi-timeout", 120);
+  if (!(ranks.timeout_seconds > 0)) fail("--mpi-timeout must be a positive number of seconds");
   FILE* info = json_out ? stderr : stdout;
   if (!ranks.leader()) info = std::fopen("/dev/null", "w");
   const bool sweep = sweep_requested(args);

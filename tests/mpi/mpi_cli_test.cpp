@@ -165,3 +165,17 @@ TEST(Mpi, WhenMpirunEndsTheJobRank0SaysWhatToDo) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("Exit code:    3"), std::string::npos) << r.err;  // mpirun's own words
 }
+
+TEST(Mpi, ARandomSeedIsRank0sOnEveryRank) {
+  const fs::path dir = test::temp_dir("mpi_random_seed");
+  auto args = [](const std::string& seed, const std::string& out) {
+    return test::tiny_generate({"--steps", "2", "--seed", seed, "--threads", "1", "--prompt", "a", "--prompt", "b",
+                                "--prompt", "c", "--prompt", "d", "--out", out, "--json", "--quiet"});
+  };
+  const test::CliRun r = run_mpi(2, args("random", "random.png"), dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const int64_t seed = nlohmann::json::parse(r.out)["settings"]["seed"];
+  const test::CliRun one = test::run_cli(args(std::to_string(seed), "one.png"), dir);
+  ASSERT_EQ(one.code, 0) << one.err;
+  EXPECT_EQ(bytes_of(dir / "random.png"), bytes_of(dir / "one.png")) << "seed " << seed;
+}
