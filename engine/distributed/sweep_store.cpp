@@ -84,20 +84,26 @@ bool SweepStore::is_finished(const SweepItem& item) const {
 
 std::vector<SweepItem> SweepStore::pending(const std::vector<SweepItem>& items) const {
   std::vector<SweepItem> out;
-  for (const SweepItem& item : items)
-    if (!is_finished(item)) out.push_back(item);
+  for (const SweepItem& item : items) {
+    const auto known = finished_.find(sweep_item_stem(item));
+    const bool finished = reconciled_ && known != finished_.end() ? known->second : is_finished(item);
+    if (!finished) out.push_back(item);
+  }
   return out;
 }
 
 void SweepStore::reconcile(const std::vector<SweepItem>& items) {
   finished_at_open_ = 0;
+  reconciled_ = true;
   for (const SweepItem& item : items) {
     const auto known = indexed_.find(sweep_item_stem(item));
     if (known != indexed_.end() && known->second != item.prompt)
       fail("'", dir_.string(), "' holds ", sweep_item_stem(item), " made from the prompt \"", known->second,
            "\", but prompt ", item.prompt_index, " is now \"", item.prompt,
            "\"; give another --out-dir (or add new prompts at the end of the file)");
-    if (!is_finished(item)) continue;
+    const bool finished = is_finished(item);
+    finished_[sweep_item_stem(item)] = finished;
+    if (!finished) continue;
     ++finished_at_open_;
     if (known != indexed_.end()) continue;
     json line = {{"item", item.index}, {"prompt_index", item.prompt_index}, {"prompt", item.prompt},
@@ -128,6 +134,7 @@ std::vector<fs::path> SweepStore::write_item(const SweepItem& item, const std::v
   line.update(parse_object(extra_json, "the index line's extra fields"));
   append_index_line(line.dump());
   indexed_[sweep_item_stem(item)] = item.prompt;
+  finished_[sweep_item_stem(item)] = true;
   return paths;
 }
 

@@ -30,7 +30,8 @@ class SweepStore {
 
   const std::filesystem::path& dir() const { return dir_; }
   bool is_finished(const SweepItem& item) const;
-  // The items not yet finished, in order.
+  // The items not yet finished, in order (after reconcile(): as it found them, without reading
+  // the files again).
   std::vector<SweepItem> pending(const std::vector<SweepItem>& items) const;
   // Items found finished on disk when the store was opened (they are skipped).
   int finished_at_open() const { return finished_at_open_; }
@@ -54,6 +55,8 @@ class SweepStore {
   int batch_ = 1;
   std::map<std::string, std::string> indexed_;  // item stem → its prompt, for items with an index line
   int finished_at_open_ = 0;
+  bool reconciled_ = false;
+  std::map<std::string, bool> finished_;  // item stem → finished, as reconcile() found it
 };
 
 }  // namespace octodiff
