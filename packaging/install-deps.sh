@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev libbenchmark-dev
   appstream desktop-file-utils
   clang libclang-rt-14-dev
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()

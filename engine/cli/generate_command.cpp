@@ -12,6 +12,7 @@
 #include "args.h"
 #include "commands.h"
 #include "controlnet_options.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "io/npy.h"
 #include "io/png.h"
@@ -19,7 +20,9 @@
 #include "pipeline/lora.h"
 #include "pipeline/metadata.h"
 #include "pipeline/sharded_pipeline.h"
+#include "ranks.h"
 #include "sheet_command.h"
+#include "sweep_command.h"
 
 namespace octodiff::cli {
 
@@ -207,27 +210,32 @@ int run_generate(const std::vector<std::string>& argv) {
              "save-array", "out", "out-dir", "repeat", "scale", "lora-dir", "taesd", "decoder", "strength", "noise",
              "posterior-noise", "prompt-syntax", "long-prompts", "comma-backtrack", "embeddings", "mask-blur",
              "inpaint-area", "inpaint-padding", "masked-posterior-noise", "control-preprocess", "control-start",
-             "control-end", "x", "y", "z"},
+             "control-end", "x", "y", "z", "seeds", "prompts-file", "mpi-timeout"},
             {"json", "quiet", "help", "no-safety-checker"}, {"prompt", "lora", "init-image", "mask", "controlnet", "control-image"});
   if (args.flag("help")) {
-    std::printf("%s%s%s", kGenerateUsage, kControlNetUsage, kSheetUsage);
+    std::printf("%s%s%s%s", kGenerateUsage, kControlNetUsage, kSheetUsage, kSweepUsage);
     return 0;
   }
   if (!args.positional().empty()) fail("unexpected argument '", args.positional()[0], "' (prompts go after --prompt)");
   const std::optional<SheetSpec> sheet = sheet_from_args(args);  // --x/--y/--z: sheet_command.h
   const bool json_out = args.flag("json");
   const bool quiet = args.flag("quiet");
+  Ranks ranks;  // under mpirun: one of K processes (ranks.h); rank 0 alone prints and writes
+  ranks.timeout_seconds = args.get_double("mpi-timeout", 120);
+  if (!(ranks.timeout_seconds > 0)) fail("--mpi-timeout must be a positive number of seconds");
   FILE* info = json_out ? stderr : stdout;
+  if (!ranks.leader()) info = std::fopen("/dev/null", "w");
+  const bool sweep = sweep_requested(args);
 
   GenerationRequest req;
-  req.prompts = args.all("prompt");
+  req.prompts = sweep ? sweep_prompt_list(ranks, args) : args.all("prompt");
   if (req.prompts.empty()) fail("give at least one --prompt");
-  if (req.prompts.size() > 8) fail(req.prompts.size(), " prompts given; at most 8 (one per device of the 2x4 grid)");
+  if (!sweep && req.prompts.size() > 8) fail(req.prompts.size(), " prompts given; at most 8 (one per device of the 2x4 grid)");
   if (auto n = args.get("negative-prompt")) req.negative_prompts = {*n};
   prompt_options(args, req);
   const std::string seed = args.get_or("seed", "0");
   if (seed == "random") {
-    req.seed = static_cast<int64_t>(std::random_device{}() & 0x7fffffff);
+    req.seed = rank0_value(ranks, static_cast<int64_t>(std::random_device{}() & 0x7fffffff));
   } else {
     req.seed = args.get_int64("seed", 0);
   }
@@ -260,18 +268,26 @@ int run_generate(const std::vector<std::string>& argv) {
   if (auto t = args.get("taesd")) load.tiny_autoencoder = *t;
   req.decoder = parse_decoder_name(args.get_or("decoder", load.tiny_autoencoder ? "taesd" : "vae"));
   const std::filesystem::path model_path = args.get_or("model", StableDiffusionModel::default_model_path().string());
-  const auto t_load = Clock::now();
-  auto model = StableDiffusionModel::load(model_path, load);
-  const double load_seconds = std::chrono::duration<double>(Clock::now() - t_load).count();
+  double load_seconds = 0;
+  auto model = load_model_on_ranks(ranks, model_path, load, &load_seconds);
+  // Some rank could not load it: rank 0 says which and exits with 1; the others end quietly with
+  // 0 (mpirun would end the job on a non-zero exit before rank 0 has printed its error).
+  if (!model) return 0;
   const size_t notes_at_load = [&] {
     const auto notes = model->load_notes();
     for (const auto& note : notes) std::fprintf(stderr, "octodiff-cli: note: %s\n", note.c_str());
     return notes.size();
   }();
+  if (sheet && ranks.many()) fail("comparison sheets run in one process (not under mpirun)");
   if (sheet) return run_sheet(args, *sheet, req, model, info);
+  if (sweep) {
+    const SweepPlan plan = sweep_plan_from_args(args, req.prompts, req.seed, req.threads ? req.threads : hardware_threads());
+    return run_sweep(ranks, args, plan, req, model, info, load_seconds);
+  }
+  if (ranks.many() && repeat > 1) fail("--repeat times one process; under mpirun give it without");
   // The metadata needs the weights' SHA-256 (seconds for a 4 GB file, cached afterwards): hash
   // while the pipeline runs.
-  auto hashing = std::async(std::launch::async, [model] { return model->model_hash(); });
+  auto hashing = std::async(std::launch::async, [model, &ranks] { return ranks.leader() ? model->model_hash() : ""; });
   ShardedPipeline pipe(model);
   const ResolvedRequest resolved = pipe.resolve(req);  // fail fast, before any output
   const std::string out = args.get_or("out", "octodiff-" + std::to_string(req.seed) + ".png");
@@ -304,10 +320,16 @@ int run_generate(const std::vector<std::string>& argv) {
     };
   }
 
-  nlohmann::json runs = nlohmann::json::array();
+  nlohmann::json runs = nlohmann::json::array(), rank_json;
   GenerationResult result;
   for (int k = 0; k < repeat; ++k) {
-    result = pipe.run(req, progress);
+    if (ranks.many()) {  // the devices split over the ranks; rank 0 gathers (ranks.h)
+      std::optional<GenerationResult> gathered = run_devices_on_ranks(ranks, pipe, resolved, quiet, &rank_json);
+      if (!gathered) return 0;
+      result = std::move(*gathered);
+    } else {
+      result = pipe.run(req, progress);
+    }
     if (progress) std::fprintf(stderr, "\r%60s\r", "");
     const Timings& t = result.timings;
     if (result.compiled)
@@ -392,6 +414,7 @@ int run_generate(const std::vector<std::string>& argv) {
         {"runs", runs},
         {"warnings", result.warnings},
         {"outputs", outputs}};
+    if (ranks.many()) j["ranks"] = rank_json;  // per rank: host, devices, load and busy seconds
     std::printf("%s\n", j.dump(2).c_str());
   }
   return 0;

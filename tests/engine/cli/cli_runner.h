@@ -27,9 +27,10 @@ inline std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-// `octodiff-cli ARGS…` run in `cwd` (stderr goes through cwd/stderr.txt).
-inline CliRun run_cli(const std::vector<std::string>& args, const std::filesystem::path& cwd) {
-  std::string cmd = "cd " + shell_quote(cwd.string()) + " && " + shell_quote(OCTODIFF_CLI_PATH);
+// `PROGRAM ARGS…` run in `cwd` (stderr goes through cwd/stderr.txt).
+inline CliRun run_program(const std::string& program, const std::vector<std::string>& args,
+                          const std::filesystem::path& cwd) {
+  std::string cmd = "cd " + shell_quote(cwd.string()) + " && " + shell_quote(program);
   for (const auto& a : args) cmd += " " + shell_quote(a);
   const std::filesystem::path err_file = cwd / "stderr.txt";
   cmd += " 2>" + shell_quote(err_file.string());
@@ -42,6 +43,11 @@ inline CliRun run_cli(const std::vector<std::string>& args, const std::filesyste
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.err = read_text_file(err_file);
   return r;
+}
+
+// `octodiff-cli ARGS…` run in `cwd`.
+inline CliRun run_cli(const std::vector<std::string>& args, const std::filesystem::path& cwd) {
+  return run_program(OCTODIFF_CLI_PATH, args, cwd);
 }
 
 // `generate --model <tiny-sd>` followed by args.
