@@ -124,6 +124,7 @@ GenerationResult join_device_results(const ResolvedRequest& whole, const std::ve
     append(joined.prompts, p.prompts);
     append(joined.negative_prompts, p.negative_prompts);
     append(joined.context_tokens, p.context_tokens);
+    append(joined.nsfw_flagged, p.nsfw_flagged);  // per image, device order; empty when not checked
     for (const std::string& w : p.warnings)
       if (std::find(joined.warnings.begin(), joined.warnings.end(), w) == joined.warnings.end())
         joined.warnings.push_back(w);

@@ -72,7 +72,7 @@ std::string result_header_json(const GenerationResult& r) {
             {"shapes", {{"images", r.images.shape()}, {"initial_latents", r.initial_latents.shape()},
                         {"final_latents", r.final_latents.shape()}}},
             {"device_keys", keys}, {"prompts", r.prompts}, {"negative_prompts", r.negative_prompts},
-            {"warnings", r.warnings}, {"context_tokens", r.context_tokens}, {"embeddings", embeddings},
+            {"warnings", r.warnings}, {"context_tokens", r.context_tokens}, {"nsfw_flagged", r.nsfw_flagged}, {"embeddings", embeddings},
             {"model_calls", r.model_calls}, {"threads_per_device", r.threads_per_device},
             {"concurrent_devices", r.concurrent_devices}, {"timings", timings_json(r.timings)},
             {"peak_rss_bytes", r.peak_rss_bytes}};
@@ -102,6 +102,7 @@ GenerationResult result_from_header(const std::string& header_json, Tensor image
   r.negative_prompts = j.at("negative_prompts").get<std::vector<std::string>>();
   r.warnings = j.at("warnings").get<std::vector<std::string>>();
   r.context_tokens = j.at("context_tokens").get<std::vector<int>>();
+  r.nsfw_flagged = j.at("nsfw_flagged").get<std::vector<bool>>();
   for (const json& e : j.at("embeddings")) r.embeddings.push_back({e.at(0).get<std::string>(), e.at(1).get<std::string>()});
   r.model_calls = j.at("model_calls");
   r.threads_per_device = j.at("threads_per_device");

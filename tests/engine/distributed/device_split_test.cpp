@@ -101,7 +101,8 @@ TEST(ResultWire, AResultSurvivesItsHeaderAndTensors) {
   ShardedPipeline pipe(tiny_model());
   GenerationRequest req = eight_prompts();
   req.prompts.resize(2);
-  const GenerationResult r = pipe.run(req);
+  GenerationResult r = pipe.run(req);
+  r.nsfw_flagged = {true, false};  // the safety checker's verdicts travel with the images
   const std::string header = result_header_json(r);
   const ResultShapes shapes = result_header_shapes(header);
   EXPECT_EQ(shapes.images, r.images.shape());
@@ -111,6 +112,7 @@ TEST(ResultWire, AResultSurvivesItsHeaderAndTensors) {
   EXPECT_EQ(back.signature, r.signature);
   EXPECT_EQ(back.device_keys, r.device_keys);
   EXPECT_EQ(back.prompts, r.prompts);
+  EXPECT_EQ(back.nsfw_flagged, r.nsfw_flagged);
   EXPECT_EQ(back.timings.step, r.timings.step);
   // Tensors that do not match the header are refused, naming which.
   try {
@@ -119,4 +121,22 @@ TEST(ResultWire, AResultSurvivesItsHeaderAndTensors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("images"), std::string::npos) << e.what();
   }
+}
+
+// The safety checker's per-image verdicts of the parts join in device order, like the images.
+TEST(DeviceSplit, SafetyVerdictsJoinInDeviceOrder) {
+  ShardedPipeline pipe(tiny_model());
+  GenerationRequest req = eight_prompts();
+  req.prompts.resize(3);
+  const ResolvedRequest whole = pipe.resolve(req);
+  std::vector<GenerationResult> parts;
+  for (const DeviceRange& range : split_devices(whole.signature.devices, 2))
+    parts.push_back(pipe.run(device_subset_request(whole, range)));
+  ASSERT_EQ(parts.size(), 2u);
+  parts[0].nsfw_flagged.assign(parts[0].signature.devices, false);
+  parts[0].nsfw_flagged.back() = true;
+  parts[1].nsfw_flagged.assign(parts[1].signature.devices, true);
+  std::vector<bool> expected = parts[0].nsfw_flagged;
+  expected.insert(expected.end(), parts[1].nsfw_flagged.begin(), parts[1].nsfw_flagged.end());
+  EXPECT_EQ(join_device_results(whole, parts).nsfw_flagged, expected);
 }
