@@ -33,11 +33,12 @@ void check_vae_tiling(const VaeTiling& t) {
          ") so that neighbouring tiles blend");
 }
 
-// The measured activation memory behind kAutoTilingPixels (full-size random SD 1.5 VAE, f32,
-// peak RSS by /usr/bin/time -v of the decode alone; see the commit that set it): untiled decodes'
-// activations grow with the pixels, about 4 GB at 1024 × 1024, so images above 800 × 800
-// (≈ 2.4 GB of activations) are tiled; 512-pixel tiles keep the decode's activations at those of
-// a 512 × 512 image whatever the size.
+// The measured activation memory behind kAutoTilingPixels (full-size random SD 1.5 VAE, f32, 2
+// threads, `/usr/bin/time -v octodiff-bench --vae-tiling off|on --height 1024 --width 1024`, the
+// VAE loaded alone): a whole 1024 × 1024 decode peaked at 2943 MB with 344 MB resident before it,
+// i.e. ~2.6 GB of activations, ~2.5 kB per image pixel and growing with the pixels. Above
+// 800 × 800 (~1.6 GB) auto tiles; tiles of ≤ 512 pixels keep the activations near a 512 × 512
+X
 bool vae_decode_uses_tiles(const VaeTiling& t, int64_t latent_height, int64_t latent_width, int scale) {
   check_vae_tiling(t);
   const bool larger_than_a_tile = latent_height > t.tile || latent_width > t.tile;
