@@ -42,6 +42,7 @@
 #include "controlnet.h"
 #include "few_step.h"
 #include "peak_flops.h"
+#include "vae_tiling.h"
 #include "pipeline/controlnet.h"
 #include "pipeline/model_hash.h"
 #include "pipeline/sharded_pipeline.h"
@@ -63,6 +64,8 @@ struct Options {
   std::string arch = "sd15";        // sd15 (the default report), sd-turbo or lcm-sd15 (few_step.h)
   std::string taesd;                // few-step modes: a TAESD folder/file, or "random" (the default)
   std::string controlnet;           // ControlNet mode (controlnet.h): a ControlNet folder/file or "random"
+  std::string vae_tiling;           // VAE memory mode (vae_tiling.h): on, off or auto
+  std::optional<double> img2img;    // --img2img [--strength S]: an image-to-image run beside text-to-image
   bool steps_given = false;
   std::optional<double> guidance;   // few-step modes: default per --arch
   bool json = false, skip_pipeline = false, skip_vae = false, skip_grid = false, load_only = false;
@@ -76,7 +79,13 @@ struct Options {
                "                      [--skip-vae] [--first-load warm|cold] [--load-only]\n"
                "                      [--residency auto|minimal|resident] [--json]\n"
                "                      [--arch sd15|sd-turbo|lcm-sd15] [--taesd PATH|random] [--guidance G] [--skip-grid]\n"
-               "                      [--controlnet PATH|random]\n"
+               "                      [--controlnet PATH|random] [--vae-tiling on|off|auto]\n"
+               "                      [--img2img [--strength S]]\n"
+               "  --img2img:    after the pipeline's text-to-image calls, the same request from an init image at\n"
+               "                strength S (default 0.5; needs steps x S >= 1): seconds and the ratio to text-to-image\n"
+               "  --vae-tiling: only the memory of one VAE decode at --height x --width (default 512x512), in tiles\n"
+               "                (on), whole (off) or as the pipeline decides (auto); loads the VAE alone and times\n"
+               "                nothing (vae_tiling.h): run it under /usr/bin/time -v\n"
                "  --controlnet: the ControlNet report instead (\"controlnet\" in the JSON): a ControlNet's cost per\n"
                "                guided step beside the UNet's; random = a random full-size SD 1.5 ControlNet (made once)\n"
                "  default model: a random full-size model of --arch in $OCTODIFF_CACHE_DIR/models (made when absent)\n"
@@ -127,6 +136,9 @@ Options parse(int argc, char** argv) {
         if (o.arch != "sd15" && o.arch != "sd-turbo" && o.arch != "lcm-sd15")
           usage_error("--arch takes sd15, sd-turbo or lcm-sd15");
       }
+      else if (a == "--vae-tiling") o.vae_tiling = value();
+      else if (a == "--img2img") o.img2img = o.img2img.value_or(0.5);
+      else if (a == "--strength") o.img2img = std::stod(value());
       else if (a == "--json") o.json = true;
       else if (a == "--skip-pipeline") o.skip_pipeline = true;
       else if (a == "--skip-vae") o.skip_vae = true;
@@ -149,6 +161,12 @@ Options parse(int argc, char** argv) {
     usage_error("--taesd, --guidance and --skip-grid are for the few-step report (--arch sd-turbo|lcm-sd15)");
   if (o.arch != "sd15" && o.taesd.empty()) o.taesd = "random";
   if (!o.controlnet.empty() && o.arch != "sd15") usage_error("--controlnet is for --arch sd15");
+  if (o.img2img) {
+    if (o.arch != "sd15" || o.skip_pipeline) usage_error("--img2img is for the sd15 pipeline report");
+    if (!(*o.img2img > 0 && *o.img2img <= 1)) usage_error("--strength must be in (0, 1]");
+    if (static_cast<int>(o.steps * *o.img2img) < 1)
+      usage_error("--img2img runs int(steps x strength) steps: give --steps N with N x strength >= 1");
+  }
   return o;
 }
 
@@ -328,11 +346,54 @@ void print_machine(const nlohmann::json& j, const StableDiffusionModel& model) {
               model.weights_stay_resident() ? "stay resident" : "dropped after each phase");
 }
 
+// --img2img: the pipeline's request again from an init image (the text-to-image run's first image,
+// so that the encoder sees a picture) at `strength`: first and second call, and the second call's
+// time over text-to-image's second call at the same steps (issue 22: about the strength's share).
+nlohmann::json img2img_report(ShardedPipeline& pipe, GenerationRequest req, const GenerationResult& text_to_image,
+                              double strength) {
+  req.init_images = {to_uint8(text_to_image.images.data(), req.height, req.width)};
+  req.strength = strength;
+  std::fprintf(stderr, "pipeline: image to image at strength %g, first call...\n", strength);
+  const GenerationResult first = pipe.run(req);
+  std::fprintf(stderr, "pipeline: image to image, second call...\n");
+  const GenerationResult second = pipe.run(req);
+  return {{"strength", strength},
+          {"steps", req.steps},
+          {"model_calls", second.model_calls},
+          {"text_to_image_model_calls", text_to_image.model_calls},
+          {"first_call_seconds", first.timings.total},
+          {"second_call_seconds", second.timings.total},
+          {"encode_image_seconds", second.timings.encode_image},
+          {"text_to_image_second_call_seconds", text_to_image.timings.total},
+          {"ratio_to_text_to_image", second.timings.total / text_to_image.timings.total},
+          {"peak_rss_mb", second.peak_rss_bytes / 1048576.0}};
+}
+
 }  // namespace
+
+// --vae-tiling: the VAE decode's memory alone (vae_tiling.h), no peak measurement, nothing timed.
+int run_vae_tiling_mode(const Options& o) {
+  bench::VaeTilingOptions v;
+  v.height = o.height;
+  v.width = o.width;
+  v.threads = o.threads;
+  v.tiling.mode = parse_vae_tiling_mode(o.vae_tiling);
+  v.dtype = parse_dtype_name(o.dtype);
+  const fs::path model = o.model.empty() ? random_model("sd15") : o.model;
+  nlohmann::json j = bench::run_vae_tiling_bench(model, v);
+  j["model"] = model.string();
+  j["dtype"] = o.dtype;
+  if (o.json)
+    std::printf("%s\n", j.dump(2).c_str());
+  else
+    bench::print_vae_tiling_bench(j);
+  return 0;
+}
 
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
   try {
+    if (!o.vae_tiling.empty()) return run_vae_tiling_mode(o);
     const int threads = o.threads > 0 ? o.threads : hardware_threads();
     const ComputeDType dtype = parse_dtype_name(o.dtype);
     nlohmann::json j;
@@ -360,6 +421,7 @@ int main(int argc, char** argv) {
       j["taesd"] = load_options.tiny_autoencoder->string();
     }
     load_options.dtype = dtype;  // UNet and VAE weights packed as bf16 for --dtype bf16
+    load_options.load_vae_encoder = o.img2img.has_value();
     load_options.residency = parse_weight_residency(o.residency);
     std::optional<ScratchWeightCache> scratch_cache;
     j["first_load"] = o.first_load.empty() ? "no" : o.first_load;
@@ -486,6 +548,7 @@ int main(int argc, char** argv) {
                        {"decode_seconds", second.timings.decode},
                        {"concurrent_devices", second.concurrent_devices},
                        {"threads_per_device", second.threads_per_device}};
+      if (o.img2img) j["img2img"] = img2img_report(pipe, req, second, *o.img2img);
     }
 
     // Activations come from a caching arena, as in a compiled pipeline plan: after the first call
@@ -621,6 +684,13 @@ int main(int argc, char** argv) {
       if (j.contains("unet_b2_split_seconds"))
         std::printf("unet_b2 with split bf16 activations (a bf16 run's first call): %.2f s\n",
                     j["unet_b2_split_seconds"].get<double>());
+      if (j.contains("img2img")) {
+        const nlohmann::json& i = j["img2img"];
+        std::printf("img2img strength %g, %d steps (%d UNet calls vs %d): %.2f s, %.2f x text-to-image (%.2f s)\n",
+                    i["strength"].get<double>(), i["steps"].get<int>(), i["model_calls"].get<int>(),
+                    i["text_to_image_model_calls"].get<int>(), i["second_call_seconds"].get<double>(),
+                    i["ratio_to_text_to_image"].get<double>(), i["text_to_image_second_call_seconds"].get<double>());
+      }
       std::printf("peak RSS: %.0f MB\n", j["peak_rss_mb"].get<double>());
     }
     return 0;

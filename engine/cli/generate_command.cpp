@@ -62,6 +62,12 @@ const char* kGenerateUsage =
     "                            taesd_decoder.safetensors) loaded beside the model\n"
     "  --decoder vae|taesd       what decodes the final images (default: taesd when --taesd is\n"
     "                            given, else the model's VAE)\n"
+    "  --vae-tiling auto|on|off  decode the VAE in overlapping tiles blended linearly (bounded\n"
+    "                            memory; close to, not equal to, a whole decode): auto (default)\n"
+    "                            only when a whole decode would take over a quarter of the RAM\n"
+    "                            (~2.5 kB per pixel), on whenever the image is larger than a tile\n"
+    "  --vae-tile PX             the tiles' side in pixels (default 512; a multiple of the VAE's 8)\n"
+    "  --vae-tile-overlap PX     pixels neighbouring tiles share at least (default 128, <= tile/2)\n"
     "  --devices D               devices (default: number of prompts / batch per device)\n"
     "  --batch-per-device B      images per device (default 1)\n"
     "  --compat flax|diffusers   pipeline semantics (default flax)\n"
@@ -200,6 +206,19 @@ void inpaint_options(const Args& args, GenerationRequest& req) {
   if (auto p = args.get("masked-posterior-noise")) req.masked_posterior_noise = read_npy(*p);
 }
 
+// --vae-tiling, --vae-tile and --vae-tile-overlap (image pixels, a multiple of `scale`).
+void vae_tiling_options(const Args& args, GenerationRequest& req, int scale) {
+  req.vae_tiling.mode = parse_vae_tiling_mode(args.get_or("vae-tiling", "auto"));
+  auto latent_pixels = [&](const char* name, int fallback) {
+    const int px = args.get_int(name, fallback * scale, 1, 1 << 16);
+    if (px % scale) fail("--", name, " ", px, " is not a multiple of the VAE's scale factor ", scale);
+    return px / scale;
+  };
+  req.vae_tiling.tile = latent_pixels("vae-tile", req.vae_tiling.tile);
+  req.vae_tiling.overlap = latent_pixels("vae-tile-overlap", req.vae_tiling.overlap);
+  check_vae_tiling(req.vae_tiling);
+}
+
 }  // namespace
 
 int run_generate(const std::vector<std::string>& argv) {
@@ -210,7 +229,8 @@ int run_generate(const std::vector<std::string>& argv) {
              "save-array", "out", "out-dir", "repeat", "scale", "lora-dir", "taesd", "decoder", "strength", "noise",
              "posterior-noise", "prompt-syntax", "long-prompts", "comma-backtrack", "embeddings", "mask-blur",
              "inpaint-area", "inpaint-padding", "masked-posterior-noise", "control-preprocess", "control-start",
-             "control-end", "x", "y", "z", "seeds", "prompts-file", "mpi-timeout"},
+             "control-end", "x", "y", "z", "seeds", "prompts-file", "mpi-timeout", "vae-tiling", "vae-tile",
+             "vae-tile-overlap"},
             {"json", "quiet", "help", "no-safety-checker"}, {"prompt", "lora", "init-image", "mask", "controlnet", "control-image"});
   if (args.flag("help")) {
     std::printf("%s%s%s%s", kGenerateUsage, kControlNetUsage, kSheetUsage, kSweepUsage);
@@ -279,6 +299,7 @@ int run_generate(const std::vector<std::string>& argv) {
     return notes.size();
   }();
   if (sheet && ranks.many()) fail("comparison sheets run in one process (not under mpirun)");
+  vae_tiling_options(args, req, model->vae_scale_factor());
   if (sheet) return run_sheet(args, *sheet, req, model, info);
   if (sweep) {
     const SweepPlan plan = sweep_plan_from_args(args, req.prompts, req.seed, req.threads ? req.threads : hardware_threads());
@@ -404,6 +425,8 @@ int run_generate(const std::vector<std::string>& argv) {
           {"rng", jax::rng_scheme_name(req.rng)},
           {"dtype", dtype_display_name(s.dtype)},
           {"decoder", decoder_name(s.decoder)},
+          {"vae_tiling", vae_tiling_mode_name(req.vae_tiling.mode)},
+          {"vae_tiled", result.vae_tiles.has_value()},
           {"prompt_syntax", prompt_syntax_name(req.prompt_syntax)},
           {"long_prompts", long_prompts_name(req.long_prompts)},
           {"context_tokens", result.context_tokens},

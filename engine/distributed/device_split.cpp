@@ -137,6 +137,7 @@ GenerationResult join_device_results(const ResolvedRequest& whole, const std::ve
   joined.initial_latents = concat_devices(initial);
   joined.final_latents = concat_devices(final_latents);
   joined.model_calls = parts[0].model_calls;
+  joined.vae_tiles = parts[0].vae_tiles;  // every part decodes the same size the same way
   joined.threads_per_device = parts[0].threads_per_device;
   joined.concurrent_devices = parts[0].concurrent_devices;
   join_timings(parts, devices, joined.timings);

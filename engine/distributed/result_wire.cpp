@@ -72,7 +72,8 @@ std::string result_header_json(const GenerationResult& r) {
             {"shapes", {{"images", r.images.shape()}, {"initial_latents", r.initial_latents.shape()},
                         {"final_latents", r.final_latents.shape()}}},
             {"device_keys", keys}, {"prompts", r.prompts}, {"negative_prompts", r.negative_prompts},
-            {"warnings", r.warnings}, {"context_tokens", r.context_tokens}, {"nsfw_flagged", r.nsfw_flagged}, {"embeddings", embeddings},
+            {"warnings", r.warnings}, {"context_tokens", r.context_tokens}, {"nsfw_flagged", r.nsfw_flagged},
+            {"vae_tiles", r.vae_tiles ? json::array({r.vae_tiles->tile, r.vae_tiles->overlap}) : json()}, {"embeddings", embeddings},
             {"model_calls", r.model_calls}, {"threads_per_device", r.threads_per_device},
             {"concurrent_devices", r.concurrent_devices}, {"timings", timings_json(r.timings)},
             {"peak_rss_bytes", r.peak_rss_bytes}};
@@ -103,6 +104,8 @@ GenerationResult result_from_header(const std::string& header_json, Tensor image
   r.warnings = j.at("warnings").get<std::vector<std::string>>();
   r.context_tokens = j.at("context_tokens").get<std::vector<int>>();
   r.nsfw_flagged = j.at("nsfw_flagged").get<std::vector<bool>>();
+  if (const auto& t = j.at("vae_tiles"); !t.is_null())
+    r.vae_tiles = VaeTiling{VaeTilingMode::On, t.at(0).get<int>(), t.at(1).get<int>()};
   for (const json& e : j.at("embeddings")) r.embeddings.push_back({e.at(0).get<std::string>(), e.at(1).get<std::string>()});
   r.model_calls = j.at("model_calls");
   r.threads_per_device = j.at("threads_per_device");

@@ -90,13 +90,20 @@ Tensor AutoencoderKL::run_mid(const Coder& coder, Tensor x) const {
   return coder.mid_resnet_1(x, nullptr);
 }
 
-Tensor AutoencoderKL::decode_nhwc(const Tensor& z) const {
+Tensor AutoencoderKL::decode_mid_nhwc(const Tensor& z) const {
   if (z.rank() != 4 || z.dim(3) != config_.latent_channels)
     fail("VAE decoder input has shape ", shape_str(z.shape()), ", expected N × h × w × ", config_.latent_channels);
   Tensor x = post_quant_conv_ ? (*post_quant_conv_)(z) : z;
   x = decoder_.conv_in(x);
   check_cancelled();
-  x = run_mid(decoder_, x);
+  return run_mid(decoder_, x);
+}
+
+Tensor AutoencoderKL::decode_up_nhwc(const Tensor& mid) const {
+  if (mid.rank() != 4 || mid.dim(3) != config_.block_out_channels.back())
+    fail("VAE up blocks' input has shape ", shape_str(mid.shape()), ", expected N × h × w × ",
+         config_.block_out_channels.back());
+  Tensor x = mid;
   for (const Level& level : decoder_.levels) {
     for (const auto& r : level.resnets) {
       check_cancelled();
@@ -106,6 +113,8 @@ Tensor AutoencoderKL::decode_nhwc(const Tensor& z) const {
   }
   return decoder_.conv_out(decoder_.norm_out(x, /*silu=*/true));
 }
+
+Tensor AutoencoderKL::decode_nhwc(const Tensor& z) const { return decode_up_nhwc(decode_mid_nhwc(z)); }
 
 Tensor AutoencoderKL::decode(const Tensor& z) const {
   if (z.rank() != 4) fail("VAE decoder input must be N × C × h × w, got ", shape_str(z.shape()));

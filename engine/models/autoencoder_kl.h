@@ -26,6 +26,11 @@ class AutoencoderKL {
   // z: N × latent × h × w (already divided by scaling_factor) → N × 3 × H × W, not clamped.
   Tensor decode(const Tensor& z) const;
   Tensor decode_nhwc(const Tensor& z) const;  // N × h × w × latent → N × H × W × 3
+  // decode_nhwc in its two halves, decode_up_nhwc(decode_mid_nhwc(z)): post_quant_conv, conv_in
+  // and the mid block at the latent size (N × h × w × latent → N × h × w × block_out_channels.back()),
+  // then the up blocks and conv_out (→ N × H × W × 3), which tiled decoding runs tile by tile.
+  Tensor decode_mid_nhwc(const Tensor& z) const;
+  Tensor decode_up_nhwc(const Tensor& x) const;
 
   // image: N × 3 × H × W in [-1, 1] → moments N × 2·latent × h × w ([mean | logvar], unclamped).
   Tensor encode_moments(const Tensor& image) const;

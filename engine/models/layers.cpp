@@ -1,9 +1,11 @@
 #include "models/layers.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "core/arena.h"
 #include "core/error.h"
+#include "core/parallel.h"
 #include "io/weight_cache.h"
 #include "kernels/norm.h"
 #include "kernels/tensor_ops.h"
@@ -238,6 +240,42 @@ GroupNorm GroupNorm::load(WeightSource& w, const std::string& prefix, int64_t ch
   return g;
 }
 
+namespace {
+
+thread_local GroupNormStatistics* t_group_norm_statistics = nullptr;
+
+// y = (x − mean) · rstd · gamma + beta (then SiLU) with the given statistics, N × groups.
+void group_norm_with(const Tensor& x, const GroupNorm& norm, const std::vector<double>& mean,
+                     const std::vector<double>& rstd, bool silu, Tensor& y) {
+  const int64_t N = x.dim(0), C = norm.channels, per_sample = x.numel() / N / C, cg = C / norm.groups;
+  std::vector<float> a(C), b(C);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t g = n * norm.groups + c / cg;
+      a[c] = static_cast<float>(rstd[g] * norm.gamma[c]);
+      b[c] = static_cast<float>(norm.beta[c] - mean[g] * rstd[g] * norm.gamma[c]);
+    }
+    const float* src = x.data() + n * per_sample * C;
+    float* dst = y.data() + n * per_sample * C;
+    parallel_for(per_sample, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p)
+        for (int64_t c = 0; c < C; ++c) {
+          const float v = src[p * C + c] * a[c] + b[c];
+          dst[p * C + c] = silu ? v / (1.0f + std::exp(-v)) : v;
+        }
+    }, 256);
+  }
+}
+
+}  // namespace
+
+GroupNormStatisticsScope::GroupNormStatisticsScope(GroupNormStatistics* source)
+    : previous_(t_group_norm_statistics) {
+  t_group_norm_statistics = source;
+}
+
+GroupNormStatisticsScope::~GroupNormStatisticsScope() { t_group_norm_statistics = previous_; }
+
 Tensor GroupNorm::operator()(const Tensor& x, bool silu) const { return with_eps(eps)(x, silu); }
 
 Tensor GroupNorm::WithEps::operator()(const Tensor& x, bool silu) const {
@@ -246,6 +284,14 @@ Tensor GroupNorm::WithEps::operator()(const Tensor& x, bool silu) const {
   const int64_t N = x.dim(0);
   const int64_t per_sample = x.numel() / N / norm.channels;
   Tensor y = Tensor::empty(x.shape());
+  if (GroupNormStatistics* source = t_group_norm_statistics) {
+    std::vector<double> mean, rstd;
+    source->statistics(x, norm.groups, eps, mean, rstd);
+    if (mean.size() != static_cast<size_t>(N * norm.groups) || rstd.size() != mean.size())
+      fail("internal: GroupNorm statistics for ", mean.size(), " groups, expected ", N * norm.groups);
+    group_norm_with(x, norm, mean, rstd, silu, y);
+    return y;
+  }
   kernels::group_norm_nhwc(x.data(), N, per_sample, norm.channels, norm.groups, eps, norm.gamma.data(),
                            norm.beta.data(), y.data(), silu);
   return y;

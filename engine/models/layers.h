@@ -73,6 +73,30 @@ struct GroupNorm {
   WithEps with_eps(float e) const { return {*this, e}; }
 };
 
+// Statistics a GroupNorm normalises with instead of its input's own: tiled VAE decoding
+// (pipeline/tiled_decode.h) normalises each tile with the whole image's. While a source is
+// installed on a thread (GroupNormStatisticsScope), every GroupNorm on that thread asks it.
+class GroupNormStatistics {
+ public:
+  virtual ~GroupNormStatistics() = default;
+  // x: the input (N × H × W × C) of the thread's next GroupNorm. Fills mean and
+  // rstd = 1/sqrt(var + eps), N × groups each (sample-major), to normalise x with.
+  virtual void statistics(const Tensor& x, int64_t groups, float eps, std::vector<double>& mean,
+                          std::vector<double>& rstd) = 0;
+};
+
+// Installs `source` on the calling thread until the scope ends (the previous one after it).
+class GroupNormStatisticsScope {
+ public:
+  explicit GroupNormStatisticsScope(GroupNormStatistics* source);
+  ~GroupNormStatisticsScope();
+  GroupNormStatisticsScope(const GroupNormStatisticsScope&) = delete;
+  GroupNormStatisticsScope& operator=(const GroupNormStatisticsScope&) = delete;
+
+ private:
+  GroupNormStatistics* previous_ = nullptr;
+};
+
 struct LayerNorm {
   int64_t channels = 0;
   float eps = 1e-5f;

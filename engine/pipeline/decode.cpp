@@ -4,7 +4,7 @@
 
 namespace octodiff {
 
-Tensor decode_with_vae(const AutoencoderKL& vae, const Tensor& latents, Compat compat) {
+Tensor decode_with_vae(const AutoencoderKL& vae, const Tensor& latents, Compat compat, const VaeTiling* tiles) {
   const double sf = vae.config().scaling_factor;
   Tensor z = Tensor::empty(latents.shape());
   if (compat == Compat::Flax) {
@@ -14,7 +14,7 @@ Tensor decode_with_vae(const AutoencoderKL& vae, const Tensor& latents, Compat c
     const float sf32 = static_cast<float>(sf);
     for (int64_t k = 0; k < z.numel(); ++k) z[k] = latents[k] / sf32;
   }
-  Tensor img = vae.decode_nhwc(z);
+  Tensor img = tiles ? tiled_decode_nhwc(vae, z, *tiles) : vae.decode_nhwc(z);
   for (float& v : img) v = std::clamp(v / 2.0f + 0.5f, 0.0f, 1.0f);
   return img;
 }

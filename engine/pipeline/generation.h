@@ -12,6 +12,7 @@
 #include "io/image.h"
 #include "models/numerics.h"
 #include "pipeline/prompt_chunks.h"
+#include "pipeline/vae_tiling.h"
 #include "random/jax_prng.h"
 #include "schedulers/scheduler.h"
 
@@ -103,6 +104,9 @@ struct GenerationRequest {
   std::optional<Tensor> step_noise;
   bool preview = false;        // send a cheap latent→RGB preview after every step
   Decoder decoder = Decoder::Vae;
+  // Whether the VAE decodes in overlapping tiles (pipeline/tiled_decode.h): by default (auto) only
+  // when a whole decode would take over a quarter of physical memory. TAESD always decodes whole.
+  VaeTiling vae_tiling;
 
   // Image-to-image (pipeline/image_to_image.h) when not empty: 1 image for every device, or D
   // (device d's B images all start from image d). Each is floored to a multiple of 32 (Flax) or 8
@@ -194,6 +198,7 @@ struct GenerationResult {
   int threads_per_device = 1, concurrent_devices = 1;
   Timings timings;
   int64_t peak_rss_bytes = 0;
+  std::optional<VaeTiling> vae_tiles;  // the tiling, when the VAE decoded in tiles
 };
 
 enum class Phase { Compile, TextEncode, Denoise, Decode, Done };

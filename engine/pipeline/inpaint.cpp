@@ -222,6 +222,19 @@ InpaintInputs resolve_inpaint(const GenerationRequest& req, const std::vector<Im
   return in;
 }
 
+void crop_control_images(std::vector<ControlNetUse>& controlnets, const InpaintInputs& inpaint, int devices) {
+  for (ControlNetUse& use : controlnets) {
+    const bool one = use.images.size() == 1 && inpaint.masks.size() == 1;
+    std::vector<Image8> cropped;
+    for (int d = 0; d < (one ? 1 : devices); ++d) {
+      const Image8& image = use.images.size() == 1 ? use.images[0] : use.images.at(d);
+      const CropBox& box = inpaint.mask_for(d).box;
+      cropped.push_back(resize_lanczos(crop_image(image, box), image.width, image.height));
+    }
+    use.images = std::move(cropped);
+  }
+}
+
 Tensor latent_mask(const Tensor& binary, int h, int w, Compat compat) {
   const int H = static_cast<int>(binary.dim(0)), W = static_cast<int>(binary.dim(1));
   auto source = [compat](int i, int in, int out) {

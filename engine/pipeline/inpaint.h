@@ -121,6 +121,12 @@ struct InpaintInputs {
 InpaintInputs resolve_inpaint(const GenerationRequest& request, const std::vector<Image8>& originals,
                               std::vector<Image8>& init_images, int devices, InpaintMode mode);
 
+// Only-masked mode: every ControlNet's control images (already at the generation size) cut to
+// the masks' boxes and resized back (Lanczos), as the init images are — diffusers'
+// StableDiffusionControlNetInpaintPipeline crops them with the same crops_coords. One image per
+// device unless both the images and the masks are one for all.
+void crop_control_images(std::vector<ControlNetUse>& controlnets, const InpaintInputs& inpaint, int devices);
+
 // The latent mask (h, w) of a binarised (H, W) mask: nearest, by the `compat` pipeline's rule.
 Tensor latent_mask(const Tensor& binary, int h, int w, Compat compat);
 // The masked images (B, 3, H, W): images · (mask < 0.5).

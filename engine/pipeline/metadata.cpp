@@ -45,6 +45,10 @@ ImageMetadata describe_image(const GenerationRequest& request, const GenerationR
                                        inpaint_mode_name(inpaint_mode_for(model.unet().config().in_channels,
                                                                           model.vae().config().latent_channels))};
   }
+  if (const auto& t = result.vae_tiles) {
+    const int scale = model.vae_scale_factor();
+    m.vae_tiles = ImageMetadata::VaeTiles{t->tile * scale, t->overlap * scale, scale};
+  }
   m.width = s.width;
   m.height = s.height;
   m.devices = s.devices;
@@ -127,6 +131,7 @@ std::string a1111_parameters(const ImageMetadata& m) {
   if (m.scheduler_is_models_own) out += ", Sampler source: model";
   if (m.timestep_spacing) out += ", Timestep spacing: " + timestep_spacing_name(*m.timestep_spacing);
   if (m.decoder == Decoder::Tiny) out += ", VAE: TAESD";
+  if (const auto& t = m.vae_tiles) out += cat(", VAE tile: ", t->tile_px, ", VAE tile overlap: ", t->overlap_px);
   if (m.denoising_strength) {
     char strength[32];
     std::snprintf(strength, sizeof strength, "%g", *m.denoising_strength);
@@ -176,6 +181,8 @@ std::string metadata_json(const ImageMetadata& m) {
   if (const auto& ip = m.inpaint)
     j["inpaint"] = {{"mask_blur", ip->mask_blur}, {"area", ip->only_masked ? "masked" : "whole"},
                     {"padding", ip->padding}, {"masked_content", ip->masked_content}, {"mode", ip->mode}};
+  if (const auto& t = m.vae_tiles)
+    j["vae_tiling"] = {{"tile_px", t->tile_px}, {"overlap_px", t->overlap_px}, {"scale", t->scale}};
   j["width"] = m.width;
   j["height"] = m.height;
   j["devices"] = m.devices;
@@ -236,6 +243,11 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
       m.inpaint = ImageMetadata::Inpaint{ip.value("mask_blur", 0), ip.value("area", "whole") == "masked",
                                          ip.value("padding", 32), ip.value("masked_content", "original"),
                                          ip.value("mode", "")};
+    }
+    if (j.contains("vae_tiling")) {
+      const json& t = j.at("vae_tiling");
+      m.vae_tiles = ImageMetadata::VaeTiles{t.at("tile_px").get<int>(), t.at("overlap_px").get<int>(),
+                                            t.value("scale", 8)};
     }
     m.width = j.at("width").get<int>();
     m.height = j.at("height").get<int>();
@@ -351,6 +363,9 @@ std::optional<ImageMetadata> from_a1111(const std::string& text) {
       } else if (key == "Mask blur" || key == "Inpaint area" || key == "Masked area padding" ||
                  key == "Masked content" || key == "Inpaint mode") {
         parse_a1111_inpaint(key, value, m);
+      } else if (key == "VAE tile" || key == "VAE tile overlap") {
+        if (!m.vae_tiles) m.vae_tiles = ImageMetadata::VaeTiles{};
+        (key == "VAE tile" ? m.vae_tiles->tile_px : m.vae_tiles->overlap_px) = std::stoi(value);
       } else if (key == "VAE") {
         if (value == "TAESD") m.decoder = Decoder::Tiny;
       } else if (key == "RNG") {
@@ -410,6 +425,8 @@ GenerationRequest request_from_metadata(const ImageMetadata& m) {
     r.inpaint_only_masked = ip->only_masked;
     r.only_masked_padding = ip->padding;
   }
+  if (const auto& t = m.vae_tiles; t && t->scale > 0)  // tiled again as then; absent: auto
+    r.vae_tiling = VaeTiling{VaeTilingMode::On, t->tile_px / t->scale, t->overlap_px / t->scale};
   if (m.is_grid()) {
     r.devices = m.devices;
     r.batch_per_device = m.batch_per_device;

@@ -40,6 +40,13 @@ struct ImageMetadata {
     std::string mode;                          // inpaint_mode_name
   };
   std::optional<Inpaint> inpaint;
+  // Present when the VAE decoded in tiles (pipeline/tiled_decode.h): A1111 text "VAE tile: 512,
+  // VAE tile overlap: 128" (Octodiff's keys, image pixels); JSON "vae_tiling": {tile_px,
+  // overlap_px, scale} (scale: image pixels per latent pixel; the text assumes SD's 8).
+  struct VaeTiles {
+    int tile_px = 0, overlap_px = 0, scale = 8;
+  };
+  std::optional<VaeTiles> vae_tiles;
   int width = 0, height = 0;
   int devices = 1, batch_per_device = 1;
   int device = -1, batch_index = -1;          // -1: a grid of all images

@@ -17,6 +17,7 @@
 #include "pipeline/image_to_image.h"
 #include "pipeline/latents.h"
 #include "pipeline/prompt_encoding.h"
+#include "pipeline/tiled_decode.h"
 
 namespace octodiff {
 namespace {
@@ -132,7 +133,14 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
   int H = req.height, W = req.width;
   if (!req.init_images.empty()) resolve_init_images(r, D, &H, &W);
   if (!req.masks.empty()) resolve_masks(m, r, D);
-  if (!req.controlnets.empty()) resolve_controlnets(r.request, m.unet().config(), m.vae_scale_factor(), D, &H, &W);
+  if (!req.controlnets.empty()) {
+    // A ControlNet reads the latents alone, not an inpainting UNet's mask and masked-image channels
+    // (diffusers' StableDiffusionControlNetInpaintPipeline): it must take the VAE's latent channels.
+    UNetConfig controlled = m.unet().config();
+    controlled.in_channels = m.vae().config().latent_channels;
+    resolve_controlnets(r.request, controlled, m.vae_scale_factor(), D, &H, &W);
+    if (r.inpaint.active && req.inpaint_only_masked) crop_control_images(r.request.controlnets, r.inpaint, D);
+  }
   if (!H) H = m.unet().config().sample_size * scale;
   if (!W) W = m.unet().config().sample_size * scale;
   const int mult = scale * m.unet().config().latent_multiple();
@@ -146,6 +154,7 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
   if (req.steps < 1 || req.steps > 1000) fail("steps must be between 1 and 1000, got ", req.steps);
   if (!std::isfinite(req.guidance_scale)) fail("guidance scale must be a finite number");
   if (req.threads < 0) fail("threads must be positive, got ", req.threads);
+  check_vae_tiling(req.vae_tiling);
   // The dtype is a load-time property (weights are packed in it), as with Flax's from_pretrained.
   if (req.dtype != m.dtype())
     fail("dtype ", dtype_display_name(req.dtype), " needs the model loaded for ",
@@ -380,6 +389,15 @@ TokenizedPrompts tokenize_request(const ResolvedRequest& r, const StableDiffusio
   return tokens;
 }
 
+// The VAE's tiles for this run (pipeline/tiled_decode.h), or nullopt for a whole decode.
+std::optional<VaeTiling> decode_tiling(const ResolvedRequest& r, const StableDiffusionModel& m) {
+  if (r.signature.decoder != Decoder::Vae ||
+      !vae_decode_uses_tiles(r.request.vae_tiling, r.latent_height, r.latent_width, m.vae_scale_factor(),
+                             r.signature.batch))
+    return std::nullopt;
+  return r.request.vae_tiling;
+}
+
 }  // namespace
 
 GenerationResult ShardedPipeline::run(const GenerationRequest& request, const ProgressCallback& progress,
@@ -454,9 +472,11 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
                          r.inpaint.active ? inpaint_hooks(dw.inpaint, *plan.scheduler, plan.initial_state, plan.calls)
                                           : DenoiseHooks{});
   });
+  result.vae_tiles = decode_tiling(r, m);
   phase(Phase::Decode, ModelComponent::Vae, &result.timings.decode, [&](int d) {
+    const VaeTiling* tiles = result.vae_tiles ? &*result.vae_tiles : nullptr;
     work[d].images = s.decoder == Decoder::Tiny ? decode_with_tiny_autoencoder(*m.tiny_autoencoder(), work[d].latents)
-                                                : decode_with_vae(m.vae(), work[d].latents, s.compat);
+                                                : decode_with_vae(m.vae(), work[d].latents, s.compat, tiles);
     if (r.inpaint.active) paste_inpainted(work[d].images, r.inpaint.mask_for(d));
     report(Phase::Decode, d);
   });
