@@ -6,7 +6,8 @@
 //     LSAN_OPTIONS=exitcode=23 build/tests/test_pipeline_slow --gtest_filter='Soak.*'
 // (exit status 23 = a leak). 2026-11-26, 2-core Zen 4 under load ~12: 200 generations in 336 s,
 // 132 completed (all identical to fresh runs), 68 cancelled, RSS 4.9 MiB at start, 34.3 MiB after
-// the first generation, 42.2 MiB at the end (32-49 MiB between); 40 generations under LSan: no leak.
+// the first generation, 42.2 MiB at the end (32-49 MiB between). The same 200 under LSan: 281 s,
+// same counts, RSS 7.9 / 41.9 / 53.8 MiB, no leak reported (exit status 0).
 #include <cstdlib>
 
 #include "soak.h"
