@@ -109,7 +109,7 @@ ImageTile::ImageTile(int index, QWidget* parent) : QFrame(parent), index_(index)
   prompt_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   detail_ = new QLabel;
   detail_->setObjectName(QStringLiteral("tileDetail"));
-  detail_->setStyleSheet(QStringLiteral("color: palette(dark);"));
+  detail_->setForegroundRole(QPalette::PlaceholderText);  // dim in light and dark palettes alike
   detail_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
 
   // The per-image actions float over the picture's corner while the pointer is on the tile.
@@ -152,13 +152,16 @@ ImageTile::ImageTile(int index, QWidget* parent) : QFrame(parent), index_(index)
 void ImageTile::setCaption(const QString& prompt, const QString& detail) {
   prompt_text_ = prompt;
   prompt_->setToolTip(prompt);
-  detail_->setText(detail);
+  detail_text_ = detail;
+  detail_->setToolTip(detail);
   updateElidedPrompt();
 }
 
+// The prompt and the detail line, each elided ("…") to the tile's width rather than cut off.
 void ImageTile::updateElidedPrompt() {
   const QString shown = prompt_text_.isEmpty() ? tr("(empty prompt)") : prompt_text_;
   prompt_->setText(prompt_->fontMetrics().elidedText(shown, Qt::ElideRight, std::max(20, prompt_->width())));
+  detail_->setText(detail_->fontMetrics().elidedText(detail_text_, Qt::ElideRight, std::max(20, detail_->width())));
 }
 
 void ImageTile::resizeEvent(QResizeEvent* event) {

@@ -45,7 +45,7 @@ class ImageTile : public QFrame {
   int index() const { return index_; }
   void setCaption(const QString& prompt, const QString& detail);
   QString promptText() const { return prompt_text_; }
-  QString detailText() const { return detail_->text(); }
+  QString detailText() const { return detail_text_; }  // in full (the label may show it elided)
   void showPlaceholder(const QString& text);
   void showPreview(const QImage& image, int step, int steps);
   void showFinal(const QImage& image);
@@ -79,6 +79,7 @@ class ImageTile : public QFrame {
   int index_;
   bool final_ = false, preview_ = false, flagged_ = false;
   QString prompt_text_;
+  QString detail_text_;
   ImageCanvas* canvas_;
   QLabel *prompt_, *detail_;
   QWidget* actions_;

@@ -8,8 +8,8 @@ PACKAGES=(
   qt6-base-dev libgl-dev
   libeigen3-dev libpng-dev nlohmann-json3-dev libicu-dev libopencv-imgproc-dev libmsgpack-cxx-dev
   libgtest-dev libbenchmark-dev
-  appstream desktop-file-utils
-  clang libclang-rt-14-dev
+  appstream desktop-file-utils xvfb xauth
+  clang libclang-rt-14-dev lld
   libopenmpi-dev openmpi-bin
 )
 

@@ -89,13 +89,15 @@ void copy_other_files(const fs::path& src, const fs::path& dst) {
   for (const auto& e : fs::recursive_directory_iterator(src)) {
     const fs::path rel = fs::relative(e.path(), src);
     if (e.is_directory()) {
-      fs::create_directories(dst / rel);
+      std::error_code ec;
+      fs::create_directories(dst / rel, ec);
+      if (ec) fail("cannot write '", (dst / rel).string(), "': ", ec.message());
       continue;
     }
     const std::string dir = rel.parent_path().string(), ext = e.path().extension().string();
     const bool weights = (ext == ".safetensors" || ext == ".msgpack") &&
                          (dir == "text_encoder" || dir == "unet" || dir == "vae" || dir == "safety_checker");
-    if (!weights) fs::copy_file(e.path(), dst / rel);
+    if (!weights) copy_file_atomic(e.path(), dst / rel);
   }
 }
 
@@ -116,6 +118,7 @@ int run_convert(const std::vector<std::string>& argv) {
     fail("'", src.string(), "' is not a diffusers model folder (no model_index.json)");
   if (fs::exists(dst) && !fs::is_empty(dst)) fail("'", dst.string(), "' exists and is not empty");
   const bool to_flax = to == "flax";
+  OutputFolder folder(dst);  // a conversion that fails part-way leaves nothing behind
   copy_other_files(src, dst);
   for (const Component& c : kComponents) {
     if (std::string(c.dir) == "safety_checker" && !fs::is_directory(src / c.dir)) continue;
@@ -129,6 +132,7 @@ int run_convert(const std::vector<std::string>& argv) {
     std::printf("wrote %s (%zu tensors, from %s)\n", out.string().c_str(), tensors.size(),
                 in.files.front().filename().string().c_str());
   }
+  folder.keep();
   return 0;
 }
 

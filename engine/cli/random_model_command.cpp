@@ -569,8 +569,13 @@ int run_make_random_model(const std::vector<std::string>& args) {
   const fs::path out = opt["--out"];
   if (fs::exists(out) && (!fs::is_directory(out) || !fs::is_empty(out)))
     fail("'", out.string(), "' already exists and is not an empty folder; choose a new --out");
-  if (taesd) return write_random_taesd(out, dtype, seed, configs_only, command);
-  if (controlnet) return write_random_controlnet(out, dtype, seed, configs_only, command);
+  if (taesd || controlnet) {
+    OutputFolder folder(out);  // a model that fails part-way (full disk) leaves nothing behind
+    const int status = taesd ? write_random_taesd(out, dtype, seed, configs_only, command)
+                             : write_random_controlnet(out, dtype, seed, configs_only, command);
+    folder.keep();
+    return status;
+  }
   const Arch arch = arch_named(opt["--arch"]);
   if (layout == "single-file" && !arch.single_file)
     fail("--arch ", arch.name, " has no single-file (ldm) layout: diffusers' converter names no ldm key for "
@@ -578,7 +583,7 @@ int run_make_random_model(const std::vector<std::string>& args) {
   const fs::path tokenizer_from =
       opt.count("--tokenizer-from") ? fs::path(opt["--tokenizer-from"]) : default_tokenizer_dir();
   check_tokenizer_dir(tokenizer_from);
-  fs::create_directories(out);
+  OutputFolder folder(out);
 
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
@@ -608,6 +613,7 @@ int run_make_random_model(const std::vector<std::string>& args) {
           readme(arch, layout, dtype, seed, tokenizer_from, vocab, parameter_count(unet_specs),
                  parameter_count(vae_specs), parameter_count(text_specs), command);
       write_file_atomic(out / "README.md", notes.data(), notes.size());
+      folder.keep();
       std::printf("%s configs (no weights) in '%s'\n", arch.title.c_str(), out.string().c_str());
       return 0;
     }
@@ -642,6 +648,7 @@ int run_make_random_model(const std::vector<std::string>& args) {
       readme(arch, layout, dtype, seed, tokenizer_from, vocab, parameter_count(unet_specs),
              parameter_count(vae_specs), parameter_count(text_specs), command);
   write_file_atomic(out / "README.md", notes.data(), notes.size());
+  folder.keep();
   std::printf("%s random model (%s, %s) in '%s' after %.1f s\n", arch.title.c_str(), layout.c_str(),
               dtype_name(dtype), out.string().c_str(), elapsed());
   return 0;

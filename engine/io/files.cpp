@@ -231,4 +231,43 @@ void write_file_atomic(const std::filesystem::path& path, const void* data, size
   f.commit();
 }
 
+OutputFolder::OutputFolder(const std::filesystem::path& path) : path_(path) {
+  std::error_code ec;
+  existed_ = std::filesystem::exists(path, ec);
+  std::filesystem::create_directories(path, ec);
+  if (ec) fail("cannot write '", path.string(), "': ", ec.message());
+}
+
+OutputFolder::~OutputFolder() {
+  if (keep_) return;
+  std::error_code ec;
+  if (!existed_) {
+    std::filesystem::remove_all(path_, ec);
+    return;
+  }
+  std::vector<std::filesystem::path> entries;
+  for (const auto& e : std::filesystem::directory_iterator(path_, ec)) entries.push_back(e.path());
+  for (const auto& e : entries) std::filesystem::remove_all(e, ec);
+}
+
+void copy_file_atomic(const std::filesystem::path& from, const std::filesystem::path& to) {
+  struct Fd {
+    int fd;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } in{::open(from.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (in.fd < 0) fail("cannot open '", from.string(), "': ", errno_text(errno));
+  AtomicFile out(to);
+  std::vector<char> buffer(1 << 20);
+  for (;;) {
+    const ssize_t n = ::read(in.fd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("cannot read '", from.string(), "': ", errno_text(errno));
+    if (n == 0) break;
+    out.write(buffer.data(), static_cast<size_t>(n));
+  }
+  out.commit();
+}
+
 }  // namespace octodiff

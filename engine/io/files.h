@@ -109,4 +109,26 @@ class AtomicFile {
 
 void write_file_atomic(const std::filesystem::path& path, const void* data, size_t bytes);
 
+// A new folder a command fills file by file (a converted model, a random model): `path` must be
+// missing or empty. Unless keep() is called, the destructor removes everything written into it,
+// and the folder itself if this made it, so a command that fails part-way (full disk, read-only
+// place) leaves nothing half-written behind. Creating the folder throws octodiff::Error naming it.
+class OutputFolder {
+ public:
+  explicit OutputFolder(const std::filesystem::path& path);
+  ~OutputFolder();
+  OutputFolder(const OutputFolder&) = delete;
+  OutputFolder& operator=(const OutputFolder&) = delete;
+  void keep() { keep_ = true; }
+
+ private:
+  std::filesystem::path path_;
+  bool existed_ = false;
+  bool keep_ = false;
+};
+
+// Copies a file through an AtomicFile: `to` appears complete or not at all, and a failure names
+// the file and the reason.
+void copy_file_atomic(const std::filesystem::path& from, const std::filesystem::path& to);
+
 }  // namespace octodiff

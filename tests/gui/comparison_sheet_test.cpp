@@ -154,6 +154,18 @@ class ComparisonSheetTest : public QObject {
     QCOMPARE(meta->seed, int64_t{2});
     QCOMPARE(meta->guidance_scale, 7.5);
     QCOMPARE(meta->devices, 1);
+    QVERIFY(QDir().mkpath(out.filePath("full")));
+    {  // A full disk: both saves fail with the file's name and the reason, leaving nothing behind.
+      FileSizeLimit full(4096);
+      QVERIFY(full.ok());
+      QVERIFY(!view->exportSheet(out.filePath("full/sheet.png"), &error));
+      QVERIFY2(error.contains(out.filePath("full/sheet.png")) && error.contains("File too large"), qPrintable(error));
+      QVERIFY(!view->exportCells(out.filePath("full/cells"), &error));
+      QVERIFY2(error.contains(out.filePath("full/cells")) && error.contains("File too large"), qPrintable(error));
+    }
+    QCOMPARE(QDir(out.filePath("full")).entryList(QDir::Files | QDir::Hidden).size(), 0);
+    QCOMPARE(QDir(out.filePath("full/cells")).entryList(QDir::Files | QDir::Hidden).size(), 0);
+    QVERIFY2(view->exportSheet(out.filePath("full/sheet.png"), &error), qPrintable(error));  // room again
     view->labelledSheet().save(resultsDir() + "/comparison-sheet-tiny.png");
     // The axes are remembered for the next session.
     ComparisonSheetView next;

@@ -190,6 +190,35 @@ class ExportImportTest : public QObject {
     qInfo("disk-full message: %s", qPrintable(w_->errorBanner()->message()));
     QVERIFY(!QFileInfo::exists(out_.filePath("full-disk.png")));  // nothing half-written left behind
   }
+
+  void everyExportUnderAFullDiskFailsCleanlyAndTheAppGoesOn() {
+    QSignalSpy errors(w_.get(), &MainWindow::errorShown);
+    const RunPtr run = w_->lastRun();
+    QDir dir(out_.filePath("full"));
+    QVERIFY(dir.mkpath("."));
+    {
+      FileSizeLimit full(2048);
+      QVERIFY(full.ok());
+      QVERIFY(!w_->exportImage(run, 3, dir.filePath("one.png")));
+      const QString one = w_->errorBanner()->message();
+      QVERIFY(!w_->exportAllImages(dir.filePath("all")));
+      const QString all = w_->errorBanner()->message();
+      qInfo("single image: %s", qPrintable(one));
+      qInfo("all images: %s", qPrintable(all));
+      QVERIFY2(one.contains(dir.filePath("one.png")) && one.contains("File too large"), qPrintable(one));
+      QVERIFY2(all.contains(dir.filePath("all")) && all.contains("File too large"), qPrintable(all));
+    }
+    QCOMPARE(errors.count(), 2);
+    QVERIFY(!QFileInfo::exists(dir.filePath("one.png")));
+    const QStringList left = QDir(dir.filePath("all")).entryList(QDir::Files | QDir::Hidden);
+    QVERIFY2(left.isEmpty(), qPrintable(left.join(", ")));  // no image, complete or partial, no temp file
+    // The app goes on: the same exports work once there is room, and so does the next generation.
+    QVERIFY(w_->exportImage(run, 3, dir.filePath("one.png")));
+    QVERIFY(w_->exportAllImages(dir.filePath("all")));
+    QCOMPARE(QDir(dir.filePath("all")).entryList(QDir::Files).size(), run->imageCount());
+    QVERIFY(w_->generate());
+    QCOMPARE(waitForJob(*w_), std::optional<JobOutcome>(JobOutcome::Completed));
+  }
 };
 
 QTEST_MAIN(ExportImportTest)

@@ -9,6 +9,8 @@
 #include <QTemporaryDir>
 #include <QTest>
 #include <memory>
+#include <csignal>
+#include <sys/resource.h>
 
 #include "main_window.h"
 
@@ -78,5 +80,27 @@ inline std::optional<JobOutcome> waitForJob(MainWindow& w, int timeoutMs = 30000
   if (done.isEmpty()) return std::nullopt;
   return done.takeFirst().at(0).value<JobOutcome>();
 }
+
+// A full disk as every writer of this process sees it while this lives: files cannot grow past
+// `bytes` (RLIMIT_FSIZE; SIGXFSZ ignored, so writes fail with EFBIG as with ENOSPC).
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) : old_handler_(std::signal(SIGXFSZ, SIG_IGN)) {
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    rlimit small = old_;
+    small.rlim_cur = bytes;
+    ok_ = ::setrlimit(RLIMIT_FSIZE, &small) == 0;
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  rlimit old_{};
+  void (*old_handler_)(int);
+  bool ok_ = false;
+};
 
 }  // namespace octodiff::gui::test

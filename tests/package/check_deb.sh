@@ -1,16 +1,27 @@
 #!/usr/bin/env bash
-# The Debian package end to end: build it (packaging/build-deb.sh: x86-64-v3 baseline, its own
-# build tree, incremental after the first time), check its contents and metadata, check apt could
+# The Debian package end to end: make it, check its contents and metadata, check apt could
 # install it here (its Depends resolve), extract it into an empty root and run the app and the CLI
 # from that root on the installed demo model — not the source tree's.
-# Usage: check_deb.sh SOURCE_DIR PACKAGE_BUILD_DIR
+# Usage: check_deb.sh SOURCE_DIR PACKAGE_DIR [BUILT_TREE]
+# Without BUILT_TREE, packaging/build-deb.sh builds the release package in PACKAGE_DIR (x86-64-v3
+# baseline, a full Release build the first time). With BUILT_TREE (a built tree of the same
+# sources: the test suite's own), CPack packages that tree's binaries into PACKAGE_DIR without
+# building anything; the baseline of a real package build is then checked by check_baseline.sh.
 set -euo pipefail
 src=$1
 dir=$2
+built=${3:-}
 id=io.github.octodiff.Octodiff
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-deb=$(bash "$src/packaging/build-deb.sh" "$dir" | tail -n 1)
+if [ -n "$built" ]; then
+  [ -f "$built/CPackConfig.cmake" ] || fail "$built is not a configured build tree (no CPackConfig.cmake)"
+  rm -rf "$dir" && mkdir -p "$dir"
+  cpack --config "$built/CPackConfig.cmake" -G DEB -B "$dir" >/dev/null || fail "cpack failed in $built"
+  deb=$(ls -1t "$dir"/octodiff_*_amd64.deb | head -n 1)
+else
+  deb=$(bash "$src/packaging/build-deb.sh" "$dir" | tail -n 1)
+fi
 [ -f "$deb" ] || fail "build-deb.sh made no package ($deb)"
 echo "package: $deb ($(du -h "$deb" | cut -f1))"
 dpkg-deb --field "$deb" Package Version Architecture Depends

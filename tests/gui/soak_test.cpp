@@ -1,0 +1,107 @@
+// The app's soak: 50 runs through the real window and its GenerationController on the tiny model,
+// settings changing from run to run (prompts, steps, scheduler, batch), a third of them
+// cancelled at a random moment; every run ends Completed or Cancelled (never Failed, no error
+// banner), the buttons come back, and a completed run repeats bit for bit whatever was cancelled
+// in between. Then the window is closed in the middle of a run, and a new window works.
+// RSS at start and end is printed (a report, not asserted).
+#include <QElapsedTimer>
+#include <QFile>
+#include <map>
+#include <random>
+
+#include "gui_test_support.h"
+#include "error_banner.h"
+#include "settings_panel.h"
+
+using namespace octodiff;
+using namespace octodiff::gui;
+using namespace octodiff::gui::test;
+
+namespace {
+
+double rssMib() {
+  QFile status(QStringLiteral("/proc/self/status"));
+  if (!status.open(QIODevice::ReadOnly)) return 0;
+  for (const QByteArray& line : status.readAll().split('\n'))
+    if (line.startsWith("VmRSS:")) return line.mid(6).trimmed().split(' ').at(0).toDouble() / 1024.0;
+  return 0;
+}
+
+}  // namespace
+
+class SoakTest : public QObject {
+  Q_OBJECT
+  std::unique_ptr<QTemporaryDir> settings_dir_;
+
+ private slots:
+  void initTestCase() { settings_dir_ = useTemporarySettings(); }
+
+  void fiftyRunsWithCancelsThenCloseMidRun() {
+    auto w = openWindow();
+    QVERIFY(w->controller()->model());
+    const double rss_start = rssMib();
+    std::mt19937 rng(25);
+    auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+    std::map<QString, std::vector<QImage>> first_images;  // settings → the images of their first completed run
+    int completed = 0, cancelled = 0, repeats = 0;
+    for (int i = 0; i < 50; ++i) {
+      // Few enough combinations that settings come back (and must give the same images again).
+      const int seed = pick(2), steps = 2 + pick(2), scheduler = pick(2) * (w->settingsPanel()->schedulerBox()->count() - 1);
+      const QStringList prompts = pick(2) ? QStringList{"a red circle"} : QStringList{"a red circle", "a blue square"};
+      fillForm(*w, prompts, seed, steps);
+      w->settingsPanel()->schedulerBox()->setCurrentIndex(scheduler);
+      const QString key = QStringLiteral("%1/%2/%3/%4").arg(seed).arg(steps).arg(scheduler).arg(prompts.size());
+      QSignalSpy errors(w.get(), &MainWindow::errorShown);
+      QVERIFY(w->generate());
+      const bool cancel = pick(3) == 0;
+      if (cancel) {
+        QTest::qWait(pick(60));
+        w->cancelButton()->click();
+      }
+      const auto outcome = waitForJob(*w, 120000);
+      QVERIFY2(outcome.has_value(), qPrintable(QStringLiteral("run %1 did not end").arg(i)));
+      QVERIFY2(*outcome != JobOutcome::Failed, qPrintable(w->errorBanner()->message()));
+      QCOMPARE(errors.count(), 0);
+      QVERIFY(w->generateButton()->isEnabled());
+      QVERIFY(!w->cancelButton()->isEnabled());
+      if (*outcome == JobOutcome::Cancelled) {
+        QVERIFY(cancel);
+        ++cancelled;
+        continue;
+      }
+      ++completed;
+      const RunPtr run = w->lastRun();
+      QVERIFY(run);
+      auto [it, first] = first_images.try_emplace(key, run->images);
+      if (!first) {
+        ++repeats;
+        QVERIFY2(it->second == run->images, qPrintable("a repeat differs: " + key));
+      }
+    }
+    const double rss_runs = rssMib();
+    qInfo("[gui soak] 50 runs: %d completed (%d repeats of earlier settings, all identical), %d cancelled; "
+          "RSS start %.1f MiB, end %.1f MiB",
+          completed, repeats, cancelled, rss_start, rss_runs);
+    QVERIFY(completed > 0 && cancelled > 0 && repeats > 0);
+
+    // Closing the window in the middle of a run cancels it and waits for the worker.
+    fillForm(*w, {"closing while running"}, 1, 400);
+    QVERIFY(w->generate());
+    QTest::qWait(200 + pick(300));
+    QVERIFY(w->controller()->isGenerating());
+    QVERIFY(w->close());
+    QVERIFY(!w->controller()->isGenerating());
+    w.reset();
+
+    // A new window in the same process still works.
+    auto again = openWindow();
+    QVERIFY(again->controller()->model());
+    fillForm(*again, {"a red circle"}, 0, 2);
+    QVERIFY(again->generate());
+    QCOMPARE(waitForJob(*again), std::optional<JobOutcome>(JobOutcome::Completed));
+    qInfo("[gui soak] after closing mid-run and opening a new window: RSS %.1f MiB", rssMib());
+  }
+};
+
+QTEST_MAIN(SoakTest)
+#include "soak_test.moc"
