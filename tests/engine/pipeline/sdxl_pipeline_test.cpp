@@ -11,6 +11,7 @@
 #include "io/files.h"
 #include "io/safetensors.h"
 #include "pipeline/sdxl_pipeline.h"
+#include "pipeline/single_file_model.h"
 #include "pipeline/sharded_pipeline.h"
 #include "test_support.h"
 
@@ -248,4 +249,30 @@ TEST(SdxlPipeline, FlaxModeMatchesDiffusersZeroNegativeUpToTheSchedulersSigmas) 
                       steps_ref.slice0(steps_ref.dim(0) - 1, steps_ref.dim(0)).reshaped({2, 4, 16, 16}));
   test::expect_parity("sdxl flax-mode images vs diffusers zero_negative", res.images.reshaped({2, 32, 32, 3}),
                       g->to_f32("zero_negative.images"));
+}
+
+TEST(SdxlSingleFileParts, SdxlConfigsAndBothTokenizers) {
+  // The tiny single file (tests/data/tiny-sdxl/single_file) read as a full-size SDXL base would be:
+  // configs are not in single files, so its parts carry SDXL base's (the tiny weights do not fit
+  // them; models/sdxl_single_file_test.cpp loads them with the tiny configs).
+  const fs::path dir = test::temp_dir("sdxl_single_file_parts");
+  fs::copy_file(sdxl_dir() / "single_file" / "tiny_sdxl.safetensors", dir / "model.safetensors");
+  fs::copy(sdxl_dir() / "tokenizer", dir / "tokenizer", fs::copy_options::recursive);
+  try {
+    load_single_file_parts(dir / "model.safetensors", {});
+    FAIL() << "an SDXL single file without tokenizer_2 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer_2"), std::string::npos) << e.what();
+  }
+  fs::copy(sdxl_dir() / "tokenizer_2", dir / "tokenizer_2", fs::copy_options::recursive);
+  const SingleFileParts parts = load_single_file_parts(dir / "model.safetensors", {});
+  EXPECT_NE(parts.description.find("SDXL"), std::string::npos) << parts.description;
+  ASSERT_TRUE(parts.text_encoder_2);
+  EXPECT_TRUE(parts.text_encoder_2->has("text_projection.weight"));
+  EXPECT_EQ(parts.tokenizer_2_dir, dir / "tokenizer_2");
+  EXPECT_TRUE(parts.unet_config.text_time());
+  EXPECT_EQ(parts.unet_config.cross_attention_dim, 2048);
+  EXPECT_EQ(parts.text_2_config.projection_dim, 1280);
+  EXPECT_DOUBLE_EQ(parts.vae_config.scaling_factor, 0.13025);
+  EXPECT_EQ(scheduler_config_class_name(parts.scheduler_json).value_or(""), "EulerDiscreteScheduler");
 }
