@@ -246,7 +246,7 @@ PackedLayersScope StableDiffusionModel::recorder(ModelComponent c) {
 }
 
 PackedLayerStats StableDiffusionModel::packed_layer_stats(ModelComponent c) const {
-  if (c == ModelComponent::Vae) return {};
+  if (c == ModelComponent::Vae || c == ModelComponent::TextEncoder2) return {};  // recorded for LoRAs only
   return layer_stats_[static_cast<int>(c)];
 }
 
