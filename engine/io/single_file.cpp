@@ -577,9 +577,9 @@ SingleFileCheckpoint open_single_file(const std::filesystem::path& path, bool us
     fail(what, " has two text encoders (CLIP and OpenCLIP); not an SD 1.x/2.x checkpoint");
   if (!sdxl_clip.empty() || !sdxl_open_clip.empty()) {
     if (sdxl_clip.empty() || sdxl_open_clip.empty() || !clip.empty() || !open_clip.empty())
-      fail(what, " has ", sdxl_clip.size(), " tensors under '", kSdxlClipPrefix, "' and ", sdxl_open_clip.size(),
-           " under '", kSdxlOpenClipPrefix, "' (and ", clip.size() + open_clip.size(),
-           " of SD 1.x/2.x text encoders); an SDXL checkpoint has both towers and only those");
+      fail(what, " is an incomplete Stable Diffusion XL checkpoint: it has ", sdxl_clip.size(), " tensors under '",
+           kSdxlClipPrefix, "' and ", sdxl_open_clip.size(), " under '", kSdxlOpenClipPrefix, "' (and ",
+           clip.size() + open_clip.size(), " of SD 1.x/2.x text encoders); SDXL has both towers and only those");
     read_unet(ck, file, unet, ema, use_ema, what);
     if (!vae.empty()) ck.vae = read_vae(file, vae, what);
     ck.text_encoder = read_clip(file, sdxl_clip, what, kSdxlClipPrefix);
