@@ -10,6 +10,9 @@
 // the checkpoint into the page cache first (the packing alone is timed), cold drops it from the
 // page cache first and times a plain read of it too (what the disk alone needs).
 //
+// --arch sdxl gives the same guided-step report on a random full-size SDXL base (both text towers
+// encode, the UNet gets its text_time conditioning; 1024×1024 unless --height/--width say otherwise).
+//
 // --arch sd-turbo | lcm-sd15 reports few-step models instead (few_step.h: one-pass steps, images
 // and a 2×4 grid end to end with the SD VAE and with a tiny autoencoder, issue 20's ratio checks),
 // in the JSON's "few_step" section; the default model is then a random full-size model of that
@@ -45,6 +48,7 @@
 #include "vae_tiling.h"
 #include "pipeline/controlnet.h"
 #include "pipeline/model_hash.h"
+#include "pipeline/sdxl_prompt_encoding.h"
 #include "pipeline/sharded_pipeline.h"
 
 namespace fs = std::filesystem;
@@ -66,7 +70,7 @@ struct Options {
   std::string controlnet;           // ControlNet mode (controlnet.h): a ControlNet folder/file or "random"
   std::string vae_tiling;           // VAE memory mode (vae_tiling.h): on, off or auto
   std::optional<double> img2img;    // --img2img [--strength S]: an image-to-image run beside text-to-image
-  bool steps_given = false;
+  bool steps_given = false, size_given = false;
   std::optional<double> guidance;   // few-step modes: default per --arch
   bool json = false, skip_pipeline = false, skip_vae = false, skip_grid = false, load_only = false;
 };
@@ -78,7 +82,7 @@ struct Options {
                "                      [--dtype f32|bf16] [--repeats N] [--steps S] [--skip-pipeline]\n"
                "                      [--skip-vae] [--first-load warm|cold] [--load-only]\n"
                "                      [--residency auto|minimal|resident] [--json]\n"
-               "                      [--arch sd15|sd-turbo|lcm-sd15] [--taesd PATH|random] [--guidance G] [--skip-grid]\n"
+               "                      [--arch sd15|sdxl|sd-turbo|lcm-sd15] [--taesd PATH|random] [--guidance G] [--skip-grid]\n"
                "                      [--controlnet PATH|random] [--vae-tiling on|off|auto]\n"
                "                      [--img2img [--strength S]]\n"
                "  --img2img:    after the pipeline's text-to-image calls, the same request from an init image at\n"
@@ -89,7 +93,8 @@ struct Options {
                "  --controlnet: the ControlNet report instead (\"controlnet\" in the JSON): a ControlNet's cost per\n"
                "                guided step beside the UNet's; random = a random full-size SD 1.5 ControlNet (made once)\n"
                "  default model: a random full-size model of --arch in $OCTODIFF_CACHE_DIR/models (made when absent)\n"
-               "  --arch:       sd15 (default): the guided-step report below; sd-turbo (1 step, guidance 0) or\n"
+               "  --arch:       sd15 (default): the guided-step report below; sdxl: the same for SDXL base (both\n"
+               "                text towers, text_time UNet; 1024x1024 by default); sd-turbo (1 step, guidance 0) or\n"
                "                lcm-sd15 (4 steps, embedded guidance 8.5): the few-step report (\"few_step\" in the\n"
                "                JSON): networks alone, images and a 2x4 grid end to end, the issue-20 ratio checks;\n"
                "                --steps and --guidance override the architecture's settings; --skip-vae skips the\n"
@@ -121,8 +126,13 @@ Options parse(int argc, char** argv) {
       if (a == "--model") o.model = value();
       else if (a == "--threads") o.threads = std::stoi(value());
       else if (a == "--devices") o.devices = std::stoi(value());
-      else if (a == "--height") o.height = std::stoi(value());
-      else if (a == "--width") o.width = std::stoi(value());
+      else if (a == "--height") {
+        o.height = std::stoi(value());
+        o.size_given = true;
+      } else if (a == "--width") {
+        o.width = std::stoi(value());
+        o.size_given = true;
+      }
       else if (a == "--dtype") o.dtype = value();
       else if (a == "--repeats") o.repeats = std::max(1, std::stoi(value()));
       else if (a == "--steps") {
@@ -133,8 +143,8 @@ Options parse(int argc, char** argv) {
       else if (a == "--controlnet") o.controlnet = value();
       else if (a == "--arch") {
         o.arch = value();
-        if (o.arch != "sd15" && o.arch != "sd-turbo" && o.arch != "lcm-sd15")
-          usage_error("--arch takes sd15, sd-turbo or lcm-sd15");
+        if (o.arch != "sd15" && o.arch != "sdxl" && o.arch != "sd-turbo" && o.arch != "lcm-sd15")
+          usage_error("--arch takes sd15, sdxl, sd-turbo or lcm-sd15");
       }
       else if (a == "--vae-tiling") o.vae_tiling = value();
       else if (a == "--img2img") o.img2img = o.img2img.value_or(0.5);
@@ -157,9 +167,11 @@ Options parse(int argc, char** argv) {
       usage_error("option " + a + " expects a number");
     }
   }
-  if (o.arch == "sd15" && (!o.taesd.empty() || o.guidance || o.skip_grid))
+  const bool guided_report = o.arch == "sd15" || o.arch == "sdxl";
+  if (guided_report && (!o.taesd.empty() || o.guidance || o.skip_grid))
     usage_error("--taesd, --guidance and --skip-grid are for the few-step report (--arch sd-turbo|lcm-sd15)");
-  if (o.arch != "sd15" && o.taesd.empty()) o.taesd = "random";
+  if (!guided_report && o.taesd.empty()) o.taesd = "random";
+  if (o.arch == "sdxl" && !o.size_given) o.height = o.width = 1024;
   if (!o.controlnet.empty() && o.arch != "sd15") usage_error("--controlnet is for --arch sd15");
   if (o.img2img) {
     if (o.arch != "sd15" || o.skip_pipeline) usage_error("--img2img is for the sd15 pipeline report");
@@ -415,6 +427,7 @@ int main(int argc, char** argv) {
     }
 
     const fs::path model_path = o.model.empty() ? random_model(o.arch) : o.model;
+    j["arch"] = o.arch;
     ModelLoadOptions load_options;
     if (!o.taesd.empty()) {
       load_options.tiny_autoencoder = o.taesd == "random" ? random_model("taesd") : fs::path(o.taesd);
@@ -482,7 +495,7 @@ int main(int argc, char** argv) {
       return 0;
     }
 
-    if (o.arch != "sd15") {
+    if (o.arch != "sd15" && o.arch != "sdxl") {
       bench::FewStepOptions f = bench::few_step_defaults(o.arch);
       if (o.steps_given) f.steps = o.steps;
       if (o.guidance) f.guidance = *o.guidance;
@@ -562,6 +575,7 @@ int main(int argc, char** argv) {
     const std::vector<int32_t> cond = model->tokenizer().encode("a photograph of an astronaut riding a horse").ids;
     ids.insert(ids.end(), cond.begin(), cond.end());
     Tensor context;
+    UNetTextTime text_time;  // SDXL: pooled embeddings and time ids of the same two rows
     // Phases as the pipeline runs them: each network's weights are mapped in before it runs and
     // dropped (with the arena's free blocks) after, so only one network is resident at a time.
     auto end_phase = [&](ModelComponent c) {
@@ -570,7 +584,16 @@ int main(int argc, char** argv) {
     };
     model->prefetch(ModelComponent::TextEncoder);
     j["text_encode_seconds"] = steady_median_seconds(o.repeats, [&] {
-      context = model->text_encoder().forward(ids, 2, 77).last_hidden_state;
+      if (!model->is_sdxl()) {
+        context = model->text_encoder().forward(ids, 2, 77).last_hidden_state;
+        return;
+      }
+      const SdxlTokenizedPrompts tokens = tokenize_sdxl_prompts(
+          model->tokenizer(), model->tokenizer_2(), {"a photograph of an astronaut riding a horse"}, {""}, false);
+      SdxlConditioning c = encode_sdxl_device_prompts(model->text_encoder(), model->text_encoder_2(), tokens, 0, 1,
+                                                      true, sdxl_time_ids({}, o.height, o.width));
+      context = std::move(c.context);
+      text_time = std::move(c.text_time);
     });
     end_phase(ModelComponent::TextEncoder);
     model->prefetch(ModelComponent::UNet);
@@ -582,6 +605,9 @@ int main(int argc, char** argv) {
       Tensor x = Tensor::empty({batch, h, w, uc.in_channels});
       for (int n = 0; n < batch; ++n) std::copy(latents.begin(), latents.end(), x.data() + n * latents.numel());
       Tensor ctx = context.slice0(0, batch);
+      const UNetTextTime tt{model->is_sdxl() ? text_time.text_embeds.slice0(0, batch) : Tensor(),
+                            model->is_sdxl() ? text_time.time_ids.slice0(0, batch) : Tensor()};
+      const UNetTextTime* tt_arg = model->is_sdxl() ? &tt : nullptr;
       std::fprintf(stderr, "UNet batch %d at %lldx%lld latents...\n", batch, static_cast<long long>(h),
                    static_cast<long long>(w));
       std::vector<size_t> misses;  // blocks the arena had to get from the system, per call
@@ -590,7 +616,8 @@ int main(int argc, char** argv) {
           o.repeats,
           [&] {
             const size_t before = arena.system_allocations();
-            model->unet().forward_nhwc(x, std::vector<double>(batch, 500.0), ctx, numerics);
+            model->unet().forward_nhwc(x, std::vector<double>(batch, 500.0), ctx, nullptr, numerics, nullptr,
+                                       nullptr, tt_arg);
             misses.push_back(arena.system_allocations() - before);
           },
           &calls);
@@ -614,7 +641,11 @@ int main(int argc, char** argv) {
         const kernels::ScopedBf16Activations split(kernels::Bf16Activations::Split);
         std::vector<double> split_calls;
         j["unet_b2_split_seconds"] = steady_median_seconds(
-            o.repeats, [&] { model->unet().forward_nhwc(x, std::vector<double>(batch, 500.0), ctx, numerics); },
+            o.repeats,
+            [&] {
+              model->unet().forward_nhwc(x, std::vector<double>(batch, 500.0), ctx, nullptr, numerics, nullptr,
+                                         nullptr, tt_arg);
+            },
             &split_calls);
         j["unet_b2_split_call_seconds"] = split_calls;
       }

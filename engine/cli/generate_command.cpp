@@ -6,6 +6,9 @@
 #include <cstdio>
 #include <future>
 #include <random>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -71,6 +74,10 @@ const char* kGenerateUsage =
     "  --devices D               devices (default: number of prompts / batch per device)\n"
     "  --batch-per-device B      images per device (default 1)\n"
     "  --compat flax|diffusers   pipeline semantics (default flax)\n"
+    "  --original-size WxH --crop-top-left TOP,LEFT --target-size WxH\n"
+    "                            SDXL with --compat diffusers: the size conditioning (diffusers'\n"
+    "                            original_size, crops_coords_top_left, target_size; default: the\n"
+    "                            image size, 0,0 and the image size, as Flax always has it)\n"
     "  --rng classic|partitionable   JAX PRNG scheme (default classic = JAX <= 0.4)\n"
     "  --dtype f32|bf16          compute dtype of UNet and VAE (default f32); bf16 loads their\n"
     "                            weights as bfloat16 (a guided run's first UNet call keeps its\n"
@@ -180,6 +187,30 @@ void image_to_image_options(const Args& args, GenerationRequest& req) {
   if (auto p = args.get("posterior-noise")) req.posterior_noise = read_npy(*p);
 }
 
+// "A<sep>B" as two non-negative integers (e.g. "1024x768", "0,64").
+std::pair<int, int> int_pair(const Args& args, const char* name, char sep) {
+  const std::string text = *args.get(name);
+  const size_t at = text.find(sep);
+  try {
+    if (at == std::string::npos) throw std::invalid_argument(text);
+    size_t used_a = 0, used_b = 0;
+    const int a = std::stoi(text.substr(0, at), &used_a), b = std::stoi(text.substr(at + 1), &used_b);
+    if (used_a != at || used_b != text.size() - at - 1 || a < 0 || b < 0 || a > 65536 || b > 65536)
+      throw std::invalid_argument(text);
+    return {a, b};
+  } catch (const std::exception&) {
+    fail("--", name, " expects two non-negative integers as A", sep, "B, got '", text, "'");
+  }
+}
+
+// --original-size WxH, --crop-top-left TOP,LEFT, --target-size WxH (SDXL, diffusers compat).
+void sdxl_size_options(const Args& args, GenerationRequest& req) {
+  SdxlSizeConditioning& s = req.sdxl_size;
+  if (args.get("original-size")) std::tie(s.original_width, s.original_height) = int_pair(args, "original-size", 'x');
+  if (args.get("crop-top-left")) std::tie(s.crop_top, s.crop_left) = int_pair(args, "crop-top-left", ',');
+  if (args.get("target-size")) std::tie(s.target_width, s.target_height) = int_pair(args, "target-size", 'x');
+}
+
 void prompt_options(const Args& args, GenerationRequest& req) {
   req.prompt_syntax = parse_prompt_syntax(args.get_or("prompt-syntax", "plain"));
   req.long_prompts = parse_long_prompts(args.get_or("long-prompts", "truncate"));
@@ -230,7 +261,7 @@ int run_generate(const std::vector<std::string>& argv) {
              "posterior-noise", "prompt-syntax", "long-prompts", "comma-backtrack", "embeddings", "mask-blur",
              "inpaint-area", "inpaint-padding", "masked-posterior-noise", "control-preprocess", "control-start",
              "control-end", "x", "y", "z", "seeds", "prompts-file", "mpi-timeout", "vae-tiling", "vae-tile",
-             "vae-tile-overlap"},
+             "vae-tile-overlap", "original-size", "crop-top-left", "target-size"},
             {"json", "quiet", "help", "no-safety-checker"}, {"prompt", "lora", "init-image", "mask", "controlnet", "control-image"});
   if (args.flag("help")) {
     std::printf("%s%s%s%s", kGenerateUsage, kControlNetUsage, kSheetUsage, kSweepUsage);
@@ -268,6 +299,7 @@ int run_generate(const std::vector<std::string>& argv) {
   req.devices = args.get_int("devices", 0, 1, 64);
   req.batch_per_device = args.get_int("batch-per-device", 1, 1, 64);
   req.compat = parse_compat(args.get_or("compat", "flax"));
+  sdxl_size_options(args, req);
   req.rng = jax::parse_rng_scheme(args.get_or("rng", "classic"));
   req.dtype = parse_dtype_name(args.get_or("dtype", "f32"));
   req.threads = args.get_int("threads", 0, 1, 1024);

@@ -5,6 +5,7 @@
 // component, tensor name, element index), so both layouts hold the same model.
 #include "cli/random_model_command.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -28,14 +29,16 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 const char kUsage[] =
-    "  octodiff-cli make-random-model --arch sd15|sd21|sd21-base|lcm-sd15|sd-turbo|taesd|controlnet-sd15\n"
+    "  octodiff-cli make-random-model --arch sd15|sd21|sd21-base|lcm-sd15|sd-turbo|sdxl|taesd|controlnet-sd15\n"
     "                                 --layout diffusers|single-file --out DIR [--dtype f32|f16|bf16]\n"
     "                                 [--seed N] [--tokenizer-from DIR] [--configs-only]\n"
     "      write a full-size model with deterministic random weights (benchmarks only: it draws noise).\n"
     "      --arch: sd15, sd21 (768-v), sd21-base; lcm-sd15 (an LCM-distilled SD 1.5 UNet:\n"
     "      time_cond_proj_dim 256, LCMScheduler; diffusers layout only); sd-turbo (SD 2.1 at 512x512,\n"
     "      epsilon, EulerDiscreteScheduler with trailing timesteps); controlnet-sd15 (a ControlNetModel for\n"
-    "      SD 1.5, lllyasviel's sd-controlnet architecture; diffusers layout: DIR/config.json + weights).\n"
+    "      SD 1.5, lllyasviel's sd-controlnet architecture; diffusers layout: DIR/config.json + weights);\n"
+    "      sdxl (stable-diffusion-xl-base-1.0: both text towers, text_time UNet, EulerDiscreteScheduler;\n"
+    "      diffusers layout only, with text_encoder_2/ and tokenizer_2/).\n"
     "      diffusers: DIR/{model_index.json,unet,vae,text_encoder,scheduler,tokenizer}/;\n"
     "      single-file: DIR/model.safetensors (ldm keys) and DIR/tokenizer/. DIR must be new or empty.\n"
     "      --dtype f32 (default) | f16 | bf16; --seed (default 0);\n"
@@ -109,6 +112,26 @@ json turbo_euler_scheduler() {
           {"use_karras_sigmas", false}};
 }
 
+// stable-diffusion-xl-base-1.0's scheduler: Euler, epsilon, leading timesteps, offset 1.
+json sdxl_euler_scheduler() {
+  return {{"_class_name", "EulerDiscreteScheduler"},
+          {"_diffusers_version", "0.31.0"},
+          {"beta_end", 0.012},
+          {"beta_schedule", "scaled_linear"},
+          {"beta_start", 0.00085},
+          {"clip_sample", false},
+          {"interpolation_type", "linear"},
+          {"num_train_timesteps", 1000},
+          {"prediction_type", "epsilon"},
+          {"sample_max_value", 1.0},
+          {"set_alpha_to_one", false},
+          {"skip_prk_steps", true},
+          {"steps_offset", 1},
+          {"timestep_spacing", "leading"},
+          {"trained_betas", nullptr},
+          {"use_karras_sigmas", false}};
+}
+
 // ---- Architectures ----
 
 struct Arch {
@@ -124,6 +147,8 @@ struct Arch {
   // carries (readers take SD2 files without one for 768-v models; 875000 marks 2-base).
   bool single_file = true;
   std::optional<int64_t> ldm_global_step;
+  // SDXL: the second text tower (CLIPTextModelWithProjection, text_encoder_2/ + tokenizer_2/).
+  std::optional<ClipTextConfig> text_2;
 };
 
 UNetConfig lcm_unet() {
@@ -154,6 +179,9 @@ std::vector<Arch> architectures() {
        false, std::nullopt},
       {"sd-turbo", F::SD2, ClipTextConfig::sd2(), UNetConfig::sd2(false), vae_at(512), turbo_euler_scheduler(),
        sd, "SD-Turbo (Stable Diffusion 2.1 architecture at 512x512, epsilon)", true, 875000},
+      // The single-file (ldm) layout of SDXL (conditioner.embedders.*) is not written yet.
+      {"sdxl", F::SD1, ClipTextConfig::sd1(), UNetConfig::sdxl(), VaeConfig::sdxl(), sdxl_euler_scheduler(),
+       "StableDiffusionXLPipeline", "Stable Diffusion XL base 1.0", false, std::nullopt, ClipTextConfig::sdxl_bigg()},
   };
 }
 
@@ -179,8 +207,8 @@ const char* torch_dtype(DType t) {
 
 // ---- Config files (key sets of diffusers 0.31 / transformers 4.48, as in tests/data/tiny-sd) ----
 
-json text_encoder_config(const ClipTextConfig& c, DType dtype) {
-  return {{"architectures", {"CLIPTextModel"}},
+json text_encoder_config(const ClipTextConfig& c, DType dtype, bool with_projection = false) {
+  return {{"architectures", {with_projection ? "CLIPTextModelWithProjection" : "CLIPTextModel"}},
           {"attention_dropout", 0.0},
           {"bos_token_id", 0},
           {"eos_token_id", 2},
@@ -195,20 +223,23 @@ json text_encoder_config(const ClipTextConfig& c, DType dtype) {
           {"num_attention_heads", c.num_attention_heads},
           {"num_hidden_layers", c.num_hidden_layers},
           {"pad_token_id", 1},
-          {"projection_dim", c.hidden_size == 1024 ? 512 : 768},
+          {"projection_dim", with_projection ? c.projection_dim : c.hidden_size == 1024 ? 512 : 768},
           {"torch_dtype", torch_dtype(dtype)},
           {"transformers_version", "4.48.0.dev0"},
           {"vocab_size", c.vocab_size}};
 }
 
 json unet_config(const UNetConfig& c, bool sd2) {
-  json heads = sd2 ? json(c.num_heads) : json(c.num_heads[0]);
+  json heads = sd2 || c.text_time() ? json(c.num_heads) : json(c.num_heads[0]);
+  auto or_null = [](int v) { return v > 0 ? json(v) : json(nullptr); };
+  const bool one_layer = std::all_of(c.transformer_layers_per_block.begin(), c.transformer_layers_per_block.end(),
+                                     [](int d) { return d == 1; });
   return {{"_class_name", "UNet2DConditionModel"},
           {"_diffusers_version", "0.31.0"},
           {"act_fn", "silu"},
-          {"addition_embed_type", nullptr},
+          {"addition_embed_type", c.text_time() ? json(c.addition_embed_type) : json(nullptr)},
           {"addition_embed_type_num_heads", 64},
-          {"addition_time_embed_dim", nullptr},
+          {"addition_time_embed_dim", or_null(c.addition_time_embed_dim)},
           {"attention_head_dim", heads},
           {"attention_type", "default"},
           {"block_out_channels", c.block_out_channels},
@@ -238,7 +269,7 @@ json unet_config(const UNetConfig& c, bool sd2) {
           {"num_class_embeds", nullptr},
           {"only_cross_attention", false},
           {"out_channels", c.out_channels},
-          {"projection_class_embeddings_input_dim", nullptr},
+          {"projection_class_embeddings_input_dim", or_null(c.projection_class_embeddings_input_dim)},
           {"resnet_out_scale_factor", 1.0},
           {"resnet_skip_time_act", false},
           {"resnet_time_scale_shift", "default"},
@@ -249,7 +280,7 @@ json unet_config(const UNetConfig& c, bool sd2) {
           {"time_embedding_dim", nullptr},
           {"time_embedding_type", "positional"},
           {"timestep_post_act", nullptr},
-          {"transformer_layers_per_block", 1},
+          {"transformer_layers_per_block", one_layer ? json(1) : json(c.transformer_layers_per_block)},
           {"up_block_types", c.up_block_types},
           {"upcast_attention", c.upcast_attention},
           {"use_linear_projection", c.use_linear_projection}};
@@ -280,6 +311,19 @@ json vae_config(const VaeConfig& c) {
 }
 
 json model_index(const Arch& a) {
+  if (a.text_2)  // StableDiffusionXLPipeline's components (no safety checker)
+    return {{"_class_name", a.pipeline_class},
+            {"_diffusers_version", "0.31.0"},
+            {"feature_extractor", {nullptr, nullptr}},
+            {"force_zeros_for_empty_prompt", true},
+            {"image_encoder", {nullptr, nullptr}},
+            {"scheduler", {"diffusers", a.scheduler["_class_name"]}},
+            {"text_encoder", {"transformers", "CLIPTextModel"}},
+            {"text_encoder_2", {"transformers", "CLIPTextModelWithProjection"}},
+            {"tokenizer", {"transformers", "CLIPTokenizer"}},
+            {"tokenizer_2", {"transformers", "CLIPTokenizer"}},
+            {"unet", {"diffusers", "UNet2DConditionModel"}},
+            {"vae", {"diffusers", "AutoencoderKL"}}};
   return {{"_class_name", a.pipeline_class},
           {"_diffusers_version", "0.31.0"},
           {"feature_extractor", {nullptr, nullptr}},
@@ -420,6 +464,9 @@ std::string readme(const Arch& a, const std::string& layout, DType dtype, uint64
       "- Tokenizer: copied from `", tokenizer.string(), "` (", vocab, " entries). It is NOT the real CLIP ",
       "vocabulary (49408 entries), which is not shipped; its ids are valid rows of the 49408-row token "
       "embedding, so prompts tokenize, but to other ids than with real Stable Diffusion.\n",
+      a.text_2 ? "- Second text encoder (text_encoder_2/, CLIPTextModelWithProjection) and tokenizer_2/ (the same "
+                 "vocabulary, padded with \"!\" as SDXL's).\n"
+               : "",
       "- Made by: `", command, "`\n");
 }
 
@@ -578,8 +625,10 @@ int run_make_random_model(const std::vector<std::string>& args) {
   }
   const Arch arch = arch_named(opt["--arch"]);
   if (layout == "single-file" && !arch.single_file)
-    fail("--arch ", arch.name, " has no single-file (ldm) layout: diffusers' converter names no ldm key for "
-         "its time_embedding.cond_proj; use --layout diffusers");
+    fail("--arch ", arch.name, " has no single-file (ldm) layout",
+         arch.text_2 ? " in Octodiff yet (SDXL's conditioner.embedders.* keys are not written)"
+                     : ": diffusers' converter names no ldm key for its time_embedding.cond_proj",
+         "; use --layout diffusers");
   const fs::path tokenizer_from =
       opt.count("--tokenizer-from") ? fs::path(opt["--tokenizer-from"]) : default_tokenizer_dir();
   check_tokenizer_dir(tokenizer_from);
@@ -593,6 +642,8 @@ int run_make_random_model(const std::vector<std::string>& args) {
   const auto unet = random_tensors(unet_specs, component_seed(seed, 0));
   const auto vae = random_tensors(vae_specs, component_seed(seed, 1));
   const auto text = random_tensors(text_specs, component_seed(seed, 2));
+  const auto text_2_specs = arch.text_2 ? clip_text_projection_parameters(*arch.text_2) : std::vector<ParameterSpec>{};
+  const auto text_2 = random_tensors(text_2_specs, component_seed(seed, 4));
   const std::map<std::string, std::string> metadata = {
       {"format", "pt"},
       {"octodiff", "random weights for benchmarks (make-random-model, seed " + std::to_string(seed) + ")"}};
@@ -607,6 +658,11 @@ int run_make_random_model(const std::vector<std::string>& args) {
                unet_config(arch.unet, arch.family == SingleFileCheckpoint::Family::SD2));
     write_json(out / "vae" / "config.json", vae_config(arch.vae));
     write_json(out / "text_encoder" / "config.json", text_encoder_config(arch.text, dtype));
+    if (arch.text_2) {
+      copy_tokenizer(tokenizer_from, out / "tokenizer_2", /*sd2 ("!" padding)=*/true, arch.text_2->vocab_size);
+      fs::create_directories(out / "text_encoder_2");
+      write_json(out / "text_encoder_2" / "config.json", text_encoder_config(*arch.text_2, dtype, true));
+    }
     if (configs_only) {
       const std::string notes =
           "**Configs only: no weights were written; this folder does not load.**\n\n" +
@@ -622,9 +678,11 @@ int run_make_random_model(const std::vector<std::string>& args) {
       fs::path file;
       const std::vector<DiffusersTensor>* tensors;
     };
-    for (const Part& p : {Part{"text_encoder", out / "text_encoder" / "model.safetensors", &text},
-                          Part{"vae", out / "vae" / "diffusion_pytorch_model.safetensors", &vae},
-                          Part{"unet", out / "unet" / "diffusion_pytorch_model.safetensors", &unet}}) {
+    std::vector<Part> parts{Part{"text_encoder", out / "text_encoder" / "model.safetensors", &text},
+                            Part{"vae", out / "vae" / "diffusion_pytorch_model.safetensors", &vae},
+                            Part{"unet", out / "unet" / "diffusion_pytorch_model.safetensors", &unet}};
+    if (arch.text_2) parts.insert(parts.begin() + 1, Part{"text_encoder_2", out / "text_encoder_2" / "model.safetensors", &text_2});
+    for (const Part& p : parts) {
       write_component(p.file, *p.tensors, dtype, metadata);
       std::printf("wrote %-12s %6.2f GB  (%.1f s)\n", p.label, fs::file_size(p.file) / 1e9, elapsed());
       std::fflush(stdout);

@@ -19,6 +19,8 @@ constexpr std::string_view kVaePrefix = "first_stage_model.";
 constexpr std::string_view kClipPrefix = "cond_stage_model.transformer.";
 constexpr std::string_view kOpenClipPrefix = "cond_stage_model.model.";
 constexpr std::string_view kEmaPrefix = "model_ema.";
+constexpr std::string_view kSdxlClipPrefix = "conditioner.embedders.0.transformer.";
+constexpr std::string_view kSdxlOpenClipPrefix = "conditioner.embedders.1.model.";
 
 bool starts_with(std::string_view s, std::string_view p) {
   return s.substr(0, p.size()) == p;
@@ -176,6 +178,8 @@ RuleTable unet_rules(const UNetLayout& u) {
   RuleTable t;
   t.add("time_embed.0", "time_embedding.linear_1");
   t.add("time_embed.2", "time_embedding.linear_2");
+  t.add("label_emb.0.0", "add_embedding.linear_1");  // SDXL's text_time embedding
+  t.add("label_emb.0.2", "add_embedding.linear_2");
   t.add("input_blocks.0.0", "conv_in");
   const int span = u.layers + 1;  // ldm blocks per level: the resnets, then the resampler
   for (int b = 0; b < u.levels; ++b) {
@@ -450,9 +454,9 @@ std::shared_ptr<WeightSource> read_vae(const std::shared_ptr<SafetensorsFile>& f
 }
 
 std::shared_ptr<WeightSource> read_clip(const std::shared_ptr<SafetensorsFile>& file,
-                                        const std::vector<const TensorRecord*>& recs,
-                                        const std::string& what) {
-  const std::vector<std::string> keys = stripped(recs, kClipPrefix);
+                                        const std::vector<const TensorRecord*>& recs, const std::string& what,
+                                        std::string_view prefix = kClipPrefix) {
+  const std::vector<std::string> keys = stripped(recs, prefix);
   const RuleTable table = clip_rules();
   auto src = std::make_shared<WeightSource>("text encoder (in " + what + ")");
   for (size_t i = 0; i < recs.size(); ++i) add_mapped(*src, file, *recs[i], keys[i], table);
@@ -482,6 +486,39 @@ std::shared_ptr<WeightSource> read_open_clip(const std::shared_ptr<SafetensorsFi
   return src;
 }
 
+// SDXL's OpenCLIP bigG: every block (SDXL takes hidden_states[-2] of the whole tower) and
+// text_projection, stored (hidden, projection) for x @ P: transposed into diffusers'
+// text_projection.weight (projection, hidden). logit_scale is not a text-tower weight.
+std::shared_ptr<WeightSource> read_sdxl_open_clip(const std::shared_ptr<SafetensorsFile>& file,
+                                                  const std::vector<const TensorRecord*>& recs,
+                                                  const std::string& what) {
+  const std::vector<std::string> keys = stripped(recs, kSdxlOpenClipPrefix);
+  const RuleTable table = open_clip_rules(count_of(keys, {"transformer", "resblocks", "#"}));
+  auto src = std::make_shared<WeightSource>("text encoder 2 (in " + what + ")");
+  for (size_t i = 0; i < recs.size(); ++i) {
+    const TensorRecord& rec = *recs[i];
+    if (keys[i] == "logit_scale") {
+      src->add(rec.name, raw_entry(file, rec));
+      src->ignore(rec.name);
+    } else if (keys[i] == "text_projection") {
+      if (rec.shape.size() != 2)
+        fail(what, ": '", rec.name, "' has shape ", shape_str(rec.shape), "; expected (hidden, projection)");
+      WeightSource::Entry e = raw_entry(file, rec);
+      e.shape = {rec.shape[1], rec.shape[0]};
+      e.transform = [](const Tensor& t) {
+        Tensor out = Tensor::empty({t.dim(1), t.dim(0)});
+        for (int64_t r = 0; r < t.dim(0); ++r)
+          for (int64_t c = 0; c < t.dim(1); ++c) out[c * t.dim(0) + r] = t[r * t.dim(1) + c];
+        return out;
+      };
+      src->add("text_projection.weight", e);
+    } else {
+      add_mapped(*src, file, rec, keys[i], table);
+    }
+  }
+  return src;
+}
+
 }  // namespace
 
 std::string ldm_ema_name(const std::string& unet_key) {
@@ -494,13 +531,22 @@ SingleFileCheckpoint open_single_file(const std::filesystem::path& path, bool us
   auto file = SafetensorsFile::open(path);
   const std::string what = "'" + path.string() + "'";
   SingleFileCheckpoint ck;
-  std::vector<const TensorRecord*> unet, vae, clip, open_clip;
+  std::vector<const TensorRecord*> unet, vae, clip, open_clip, sdxl_clip, sdxl_open_clip;
   std::map<std::string, const TensorRecord*> ema;
   for (const TensorRecord& rec : file->tensors()) {
     const std::string& n = rec.name;
-    if (starts_with(n, "conditioner.embedders.") || starts_with(n, "model.diffusion_model.label_emb."))
-      fail(what, " is a Stable Diffusion XL checkpoint (it has '", n,
-           "'); only SD 1.x/2.x single-file checkpoints are supported");
+    if (starts_with(n, kSdxlClipPrefix)) {
+      sdxl_clip.push_back(&rec);
+      continue;
+    }
+    if (starts_with(n, kSdxlOpenClipPrefix)) {
+      sdxl_open_clip.push_back(&rec);
+      continue;
+    }
+    if (starts_with(n, "conditioner."))
+      fail(what, " has the SDXL conditioner tensor '", n, "', which is not SDXL base's (CLIP as "
+           "conditioner.embedders.0.transformer, OpenCLIP as conditioner.embedders.1.model): an SDXL refiner? "
+           "Only SDXL base-style single files are supported");
     if (n == "global_step" && rec.numel() == 1) {
       bool integer = rec.dtype != DType::F16 && rec.dtype != DType::BF16 && rec.dtype != DType::F32 &&
                      rec.dtype != DType::F64;
@@ -529,6 +575,18 @@ SingleFileCheckpoint open_single_file(const std::filesystem::path& path, bool us
          describe_other(*file));
   if (!clip.empty() && !open_clip.empty())
     fail(what, " has two text encoders (CLIP and OpenCLIP); not an SD 1.x/2.x checkpoint");
+  if (!sdxl_clip.empty() || !sdxl_open_clip.empty()) {
+    if (sdxl_clip.empty() || sdxl_open_clip.empty() || !clip.empty() || !open_clip.empty())
+      fail(what, " is an incomplete Stable Diffusion XL checkpoint: it has ", sdxl_clip.size(), " tensors under '",
+           kSdxlClipPrefix, "' and ", sdxl_open_clip.size(), " under '", kSdxlOpenClipPrefix, "' (and ",
+           clip.size() + open_clip.size(), " of SD 1.x/2.x text encoders); SDXL has both towers and only those");
+    read_unet(ck, file, unet, ema, use_ema, what);
+    if (!vae.empty()) ck.vae = read_vae(file, vae, what);
+    ck.text_encoder = read_clip(file, sdxl_clip, what, kSdxlClipPrefix);
+    ck.text_encoder_2 = read_sdxl_open_clip(file, sdxl_open_clip, what);
+    ck.family = Family::SDXL;
+    return ck;
+  }
 
   read_unet(ck, file, unet, ema, use_ema, what);
   if (!vae.empty()) ck.vae = read_vae(file, vae, what);

@@ -37,7 +37,10 @@
 namespace octodiff {
 
 struct SingleFileCheckpoint {
-  enum class Family { SD1, SD2 };
+  // SDXL: CLIP under `conditioner.embedders.0.transformer.`, OpenCLIP bigG (all its blocks, and
+  // text_projection) under `conditioner.embedders.1.model.`, the UNet's `label_emb.0.{0,2}`.
+  // Reading only: write_single_file writes SD1/SD2 layouts.
+  enum class Family { SD1, SD2, SDXL };
   Family family = Family::SD1;
   // The scheduler's prediction type, by diffusers' rule for original checkpoints: SD1 → epsilon;
   // SD2 → v-prediction unless the checkpoint's global_step is 875000 (the 512-pixel 2-base
@@ -52,13 +55,14 @@ struct SingleFileCheckpoint {
   bool used_ema = false;          // EMA weights requested and present
   // Component weights under diffusers names; null when the file has none of that component.
   std::shared_ptr<WeightSource> unet, vae, text_encoder;
+  std::shared_ptr<WeightSource> text_encoder_2;  // SDXL: CLIPTextModelWithProjection's names
   // Top-level tensors that belong to no component and are not known non-weights (reported,
   // not fatal: files often carry stray training state).
   std::vector<std::string> unrecognized;
 };
 
-// Opens and maps the checkpoint. Throws octodiff::Error when the file is not an SD 1.x/2.x
-// single-file checkpoint (SDXL, a diffusers component file, anything without
+// Opens and maps the checkpoint. Throws octodiff::Error when the file is not an SD 1.x/2.x/XL
+// single-file checkpoint (an SDXL refiner, a diffusers component file, anything without
 // `model.diffusion_model.` tensors), naming what was found. With `use_ema`, the UNet uses the
 // `model_ema.` weights when the file has them (used_ema tells); otherwise the regular ones.
 SingleFileCheckpoint open_single_file(const std::filesystem::path& path, bool use_ema = false);

@@ -55,6 +55,19 @@ void require_positive(int v, const char* key, const std::string& what) {
   if (v <= 0 || v > 1'000'000) fail("'", what, "': '", key, "' must be a positive integer, got ", v);
 }
 
+// SDXL's addition_embed_type "text_time" and its two widths; other addition types are refused.
+void read_addition_embedding(const json& j, UNetConfig& c, const std::string& what) {
+  read(j, "addition_embed_type", &c.addition_embed_type, what);
+  if (c.addition_embed_type.empty()) return;
+  refuse_if(c.addition_embed_type != "text_time", what, "addition_embed_type '" + c.addition_embed_type + "'");
+  read(j, "addition_time_embed_dim", &c.addition_time_embed_dim, what);
+  read(j, "projection_class_embeddings_input_dim", &c.projection_class_embeddings_input_dim, what);
+  for (auto [v, k] : {std::pair{c.addition_time_embed_dim, "addition_time_embed_dim"},
+                      {c.projection_class_embeddings_input_dim, "projection_class_embeddings_input_dim"}})
+    if (v <= 0 || v > 1'000'000)
+      fail("'", what, "': addition_embed_type \"text_time\" needs a positive '", k, "', got ", v);
+}
+
 }  // namespace
 
 ClipTextConfig ClipTextConfig::from_json(const std::string& text, const std::string& what) {
@@ -68,7 +81,10 @@ ClipTextConfig ClipTextConfig::from_json(const std::string& text, const std::str
   read(j, "max_position_embeddings", &c.max_position_embeddings, what);
   read(j, "hidden_act", &c.hidden_act, what);
   read(j, "layer_norm_eps", &c.layer_norm_eps, what);
+  read(j, "projection_dim", &c.projection_dim, what);
+  read(j, "eos_token_id", &c.eos_token_id, what);
   for (auto [v, k] : {std::pair{c.vocab_size, "vocab_size"}, {c.hidden_size, "hidden_size"},
+                      {c.projection_dim, "projection_dim"},
                       {c.intermediate_size, "intermediate_size"}, {c.num_hidden_layers, "num_hidden_layers"},
                       {c.num_attention_heads, "num_attention_heads"},
                       {c.max_position_embeddings, "max_position_embeddings"}})
@@ -87,6 +103,17 @@ ClipTextConfig ClipTextConfig::sd1() {
   c.intermediate_size = 3072;
   c.num_hidden_layers = 12;
   c.num_attention_heads = 12;
+  return c;
+}
+
+ClipTextConfig ClipTextConfig::sdxl_bigg() {
+  ClipTextConfig c;
+  c.hidden_size = 1280;
+  c.intermediate_size = 5120;
+  c.num_hidden_layers = 32;
+  c.num_attention_heads = 20;
+  c.hidden_act = "gelu";
+  c.projection_dim = 1280;
   return c;
 }
 
@@ -120,6 +147,7 @@ UNetConfig UNetConfig::from_json(const std::string& text, const std::string& wha
   read(j, "upcast_attention", &c.upcast_attention, what);
   read(j, "time_cond_proj_dim", &c.time_cond_proj_dim, what);
   if (c.time_cond_proj_dim != 0) require_positive(c.time_cond_proj_dim, "time_cond_proj_dim", what);
+  read_addition_embedding(j, c, what);
 
   const size_t n = c.block_out_channels.size();
   if (n == 0 || n > 8) fail("'", what, "': block_out_channels must have 1 to 8 entries");
@@ -157,7 +185,7 @@ UNetConfig UNetConfig::from_json(const std::string& text, const std::string& wha
     auto it = j.find(key);
     return (it == j.end() || it->is_null()) ? std::string() : it->dump();
   };
-  for (const char* key : {"addition_embed_type", "class_embed_type", "encoder_hid_dim",
+  for (const char* key : {"class_embed_type", "encoder_hid_dim", "reverse_transformer_layers_per_block",
                           "encoder_hid_dim_type", "num_class_embeds",
                           "timestep_post_act", "time_embedding_act_fn", "cross_attention_norm"})
     refuse_if(!str_or_null(key).empty(), what, std::string(key) + " = " + str_or_null(key));
@@ -201,6 +229,22 @@ UNetConfig UNetConfig::from_json(const std::string& text, const std::string& wha
 UNetConfig UNetConfig::sd1() {
   UNetConfig c;
   c.cross_attention_dim = 768;
+  return c;
+}
+
+UNetConfig UNetConfig::sdxl() {
+  UNetConfig c;
+  c.sample_size = 128;
+  c.down_block_types = {"DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"};
+  c.up_block_types = {"CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"};
+  c.block_out_channels = {320, 640, 1280};
+  c.cross_attention_dim = 2048;
+  c.transformer_layers_per_block = {1, 2, 10};
+  c.num_heads = {5, 10, 20};
+  c.use_linear_projection = true;
+  c.addition_embed_type = "text_time";
+  c.addition_time_embed_dim = 256;
+  c.projection_class_embeddings_input_dim = 2816;  // pooled 1280 + 6 ids × 256
   return c;
 }
 
@@ -319,6 +363,13 @@ int AutoencoderTinyConfig::decoder_scale_factor() const {
   int f = 1;
   for (size_t i = 1; i < num_decoder_blocks.size(); ++i) f *= upsampling_scaling_factor;
   return f;
+}
+
+VaeConfig VaeConfig::sdxl() {
+  VaeConfig c = sd();
+  c.scaling_factor = 0.13025;
+  c.sample_size = 1024;
+  return c;
 }
 
 VaeConfig VaeConfig::sd() {

@@ -17,10 +17,17 @@ struct ClipTextConfig {
   int max_position_embeddings = 77;
   std::string hidden_act = "quick_gelu";  // quick_gelu | gelu | gelu_new
   double layer_norm_eps = 1e-5;
+  // CLIPTextModelWithProjection (models/clip_text_projection.h): the width of text_projection.
+  int projection_dim = 512;
+  // Where the pooled (EOS) token is: 2, what every config saved before transformers fixed it
+  // holds (SD's and SDXL's), means the first position of the highest id; else the first
+  // position holding this id.
+  int eos_token_id = 2;
 
   static ClipTextConfig from_json(const std::string& text, const std::string& what);
   static ClipTextConfig sd1();  // CLIP ViT-L/14 text tower
   static ClipTextConfig sd2();  // OpenCLIP ViT-H/14 text tower, 23 layers
+  static ClipTextConfig sdxl_bigg();  // SDXL's text_encoder_2: OpenCLIP ViT-bigG/14, projection 1280
   int head_dim() const { return hidden_size / num_attention_heads; }
 };
 
@@ -47,9 +54,18 @@ struct UNetConfig {
   // LCM-distilled UNets: the width of the guidance embedding (`timestep_cond`) that
   // time_embedding.cond_proj maps onto the sinusoidal projection; 0 = none (diffusers: null).
   int time_cond_proj_dim = 0;
+  // SDXL: addition_embed_type "text_time" (empty: none). The pooled text embedding ‖ the
+  // sinusoidal embeddings (addition_time_embed_dim each) of the size/crop ids, a vector of
+  // projection_class_embeddings_input_dim, goes through add_embedding (linear_1, SiLU, linear_2)
+  // and is added to the time embedding.
+  std::string addition_embed_type;
+  int addition_time_embed_dim = 0;
+  int projection_class_embeddings_input_dim = 0;
 
   static UNetConfig from_json(const std::string& text, const std::string& what);
   static UNetConfig sd1();
+  static UNetConfig sdxl();  // stable-diffusion-xl-base-1.0's UNet
+  bool text_time() const { return addition_embed_type == "text_time"; }
   static UNetConfig sd2(bool v_model);  // sample_size 96 for the 768-v model, else 64
   int time_embed_dim() const { return 4 * block_out_channels[0]; }
   // The latent size must be divisible by this (each down block halves it).
@@ -71,6 +87,7 @@ struct VaeConfig {
 
   static VaeConfig from_json(const std::string& text, const std::string& what);
   static VaeConfig sd();  // SD 1.x / 2.x VAE
+  static VaeConfig sdxl();  // SDXL's VAE: SD's architecture, scaling_factor 0.13025
   int scale_factor() const { return 1 << (static_cast<int>(block_out_channels.size()) - 1); }
 };
 

@@ -67,6 +67,9 @@ ControlNetConfig ControlNetConfig::from_json(const std::string& text, const std:
   j["down_block_types"] = down;
   j["up_block_types"] = mirrored_up_blocks(down);
   if (!j.contains("cross_attention_dim")) j["cross_attention_dim"] = 1280;  // ControlNetModel's default
+  if (auto it = j.find("addition_embed_type"); it != j.end() && !it->is_null())
+    fail("'", what, "': unsupported model setting addition_embed_type = ", it->dump(),
+         " (ControlNets for SDXL are not supported yet)");
   c.unet = UNetConfig::from_json(j.dump(), what);
   c.conditioning_channels = value_or(j, "conditioning_channels", 3, what);
   c.conditioning_embedding_out_channels =

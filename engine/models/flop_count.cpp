@@ -36,6 +36,7 @@ double unet_flops(const UNetConfig& c, int64_t batch, int64_t h, int64_t w, int6
   double pixels = static_cast<double>(h) * w;
   double f = conv(pixels, c.in_channels, boc[0]) + linear(1, boc[0], T) + linear(1, T, T);
   if (c.time_cond_proj_dim > 0) f += linear(1, c.time_cond_proj_dim, boc[0]);  // LCM's cond_proj
+  if (c.text_time()) f += linear(1, c.projection_class_embeddings_input_dim, T) + linear(1, T, T);  // SDXL
   double ch = boc[0];
   std::vector<double> skips{ch};
   for (int i = 0; i < n; ++i) {

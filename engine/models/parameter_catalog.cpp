@@ -127,6 +127,13 @@ std::vector<ParameterSpec> clip_text_parameters(const ClipTextConfig& c) {
   return cat.specs;
 }
 
+std::vector<ParameterSpec> clip_text_projection_parameters(const ClipTextConfig& c) {
+  Catalog cat;
+  cat.linear("text_projection", c.hidden_size, c.projection_dim, false);
+  for (ParameterSpec& p : clip_text_parameters(c)) cat.specs.push_back(std::move(p));
+  return cat.specs;
+}
+
 std::vector<ParameterSpec> controlnet_parameters(const ControlNetConfig& config) {
   Catalog cat;
   for (const ParameterSpec& p : unet_parameters(config.unet))
@@ -159,6 +166,10 @@ std::vector<ParameterSpec> unet_parameters(const UNetConfig& c) {
   if (c.time_cond_proj_dim > 0) cat.linear("time_embedding.cond_proj", c.time_cond_proj_dim, boc[0], false);
   cat.linear("time_embedding.linear_1", boc[0], T, true);
   cat.linear("time_embedding.linear_2", T, T, true);
+  if (c.text_time()) {  // SDXL's add_embedding
+    cat.linear("add_embedding.linear_1", c.projection_class_embeddings_input_dim, T, true);
+    cat.linear("add_embedding.linear_2", T, T, true);
+  }
   cat.conv("conv_in", c.in_channels, boc[0], 3);
 
   int64_t out_c = boc[0];

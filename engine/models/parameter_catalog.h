@@ -34,6 +34,8 @@ struct ParameterSpec {
 };
 
 std::vector<ParameterSpec> clip_text_parameters(const ClipTextConfig& config);
+// CLIPTextModelWithProjection (SDXL's text_encoder_2): text_projection, then the text model's.
+std::vector<ParameterSpec> clip_text_projection_parameters(const ClipTextConfig& config);
 std::vector<ParameterSpec> unet_parameters(const UNetConfig& config);
 // `with_encoder = false` lists only what AutoencoderKL::load takes for decoding.
 std::vector<ParameterSpec> vae_parameters(const VaeConfig& config, bool with_encoder = true);

@@ -39,6 +39,11 @@ UNet2DCondition UNet2DCondition::load(WeightSource& w, const UNetConfig& c, kern
     u.time_cond_proj_ = Linear::load(w, "time_embedding.cond_proj", c.time_cond_proj_dim, boc[0], false, precision);
   u.time_linear_1_ = Linear::load(w, "time_embedding.linear_1", boc[0], T, true, precision);
   u.time_linear_2_ = Linear::load(w, "time_embedding.linear_2", T, T, true, precision);
+  if (c.text_time()) {
+    u.add_linear_1_ = Linear::load(w, "add_embedding.linear_1", c.projection_class_embeddings_input_dim, T, true,
+                                   precision);
+    u.add_linear_2_ = Linear::load(w, "add_embedding.linear_2", T, T, true, precision);
+  }
   u.conv_in_ = Conv2d::load_same(w, "conv_in", c.in_channels, boc[0], 3, precision);
 
   u.encoder_ = UNetEncoder::load(w, c, precision);  // down_blocks.*, mid_block.*
@@ -126,6 +131,28 @@ Tensor UNet2DCondition::time_embedding(const Tensor& t_proj, const Tensor* times
   return time_linear_2_(h1);
 }
 
+Tensor UNet2DCondition::text_time_embedding(const UNetTextTime& tt, int64_t N) const {
+  const int64_t D = config_.addition_time_embed_dim, in = config_.projection_class_embeddings_input_dim;
+  if (tt.text_embeds.rank() != 2 || tt.text_embeds.dim(0) != N || tt.time_ids.rank() != 2 || tt.time_ids.dim(0) != N)
+    fail("UNet: text_embeds ", shape_str(tt.text_embeds.shape()), " and time_ids ", shape_str(tt.time_ids.shape()),
+         " must both have ", N, " rows");
+  const int64_t P = tt.text_embeds.dim(1), k = tt.time_ids.dim(1);
+  if (P + k * D != in)
+    fail("UNet: text_embeds of width ", P, " and ", k, " time ids × ", D, " make ", P + k * D,
+         " values; add_embedding takes ", in, " (a text encoder 2 of another width, or another number of ids?)");
+  // add_time_proj of the flattened ids, one sinusoid of D values per id, laid out per sample.
+  std::vector<double> ids(tt.time_ids.begin(), tt.time_ids.end());
+  const Tensor time_embeds = timestep_embedding(ids, D, config_.flip_sin_to_cos, config_.freq_shift);
+  Tensor joined = Tensor::empty({N, in});
+  for (int64_t n = 0; n < N; ++n) {
+    std::memcpy(joined.data() + n * in, tt.text_embeds.data() + n * P, sizeof(float) * P);
+    std::memcpy(joined.data() + n * in + P, time_embeds.data() + n * k * D, sizeof(float) * k * D);
+  }
+  Tensor h = add_linear_1_(joined);
+  kernels::silu(h.data(), h.numel(), h.data());
+  return add_linear_2_(h);
+}
+
 Tensor UNet2DCondition::forward(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
                                 const Numerics& numerics, UNetDebug* debug) const {
   return forward(sample, timesteps, context, nullptr, numerics, debug);
@@ -133,10 +160,11 @@ Tensor UNet2DCondition::forward(const Tensor& sample, const std::vector<double>&
 
 Tensor UNet2DCondition::forward(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
                                 const Tensor* timestep_cond, const Numerics& numerics, UNetDebug* debug,
-                                const UNetResiduals* residuals) const {
+                                const UNetResiduals* residuals, const UNetTextTime* text_time) const {
   if (sample.rank() != 4 || sample.dim(1) != config_.in_channels)
     fail("UNet input has shape ", shape_str(sample.shape()), ", expected N × ", config_.in_channels, " × h × w");
-  return to_nchw(forward_nhwc(to_nhwc(sample), timesteps, context, timestep_cond, numerics, debug, residuals));
+  return to_nchw(
+      forward_nhwc(to_nhwc(sample), timesteps, context, timestep_cond, numerics, debug, residuals, text_time));
 }
 
 Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<double>& timesteps,
@@ -173,7 +201,8 @@ static void add_down_residuals(std::vector<Tensor>& skips, const UNetResiduals& 
 
 Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<double>& timesteps,
                                      const Tensor& context, const Tensor* timestep_cond, const Numerics& numerics,
-                                     UNetDebug* debug, const UNetResiduals* residuals) const {
+                                     UNetDebug* debug, const UNetResiduals* residuals,
+                                     const UNetTextTime* text_time) const {
   const int64_t N = sample.dim(0), h = sample.dim(1), w = sample.dim(2);
   const int m = config_.latent_multiple();
   if (sample.rank() != 4 || sample.dim(3) != config_.in_channels)
@@ -186,6 +215,9 @@ Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<dou
          config_.cross_attention_dim);
 
   check_timestep_cond(timestep_cond, N);
+  if (config_.text_time() != (text_time != nullptr))
+    fail(text_time ? "UNet: text_embeds and time_ids were given, but this UNet has no text_time add_embedding"
+                   : "UNet: this UNet (addition_embed_type \"text_time\", SDXL) needs text_embeds and time_ids");
 
   const int64_t C0 = config_.block_out_channels[0];
   Tensor t_proj = timestep_embedding(timesteps, C0, config_.flip_sin_to_cos, config_.freq_shift);
@@ -193,6 +225,11 @@ Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<dou
   if (debug) {
     debug->time_proj = t_proj;
     debug->time_embedding = temb.clone();
+  }
+  if (text_time) {  // diffusers: emb = emb + aug_emb
+    const Tensor aug = text_time_embedding(*text_time, N);
+    kernels::add(temb.data(), aug.data(), temb.numel(), temb.data());
+    if (debug) debug->add_embedding = aug;
   }
   // Every resnet applies SiLU to the time embedding first; do it once.
   kernels::silu(temb.data(), temb.numel(), temb.data());
@@ -203,7 +240,8 @@ Tensor UNet2DCondition::forward_nhwc(const Tensor& sample, const std::vector<dou
   // first resnet and the first transformer's self-attention run on the distinct samples only,
   // then are copied out. Every kernel computes each sample on its own, in the same order
   // whatever the batch, so this changes no bit.
-  const DistinctSamples distinct = distinct_samples(sample, timesteps, timestep_cond);
+  // (With text_time the time embedding itself tells the samples' conditions apart.)
+  const DistinctSamples distinct = distinct_samples(sample, timesteps, text_time ? &temb : timestep_cond);
   const bool shared = distinct.repeats() && encoder_.can_share_text_free_part();
   if (debug) debug->text_free_samples = shared ? static_cast<int64_t>(distinct.rows.size()) : N;
 

@@ -1,6 +1,7 @@
 // UNet2DConditionModel — the denoiser of Stable Diffusion 1.x/2.x (spec/models.md §2):
 //
-//   temb = time_embedding(sinusoid(t) [+ cond_proj(timestep_cond)]);  x = conv_in(sample)
+//   temb = time_embedding(sinusoid(t) [+ cond_proj(timestep_cond)])
+//          [+ add_embedding(text_embeds ‖ sinusoid(time_ids))  (SDXL's "text_time")];  x = conv_in(sample)
 //   down blocks: resnets (+ transformers on the text), downsample; every output kept as a skip
 //   mid block:   resnet, transformer, resnet
 //   up blocks:   concat [x, skip] → resnet (+ transformer), …, upsample
@@ -20,7 +21,8 @@ namespace octodiff {
 // Intermediate tensors for tests and debugging (NCHW like diffusers' outputs).
 struct UNetDebug {
   Tensor time_proj;       // N × C0 (the sinusoidal embedding)
-  Tensor time_embedding;  // N × 4·C0
+  Tensor time_embedding;  // N × 4·C0 (before the text_time embedding is added)
+  Tensor add_embedding;   // N × 4·C0: SDXL's add_embedding output (text_time UNets only)
   Tensor mid_block_out;   // N × C × h × w
   // Samples the layers before the first cross-attention ran on: fewer than N when the batch
   // repeats a sample at the same timestep (classifier-free guidance), whose copies share them.
@@ -33,6 +35,14 @@ struct UNetDebug {
 struct UNetResiduals {
   std::vector<Tensor> down;  // N × h_k × w_k × C_k, one per skip tensor (12 for SD 1.5)
   Tensor mid;                // N × h × w × C_mid
+};
+
+// SDXL's added conditioning (addition_embed_type "text_time", diffusers' added_cond_kwargs).
+struct UNetTextTime {
+  Tensor text_embeds;  // N × P: the pooled text embedding (text encoder 2's text_embeds)
+  // N × k float32 (SDXL: k = 6): original size (h, w), crop top-left (y, x), target size (h, w);
+  // P + k · addition_time_embed_dim must be projection_class_embeddings_input_dim.
+  Tensor time_ids;
 };
 
 class UNet2DCondition {
@@ -58,12 +68,13 @@ class UNet2DCondition {
   // a null timestep_cond for such a UNet, or a non-null one for a UNet without cond_proj, is an
   // error (diffusers would silently drop the condition in the first case).
   // `residuals` (optional): a ControlNet's, whose shapes must be the skips' and the mid block's.
+  // `text_time`: required exactly when config().text_time() (SDXL), refused otherwise.
   Tensor forward(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
                  const Tensor* timestep_cond, const Numerics& numerics, UNetDebug* debug = nullptr,
-                 const UNetResiduals* residuals = nullptr) const;
+                 const UNetResiduals* residuals = nullptr, const UNetTextTime* text_time = nullptr) const;
   Tensor forward_nhwc(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
                       const Tensor* timestep_cond, const Numerics& numerics, UNetDebug* debug = nullptr,
-                      const UNetResiduals* residuals = nullptr) const;
+                      const UNetResiduals* residuals = nullptr, const UNetTextTime* text_time = nullptr) const;
 
   const UNetConfig& config() const { return config_; }
   kernels::Precision precision() const { return precision_; }
@@ -73,6 +84,9 @@ class UNet2DCondition {
                                    double freq_shift);
   // time_embedding(sinusoid(t) [+ cond_proj(timestep_cond)]) before the resnets' SiLU: N × 4·C0.
   Tensor time_embedding(const Tensor& t_proj, const Tensor* timestep_cond) const;
+  // SDXL: add_embedding(text_embeds ‖ sinusoid(time_ids) per id) — N × 4·C0, what diffusers adds
+  // to the time embedding as aug_emb.
+  Tensor text_time_embedding(const UNetTextTime& text_time, int64_t N) const;
 
  private:
   void check_timestep_cond(const Tensor* timestep_cond, int64_t N) const;
@@ -85,6 +99,7 @@ class UNet2DCondition {
   kernels::Precision precision_ = kernels::Precision::F32;
   Linear time_cond_proj_;  // in = time_cond_proj_dim, out = C0, no bias; unset when the dim is 0
   Linear time_linear_1_, time_linear_2_;
+  Linear add_linear_1_, add_linear_2_;  // SDXL's add_embedding; unset without text_time
   Conv2d conv_in_, conv_out_;
   UNetEncoder encoder_;  // down blocks and mid block (shared with ControlNetModel)
   std::vector<UpLevel> up_;

@@ -51,7 +51,8 @@ Tensor with_extra_channels(const Tensor& input, const Tensor* extra) {
 
 // The noise prediction of call i for latents x (timestep_cond: the embedded guidance, or null).
 Tensor predict_noise(const DenoiseSetup& setup, const SchedulerState& state, const Tensor& x, const Tensor& context,
-                     const Tensor* timestep_cond, int i, const Tensor* extra) {
+                     const Tensor* timestep_cond, int i, const DenoiseHooks& hooks) {
+  const Tensor* extra = hooks.extra_input_channels;
   const Scheduler& scheduler = *setup.scheduler;
   const double t = scheduler.model_timestep(state, i);
   const Tensor input = scheduler.scale_model_input(state, model_batch(setup, x), i);
@@ -73,7 +74,8 @@ Tensor predict_noise(const DenoiseSetup& setup, const SchedulerState& state, con
       setup.residuals ? setup.residuals(i, t, input, context) : std::nullopt;
   const Tensor eps =
       setup.unet->forward_nhwc(with_extra_channels(input, extra), std::vector<double>(input.dim(0), t), context,
-                               timestep_cond, setup.numerics, nullptr, residuals ? &*residuals : nullptr);
+                               timestep_cond, setup.numerics, nullptr, residuals ? &*residuals : nullptr,
+                               hooks.text_time);
   return apply_guidance(setup, eps);
 }
 
@@ -102,7 +104,7 @@ Tensor denoise(const DenoiseSetup& setup, Tensor x, const Tensor& context, const
   for (int i = setup.first_call; i < setup.calls; ++i) {
     check_cancelled();
     const auto t0 = Clock::now();
-    const Tensor eps = predict_noise(setup, state, x, context, timestep_cond, i, hooks.extra_input_channels);
+    const Tensor eps = predict_noise(setup, state, x, context, timestep_cond, i, hooks);
     const Scheduler& scheduler = *setup.scheduler;
     StepResult next = scheduler.needs_noise(state, i) ? scheduler.step(state, eps, i, x, step_noise(noise, i, x))
                                                        : scheduler.step(state, eps, i, x);

@@ -71,6 +71,8 @@ struct DenoiseHooks {
   // Called after each scheduler step of call i with the latents (B, h, w, C), which it may
   // change (the legacy inpainting blend); runs before the StepObserver sees them.
   std::function<void(int call, Tensor& latents)> after_step;
+  // SDXL's added conditioning, rows like the context's ((2B or B)): given to every UNet call.
+  const UNetTextTime* text_time = nullptr;
 };
 
 // Runs calls first_call … calls − 1 on x (B, h, w, C), the initial latents already scaled by

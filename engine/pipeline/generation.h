@@ -58,6 +58,18 @@ struct ControlNetUse {
 ComputeDType parse_dtype_name(const std::string& name);  // "f32"/"float32", "bf16"/"bfloat16"
 std::string dtype_display_name(ComputeDType d);
 
+// SDXL's size conditioning (the UNet's time_ids, pipeline/sdxl_prompt_encoding.h): diffusers'
+// original_size, crops_coords_top_left and target_size. 0 = the image's height/width, no crop.
+// Only under Compat::Diffusers: the Flax pipeline always conditions on (h, w, 0, 0, h, w).
+struct SdxlSizeConditioning {
+  int original_height = 0, original_width = 0;
+  int crop_top = 0, crop_left = 0;
+  int target_height = 0, target_width = 0;
+  bool given() const {
+    return original_height || original_width || crop_top || crop_left || target_height || target_width;
+  }
+};
+
 struct GenerationRequest {
   // One prompt per image, device-major (image i runs on device i / B, slot i % B); a single
   // prompt is used for every image.
@@ -144,6 +156,7 @@ struct GenerationRequest {
   // Run the model's safety checker (pipeline/safety_check.h) when it has one: each image is
   // marked in GenerationResult::nsfw_flagged, never blacked out.
   bool safety_checker = true;
+  SdxlSizeConditioning sdxl_size;  // SDXL models only (see the struct)
 };
 
 // The static part of a request: a new signature compiles a new plan, like a jit re-trace.

@@ -49,6 +49,7 @@ const char* component_name(ModelComponent c) {
     case ModelComponent::TextEncoder: return "text_encoder";
     case ModelComponent::UNet: return "unet";
     case ModelComponent::Vae: return "vae";
+    case ModelComponent::TextEncoder2: return "text_encoder_2";
   }
   return "?";
 }
@@ -123,9 +124,32 @@ auto StableDiffusionModel::load_component(const ModelLoadOptions& o, ModelCompon
   return std::move(*result);
 }
 
+int StableDiffusionModel::load_sdxl_second_text_encoder(const fs::path& root, const ModelLoadOptions& options) {
+  const fs::path te2_dir = root / "text_encoder_2";
+  if (!fs::is_directory(te2_dir)) return 0;
+  const fs::path tok2_dir = require_dir(root, "tokenizer_2");
+  tokenizer_2_ = std::make_shared<ClipTokenizer>(ClipTokenizer::from_folder(tok2_dir));
+  const ComponentWeights te2 = open_component_weights(te2_dir, "model", "flax_model.msgpack", FlaxNaming::Transformers,
+                                                      options.variant, options.prefer_flax);
+  const ClipTextConfig cfg =
+      ClipTextConfig::from_json(read_config(te2_dir, "config.json"), (te2_dir / "config.json").string());
+  text_encoder_2_ = std::make_shared<ClipTextModelWithProjection>(
+      load_component(options, ModelComponent::TextEncoder2, te2.files, *te2.source,
+                     [&] { return ClipTextModelWithProjection::load(*te2.source, cfg); }));
+  for (const auto& f : te2.files) weights_bytes_ += static_cast<int64_t>(fs::file_size(f));
+  if (const fs::path index = root / "model_index.json"; fs::exists(index)) {
+    const auto j = nlohmann::json::parse(read_text_file(index), nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) fail("'", index.string(), "' is not valid JSON");
+    if (auto it = j.find("force_zeros_for_empty_prompt"); it != j.end() && it->is_boolean())
+      force_zeros_for_empty_prompt_ = it->get<bool>();
+  }
+  description_ = "SDXL " + description_;
+  return cfg.hidden_size;
+}
+
 std::vector<std::string> StableDiffusionModel::load_notes() const {
   std::vector<std::string> notes = load_notes_;
-  for (auto c : {ModelComponent::TextEncoder, ModelComponent::UNet, ModelComponent::Vae}) {
+  for (auto c : {ModelComponent::TextEncoder, ModelComponent::UNet, ModelComponent::Vae, ModelComponent::TextEncoder2}) {
     const auto& cache = caches_[static_cast<int>(c)];
     if (!cache || cache->reading()) continue;
     if (std::string w = cache->warning(); !w.empty()) notes.push_back(cat(component_name(c), ": ", w));
@@ -152,6 +176,7 @@ double StableDiffusionModel::wait_for_weight_caches() const {
 void StableDiffusionModel::release(ModelComponent c) const {
   if (resident_) return;
   if (const auto& cache = caches_[static_cast<int>(c)]) cache->release();
+  if (c == ModelComponent::TextEncoder) release(ModelComponent::TextEncoder2);
 }
 
 uint64_t StableDiffusionModel::cached_weight_bytes() const {
@@ -205,6 +230,7 @@ void StableDiffusionModel::decide_residency(const ModelLoadOptions& options) {
 
 void StableDiffusionModel::prefetch(ModelComponent c) const {
   if (const auto& cache = caches_[static_cast<int>(c)]) cache->prefetch();
+  if (c == ModelComponent::TextEncoder) prefetch(ModelComponent::TextEncoder2);
 }
 
 void StableDiffusionModel::keep_sources(const WeightSource& unet, const WeightSource& text_encoder) {
@@ -220,7 +246,7 @@ PackedLayersScope StableDiffusionModel::recorder(ModelComponent c) {
 }
 
 PackedLayerStats StableDiffusionModel::packed_layer_stats(ModelComponent c) const {
-  if (c == ModelComponent::Vae) return {};
+  if (c == ModelComponent::Vae || c == ModelComponent::TextEncoder2) return {};  // recorded for LoRAs only
   return layer_stats_[static_cast<int>(c)];
 }
 
@@ -229,6 +255,7 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::with_loras(
   const std::shared_ptr<const StableDiffusionModel> base = model->base_ ? model->base_ : model;
   if (loras.empty()) return base;
   if (!base->unet_source_ || !base->text_encoder_source_) fail("internal: the model keeps no weight sources");
+  if (base->is_sdxl()) fail("LoRAs for SDXL models are not supported yet ('", base->path_.string(), "')");
   auto m = std::make_shared<StableDiffusionModel>();
   m->path_ = base->path_;
   m->single_file_ = base->single_file_;
@@ -243,7 +270,7 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::with_loras(
   m->default_scheduler_ = base->default_scheduler_;
   m->tiny_autoencoder_ = base->tiny_autoencoder_;
   m->safety_checker_ = base->safety_checker_;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 4; ++i) {
     m->caches_[i] = base->caches_[i];  // release()/prefetch() reach the shared layers
     m->from_cache_[i] = base->from_cache_[i];
   }
@@ -402,6 +429,13 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
           const PackedLayersScope record(model->recorder(ModelComponent::TextEncoder));
           return ClipTextModel::load(*parts.text_encoder, parts.text_config);
         }));
+    if (parts.text_encoder_2) {  // SDXL
+      model->tokenizer_2_ = std::make_shared<ClipTokenizer>(ClipTokenizer::from_folder(parts.tokenizer_2_dir));
+      model->text_encoder_2_ = std::make_shared<ClipTextModelWithProjection>(
+          model->load_component(options, ModelComponent::TextEncoder2, files, *parts.text_encoder_2, [&] {
+            return ClipTextModelWithProjection::load(*parts.text_encoder_2, parts.text_2_config);
+          }));
+    }
     model->set_scheduler_config(parts.scheduler_json, "the single-file scheduler configuration");
     release_freed_heap();
     model->load_tiny_autoencoder(options);
@@ -435,9 +469,15 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
   auto unet_w = unet.source;
   if (unet.flax_dtype) model->description_ = flax_format_description(*unet.flax_dtype);
   auto unet_cfg = UNetConfig::from_json(read_config(unet_dir, "config.json"), (unet_dir / "config.json").string());
-  if (unet_cfg.cross_attention_dim != te_cfg.hidden_size)
-    fail("the UNet expects text embeddings of width ", unet_cfg.cross_attention_dim, " but the text encoder makes ",
-         te_cfg.hidden_size, " (are these components from the same model?)");
+  const int te2_width = model->load_sdxl_second_text_encoder(path, options);  // SDXL: 768 ‖ 1280
+  if (unet_cfg.cross_attention_dim != te_cfg.hidden_size + te2_width)
+    fail("the UNet expects text embeddings of width ", unet_cfg.cross_attention_dim, " but the text encoder",
+         te2_width ? cat("s make ", te_cfg.hidden_size, " + ", te2_width) : cat(" makes ", te_cfg.hidden_size),
+         " (are these components from the same model?)");
+  if (unet_cfg.text_time() != model->is_sdxl())
+    fail(unet_cfg.text_time() ? "the UNet is an SDXL UNet (addition_embed_type \"text_time\") but '"
+                              : "the UNet has no SDXL text_time embedding but '",
+         path.string(), unet_cfg.text_time() ? "' has no text_encoder_2/" : "' has a text_encoder_2/");
   model->keep_sources(*unet_w, *te_w);
   model->unet_ = std::make_shared<UNet2DCondition>(model->load_component(options, ModelComponent::UNet, unet_files, *unet_w, [&] {
     const PackedLayersScope record(model->recorder(ModelComponent::UNet));

@@ -12,6 +12,7 @@
 #include "models/autoencoder_kl.h"
 #include "models/autoencoder_tiny.h"
 #include "models/clip_text_model.h"
+#include "models/clip_text_projection.h"
 #include "models/layers.h"
 #include "models/unet_2d_condition.h"
 #include "pipeline/generation.h"
@@ -81,7 +82,9 @@ struct ModelLoadOptions {
 
 class WeightCacheFile;
 
-enum class ModelComponent { TextEncoder = 0, UNet = 1, Vae = 2 };
+// TextEncoder2: SDXL's second text tower. release()/prefetch() of TextEncoder act on both text
+// encoders (the text-encoding phase uses them together).
+enum class ModelComponent { TextEncoder = 0, UNet = 1, Vae = 2, TextEncoder2 = 3 };
 
 class StableDiffusionModel {
  public:
@@ -119,6 +122,13 @@ class StableDiffusionModel {
 
   const ClipTokenizer& tokenizer() const { return *tokenizer_; }
   const ClipTextModel& text_encoder() const { return *text_encoder_; }
+  // SDXL (a diffusers folder with text_encoder_2/ and tokenizer_2/, pipeline/sdxl_model.cpp):
+  // the second tokenizer and text tower, and model_index.json's force_zeros_for_empty_prompt
+  // (true when absent). text_encoder_2()/tokenizer_2() only when is_sdxl().
+  bool is_sdxl() const { return text_encoder_2_ != nullptr; }
+  const ClipTokenizer& tokenizer_2() const { return *tokenizer_2_; }
+  const ClipTextModelWithProjection& text_encoder_2() const { return *text_encoder_2_; }
+  bool force_zeros_for_empty_prompt() const { return force_zeros_for_empty_prompt_; }
   const UNet2DCondition& unet() const { return *unet_; }
   const AutoencoderKL& vae() const { return *vae_; }
   // The tiny autoencoder ModelLoadOptions::tiny_autoencoder named; null when none was given.
@@ -178,6 +188,9 @@ class StableDiffusionModel {
   void finish_weight_caches_at_normal_priority() const;
   void decide_residency(const ModelLoadOptions& options);
   void load_tiny_autoencoder(const ModelLoadOptions& options);
+  // SDXL: tokenizer_2/ and text_encoder_2/ of the folder `root` when it has them (pipeline/sdxl_model.cpp);
+  // returns the second tower's hidden size (0 when the folder has none) and adds its weight files' bytes.
+  int load_sdxl_second_text_encoder(const std::filesystem::path& root, const ModelLoadOptions& options);
   // Sets scheduler_json_ and default_scheduler_ from a scheduler_config.json text read from `where`.
   void set_scheduler_config(std::string json_text, const std::string& where);
   void keep_sources(const WeightSource& unet, const WeightSource& text_encoder);
@@ -194,6 +207,9 @@ class StableDiffusionModel {
   int64_t weights_bytes_ = 0;
   std::shared_ptr<ClipTokenizer> tokenizer_;
   std::shared_ptr<ClipTextModel> text_encoder_;
+  std::shared_ptr<ClipTokenizer> tokenizer_2_;                       // SDXL only
+  std::shared_ptr<ClipTextModelWithProjection> text_encoder_2_;      // SDXL only
+  bool force_zeros_for_empty_prompt_ = true;
   std::shared_ptr<UNet2DCondition> unet_;
   std::shared_ptr<AutoencoderKL> vae_;
   std::shared_ptr<const AutoencoderTiny> tiny_autoencoder_;
@@ -208,8 +224,8 @@ class StableDiffusionModel {
   PackedLayerStats layer_stats_[2];  // by ModelComponent: TextEncoder, UNet
   std::vector<AppliedLora> loras_;
   std::shared_ptr<const StableDiffusionModel> base_;
-  std::shared_ptr<WeightCacheFile> caches_[3];
-  bool from_cache_[3] = {false, false, false};
+  std::shared_ptr<WeightCacheFile> caches_[4];  // by ModelComponent
+  bool from_cache_[4] = {false, false, false, false};
   bool resident_ = false;
   std::vector<std::string> load_notes_;
   mutable std::once_flag hash_once_;

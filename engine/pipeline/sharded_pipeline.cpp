@@ -17,6 +17,7 @@
 #include "pipeline/image_to_image.h"
 #include "pipeline/latents.h"
 #include "pipeline/prompt_encoding.h"
+#include "pipeline/sdxl_pipeline.h"
 #include "pipeline/tiled_decode.h"
 
 namespace octodiff {
@@ -123,6 +124,7 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
   const int B = req.batch_per_device;
 
   const StableDiffusionModel& m = *model_;
+  check_sdxl_request(m, req);
   if (req.decoder == Decoder::Tiny && !m.tiny_autoencoder())
     fail("the tiny autoencoder decoder (taesd) needs one loaded beside the model "
          "(ModelLoadOptions::tiny_autoencoder; octodiff-cli --taesd PATH)");
@@ -311,6 +313,7 @@ struct DeviceWork {
   Tensor latents;          // B × h × w × C (NHWC, while sampling)
   Tensor images;           // B × H × W × 3
   InpaintDevice inpaint;   // inpainting: what the loop adds (pipeline/inpaint.h)
+  UNetTextTime text_time;  // SDXL: pooled text embeddings and time ids, rows like the context's
   std::vector<double> step_seconds;
 };
 
@@ -424,7 +427,13 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
   result.model_calls = calls_run;
   result.threads_per_device = plan.threads_per_worker;
   result.concurrent_devices = plan.workers;
-  const TokenizedPrompts tokens = tokenize_request(r, m, result);
+  const TokenizedPrompts tokens = m.is_sdxl() ? TokenizedPrompts{} : tokenize_request(r, m, result);
+  std::optional<SdxlTokenizedPrompts> sdxl_tokens;  // pipeline/sdxl_prompt_encoding.h
+  if (m.is_sdxl()) {
+    sdxl_tokens = tokenize_sdxl_prompts(m.tokenizer(), m.tokenizer_2(), r.prompts, r.negative_prompts,
+                                        sdxl_zeros_for_empty_negative(m, s.compat));
+    result.warnings = sdxl_tokens->warnings;
+  }
   result.device_keys = r.request.device_keys.empty()
                            ? jax::split(jax::prng_key(r.request.seed), s.devices, r.request.rng)
                            : r.request.device_keys;
@@ -446,7 +455,14 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
   };
 
   phase(Phase::TextEncode, ModelComponent::TextEncoder, &result.timings.text_encode, [&](int d) {
-    work[d].context = encode_device_prompts(m.text_encoder(), tokens, d, B, s.guidance);
+    if (!sdxl_tokens) {
+      work[d].context = encode_device_prompts(m.text_encoder(), tokens, d, B, s.guidance);
+      return;
+    }
+    SdxlConditioning c = encode_sdxl_device_prompts(m.text_encoder(), m.text_encoder_2(), *sdxl_tokens, d, B,
+                                                    s.guidance, sdxl_time_ids(r.request.sdxl_size, s.height, s.width));
+    work[d].context = std::move(c.context);
+    work[d].text_time = std::move(c.text_time);
   });
   for (const DeviceWork& dw : work) result.context_tokens.push_back(static_cast<int>(dw.context.dim(1)));
   if (!r.init_images.empty()) {  // image-to-image: the VAE encoder makes the start
@@ -467,10 +483,12 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
     DenoiseSetup device_setup = setup;  // with this device's control images
     device_setup.residuals = controlnet_residuals(r.request.controlnets, d, B, s.guidance, plan.first_call, plan.calls,
                                                   plan.numerics);
+    DenoiseHooks hooks = r.inpaint.active
+                             ? inpaint_hooks(dw.inpaint, *plan.scheduler, plan.initial_state, plan.calls)
+                             : DenoiseHooks{};
+    if (sdxl_tokens) hooks.text_time = &dw.text_time;
     dw.latents = denoise(device_setup, std::move(dw.start), dw.context,
-                         device_step_noise(r, plan, result.device_keys[d], d), observe,
-                         r.inpaint.active ? inpaint_hooks(dw.inpaint, *plan.scheduler, plan.initial_state, plan.calls)
-                                          : DenoiseHooks{});
+                         device_step_noise(r, plan, result.device_keys[d], d), observe, hooks);
   });
   result.vae_tiles = decode_tiling(r, m);
   phase(Phase::Decode, ModelComponent::Vae, &result.timings.decode, [&](int d) {

@@ -16,6 +16,24 @@ std::string sd_scheduler_json(bool v_prediction) {
          (v_prediction ? "v_prediction" : "epsilon") + "\"}";
 }
 
+// stable-diffusion-xl-base-1.0's scheduler: Euler, leading timesteps, offset 1.
+const char* kSdxlSchedulerJson = R"({"_class_name": "EulerDiscreteScheduler", "beta_start": 0.00085,
+    "beta_end": 0.012, "beta_schedule": "scaled_linear", "num_train_timesteps": 1000, "steps_offset": 1,
+    "timestep_spacing": "leading", "interpolation_type": "linear", "use_karras_sigmas": false,
+    "prediction_type": "epsilon"})";
+
+// SDXL's configurations and second tower; the tokenizers are found by the caller.
+void sdxl_parts(const SingleFileCheckpoint& ckpt, SingleFileParts& parts) {
+  parts.description = cat("SDXL single-file checkpoint", ckpt.used_ema ? ", EMA weights" : "");
+  parts.text_config = ClipTextConfig::sd1();
+  parts.text_2_config = ClipTextConfig::sdxl_bigg();
+  parts.unet_config = UNetConfig::sdxl();
+  parts.unet_config.in_channels = ckpt.unet_in_channels;
+  parts.vae_config = VaeConfig::sdxl();
+  parts.scheduler_json = kSdxlSchedulerJson;
+  parts.text_encoder_2 = ckpt.text_encoder_2;
+}
+
 }  // namespace
 
 SingleFileParts load_single_file_parts(const fs::path& file, const ModelLoadOptions& options) {
@@ -33,6 +51,8 @@ SingleFileParts load_single_file_parts(const fs::path& file, const ModelLoadOpti
   parts.unet_config.in_channels = ckpt.unet_in_channels;  // 9: an inpainting model (pipeline/inpaint.h)
   parts.vae_config = VaeConfig::sd();
   parts.scheduler_json = sd_scheduler_json(ckpt.v_prediction);
+  const bool sdxl = ckpt.family == SingleFileCheckpoint::Family::SDXL;
+  if (sdxl) sdxl_parts(ckpt, parts);
   for (auto [src, what] : {std::pair{&ckpt.unet, "UNet"}, {&ckpt.vae, "VAE"}, {&ckpt.text_encoder, "text encoder"}})
     if (!*src)
       fail("'", file.string(), "' has no ", what, " weights; Octodiff needs a complete checkpoint "
@@ -47,9 +67,16 @@ SingleFileParts load_single_file_parts(const fs::path& file, const ModelLoadOpti
     parts.tokenizer_dir = file.parent_path() / "tokenizer";
   } else {
     fail("'", file.string(), "' is a single-file checkpoint, which carries no CLIP vocabulary. Give the "
-         "tokenizer folder of a diffusers model of the same family (", sd2 ? "SD 2.x" : "SD 1.x",
+         "tokenizer folder of a diffusers model of the same family (", sdxl ? "SDXL" : sd2 ? "SD 2.x" : "SD 1.x",
          ") with --tokenizer DIR (a folder holding vocab.json and merges.txt), or put such a folder "
          "named 'tokenizer' next to the checkpoint");
+  }
+  if (sdxl) {
+    parts.tokenizer_2_dir = parts.tokenizer_dir.parent_path() / "tokenizer_2";
+    if (!fs::exists(parts.tokenizer_2_dir / "vocab.json"))
+      fail("'", file.string(), "' is an SDXL checkpoint, whose second text encoder needs its own tokenizer "
+           "(SDXL pads with \"!\"): put an SDXL diffusers model's tokenizer_2 folder next to '",
+           parts.tokenizer_dir.string(), "' (expected '", parts.tokenizer_2_dir.string(), "')");
   }
   return parts;
 }

@@ -166,3 +166,38 @@ TEST(RandomModel, RefusesWhatItCannotWrite) {
   EXPECT_NE(r.err.find("AutoencoderTiny folder only"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(dir / "t" / "config.json"));
 }
+
+TEST(RandomModel, SdxlDeclaresBothTextTowersAndTheTextTimeUNet) {
+  const fs::path out = configs_of("sdxl", test::temp_dir("random_model_sdxl"));
+  const UNetConfig unet = UNetConfig::from_json(read_text_file(out / "unet" / "config.json"), "unet/config.json");
+  EXPECT_TRUE(unet.text_time());
+  EXPECT_EQ(unet.addition_time_embed_dim, 256);
+  EXPECT_EQ(unet.projection_class_embeddings_input_dim, 2816);
+  EXPECT_EQ(unet.transformer_layers_per_block, (std::vector<int>{1, 2, 10}));
+  EXPECT_EQ(unet.num_heads, (std::vector<int>{5, 10, 20}));
+  EXPECT_EQ(unet.cross_attention_dim, 2048);
+  EXPECT_EQ(unet.sample_size, 128);  // 1024 × 1024 by default
+  EXPECT_EQ(parameter_count(unet_parameters(unet)), 2'567'463'684);  // SDXL base's published count
+  const ClipTextConfig te1 =
+      ClipTextConfig::from_json(read_text_file(out / "text_encoder" / "config.json"), "text_encoder");
+  const ClipTextConfig te2 =
+      ClipTextConfig::from_json(read_text_file(out / "text_encoder_2" / "config.json"), "text_encoder_2");
+  EXPECT_EQ(te1.hidden_size + te2.hidden_size, 2048);
+  EXPECT_EQ(te2.projection_dim, 1280);
+  EXPECT_EQ(te2.hidden_act, "gelu");
+  EXPECT_EQ(read_json(out / "text_encoder_2" / "config.json")["architectures"][0], "CLIPTextModelWithProjection");
+  EXPECT_EQ(read_json(out / "tokenizer_2" / "special_tokens_map.json")["pad_token"], "!");
+  const json index = read_json(out / "model_index.json");
+  EXPECT_EQ(index["_class_name"], "StableDiffusionXLPipeline");
+  EXPECT_EQ(index["force_zeros_for_empty_prompt"], true);
+  const std::string sched = read_text_file(out / "scheduler" / "scheduler_config.json");
+  EXPECT_EQ(scheduler_config_class_name(sched).value_or(""), "EulerDiscreteScheduler");
+  EXPECT_EQ(SchedulerConfig::from_json(sched, SchedulerKind::Euler).timestep_spacing, TimestepSpacing::Leading);
+  const VaeConfig vae = VaeConfig::from_json(read_text_file(out / "vae" / "config.json"), "vae");
+  EXPECT_DOUBLE_EQ(vae.scaling_factor, 0.13025);
+  // No single-file layout yet: refused with a message.
+  const CliResult r = make_random_model({"--arch", "sdxl", "--layout", "single-file", "--out", "sf"},
+                                        test::temp_dir("random_model_sdxl_single"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("single-file"), std::string::npos) << r.err;
+}

@@ -36,3 +36,19 @@ TEST(FlopCount, TheTextFreePartASharedSampleSaves) {
   no_attention.down_block_types[0] = "DownBlock2D";
   EXPECT_EQ(unet_text_free_flops(no_attention, 64, 64), 0.0);
 }
+
+TEST(FlopCount, SdxlUNetWithItsTextTimeEmbedding) {
+  // SDXL base: the general count (checked on SD 1.5 above) over its three levels, transformer
+  // depths 1/2/10 and 2048-wide context, plus add_embedding (2816 → 1280 → 1280, once per image).
+  const UNetConfig xl = UNetConfig::sdxl();
+  UNetConfig without = xl;
+  without.addition_embed_type.clear();
+  EXPECT_DOUBLE_EQ(unet_flops(xl, 1, 128, 128) - unet_flops(without, 1, 128, 128),
+                   2.0 * 2816 * 1280 + 2.0 * 1280 * 1280);
+  const double at1024 = unet_flops(xl, 1, 128, 128) / 1e9, at512 = unet_flops(xl, 1, 64, 64) / 1e9;
+  std::printf("[flops] SDXL UNet %.2f GFLOP/image at 1024x1024 (guided step %.2f), %.2f at 512x512\n", at1024,
+              2 * at1024, at512);
+  EXPECT_NEAR(at1024, 6761.24, 0.01);  // the figure benchmarks divide by
+  EXPECT_GT(at1024, 4 * at512);        // self-attention grows with the square of the tokens
+  EXPECT_EQ(unet_text_free_flops(xl, 128, 128), 0.0);  // no attention at the first level: nothing shared
+}

@@ -152,6 +152,10 @@ TEST(ParameterCatalog, FullSizeChecksumsMatchTheSpec) {
       {"VAE", vae_parameters(VaeConfig::sd()), 248, 83'653'863},
       {"SD1 text encoder", clip_text_parameters(ClipTextConfig::sd1()), 196, 123'060'480},
       {"SD2 text encoder", clip_text_parameters(ClipTextConfig::sd2()), 23 * 16 + 4, sd2_text},
+      // stable-diffusion-xl-base-1.0: the UNet's published count, and text_encoder_2
+      // (CLIPTextModelWithProjection, 817'720'320 for both towers − SD1's 123'060'480).
+      {"SDXL UNet", unet_parameters(UNetConfig::sdxl()), 1680, 2'567'463'684},
+      {"SDXL text encoder 2", clip_text_projection_parameters(ClipTextConfig::sdxl_bigg()), 32 * 16 + 5, 694'659'840},
   };
   for (const auto& c : cases) {
     std::printf("[checksum] %-18s %4zu tensors %13lld parameters\n", c.label, c.specs.size(),

@@ -1,0 +1,57 @@
+// Stage 1 of the SDXL pipeline (FlaxStableDiffusionXLPipeline.get_embeddings, diffusers'
+// StableDiffusionXLPipeline.encode_prompt): both tokenizers, both text towers.
+//
+//   context     = encoder 1 hidden_states[-2] ‖ encoder 2 hidden_states[-2]   (rows × 77 × (768 + 1280))
+//   text_embeds = encoder 2 text_embeds (its projected EOS token)            (rows × 1280)
+//   time_ids    = (original h, w, crop top, left, target h, w)                (rows × 6)
+//
+// A negative row whose negative prompt is empty is zeros, context and text_embeds alike, when
+// `zero_empty_negative` (the Flax pipeline without neg_prompt_ids; diffusers with negative_prompt
+// None and force_zeros_for_empty_prompt).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "models/clip_text_model.h"
+#include "models/clip_text_projection.h"
+#include "models/unet_2d_condition.h"
+#include "pipeline/generation.h"
+#include "text/clip_tokenizer.h"
+
+namespace octodiff {
+
+// Both tokenizers' ids of every image's prompt and negative prompt (D·B each, device-major).
+struct SdxlTokenizedPrompts {
+  std::vector<std::vector<int32_t>> cond_1, cond_2, uncond_1, uncond_2;
+  std::vector<bool> zero_uncond;  // per image: its negative row is zeros (then uncond_* are unused)
+  int length = 0;                 // 77
+  std::vector<std::string> warnings;
+};
+
+// Plain prompts in one 77-token window (the Flax pipeline's reading); errors name the prompt.
+SdxlTokenizedPrompts tokenize_sdxl_prompts(const ClipTokenizer& tokenizer_1, const ClipTokenizer& tokenizer_2,
+                                           const std::vector<std::string>& prompts,
+                                           const std::vector<std::string>& negative_prompts,
+                                           bool zero_empty_negative);
+
+// The six time ids of an image of height × width: (h, w, 0, 0, h, w) by default; the fields of
+// `size` that are set (non-zero, diffusers' original_size / crops_coords_top_left / target_size)
+// replace theirs. Throws octodiff::Error for negative values.
+std::array<float, 6> sdxl_time_ids(const SdxlSizeConditioning& size, int height, int width);
+
+struct SdxlConditioning {
+  Tensor context;         // rows × 77 × (hidden_1 + hidden_2)
+  UNetTextTime text_time;  // text_embeds rows × projection_dim, time_ids rows × 6
+};
+
+// Device d's UNet conditioning: with guidance the B negative rows then the B prompts' rows
+// ([uncond; cond], rows = 2B, both halves with the same time ids), else the prompts' alone.
+SdxlConditioning encode_sdxl_device_prompts(const ClipTextModel& encoder_1, const ClipTextModelWithProjection& encoder_2,
+                                            const SdxlTokenizedPrompts& tokens, int device, int batch, bool guidance,
+                                            const std::array<float, 6>& time_ids);
+
+}  // namespace octodiff
