@@ -146,11 +146,14 @@ QLayout* ControlNetUnitEditor::buildOptions() {
   end_->setToolTip(tr("The fraction of the steps after which it stops"));
   auto* pre_row = new QHBoxLayout;
   preprocessor_->setToolTip(tr("none: the image as it is (an edge map, a pose, …); canny: OpenCV's edges of it"));
-  pre_row->addWidget(preprocessor_, 1);
-  pre_row->addWidget(new QLabel(tr("Low")));
-  pre_row->addWidget(low_);
-  pre_row->addWidget(new QLabel(tr("High")));
-  pre_row->addWidget(high_);
+  pre_row->addWidget(preprocessor_);
+  pre_row->addStretch(1);
+  auto* canny_row = new QHBoxLayout;
+  canny_row->addWidget(new QLabel(tr("low")));
+  canny_row->addWidget(low_);
+  canny_row->addWidget(new QLabel(tr("high")));
+  canny_row->addWidget(high_);
+  canny_row->addStretch(1);
   auto* weight_row = new QHBoxLayout;
   weight_row->addWidget(scale_);
   weight_row->addWidget(new QLabel(tr("from")));
@@ -161,6 +164,7 @@ QLayout* ControlNetUnitEditor::buildOptions() {
   auto* form = new QFormLayout;
   form->setVerticalSpacing(4);
   form->addRow(tr("Preprocess"), pre_row);
+  form->addRow(tr("Thresholds"), canny_row);
   form->addRow(tr("Scale"), weight_row);
   auto repreprocess = [this] {
     preprocess();
