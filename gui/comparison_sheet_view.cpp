@@ -1,6 +1,7 @@
 #include "comparison_sheet_view.h"
 
 #include <QFileDialog>
+#include <QMouseEvent>
 #include <QHBoxLayout>
 #include <QPixmap>
 #include <QSettings>
@@ -8,8 +9,8 @@
 #include <algorithm>
 
 #include "io/png.h"
-#include "run_record.h"
 #include "sheet_render.h"
+#include "sheet_runs.h"
 
 namespace octodiff::gui {
 namespace {
@@ -137,6 +138,8 @@ void ComparisonSheetView::clearGrid() {
     delete item;
   }
   cells_.clear();
+  cell_runs_.clear();
+  runs_.clear();
   column_labels_.clear();
   row_labels_.clear();
   page_labels_.clear();
@@ -163,6 +166,7 @@ void ComparisonSheetView::beginSheet(const SheetPlan& plan) {
     return axis < static_cast<int>(s.axes.size()) ? QString::fromStdString(s.axes[axis].label(i)) : QString();
   };
   cells_.assign(plan.cells.size(), nullptr);
+  cell_runs_.assign(plan.cells.size(), nullptr);
   for (int z = 0; z < s.size(2); ++z) {
     auto* page = new QWidget;
     auto* v = new QVBoxLayout(page);
@@ -187,6 +191,7 @@ void ComparisonSheetView::beginSheet(const SheetPlan& plan) {
         cell->setAlignment(Qt::AlignCenter);
         cell->setMinimumSize(64, 64);
         cell->setStyleSheet(QStringLiteral("color: palette(mid); border: 1px solid palette(midlight);"));
+        cell->installEventFilter(this);  // a click enlarges it
         grid->addWidget(cell, y + 1, x + 1);
         cells_[plan.cell_index(x, y, z)] = cell;
       }
@@ -211,7 +216,7 @@ void ComparisonSheetView::showCells(const std::vector<int>& cells, const std::ve
     cell->setFixedSize(pixmap.size());  // the cell is as large as its image, no taller
     if (plan_) {
       const SheetCell& c = plan_->cells[cells[i]];
-      cell->setToolTip(tr("seed %1 · guidance %2 · %3 steps\n%4")
+      cell->setToolTip(tr("seed %1 · guidance %2 · %3 steps\n%4\nClick to enlarge")
                            .arg(c.request.seed)
                            .arg(c.request.guidance_scale)
                            .arg(c.request.steps)
@@ -296,6 +301,64 @@ QStringList ComparisonSheetView::pageLabels() const {
   QStringList out;
   for (QLabel* l : page_labels_) out << l->text();
   return out;
+}
+
+}  // namespace octodiff::gui
+
+namespace octodiff::gui {
+
+void ComparisonSheetView::showRun(const std::vector<int>& cells, const RunPtr& run) {
+  if (!run || !plan_) return;
+  runs_.push_back(run);
+  for (size_t d = 0; d < cells.size() && d < run->images.size(); ++d) {
+    if (cells[d] < 0 || cells[d] >= cellCount()) continue;
+    cell_runs_[cells[d]] = sheetCellRun(*plan_, cells[d], *run, static_cast<int>(d));
+    cells_[cells[d]]->setCursor(Qt::PointingHandCursor);
+  }
+  showCells(cells, run->images);
+}
+
+void ComparisonSheetView::showSheet(const std::shared_ptr<const SheetResult>& sheet) {
+  if (!sheet) return;
+  beginSheet(sheet->plan);
+  for (size_t k = 0; k < sheet->runs.size(); ++k)
+    showRun(sheet->plan.runs[k].cells, sheetRunRecord(sheet->plan, static_cast<int>(k), sheet->runs[k]));
+  showResult(sheet);
+}
+
+std::vector<int> ComparisonSheetView::runNumbers() const {
+  std::vector<int> numbers;
+  for (const RunPtr& r : runs_) numbers.push_back(r->number);
+  return numbers;
+}
+
+RunPtr ComparisonSheetView::cellRun(int cell) const {
+  return cell >= 0 && cell < static_cast<int>(cell_runs_.size()) ? cell_runs_[cell] : nullptr;
+}
+
+QString ComparisonSheetView::cellLabel(int cell) const {
+  if (!plan_ || cell < 0 || cell >= static_cast<int>(plan_->cells.size())) return {};
+  const SheetCell& c = plan_->cells[cell];
+  const int at[] = {c.x, c.y, c.z};
+  QStringList parts;
+  for (size_t a = 0; a < plan_->spec.axes.size(); ++a) parts << QString::fromStdString(plan_->spec.axes[a].label(at[a]));
+  return parts.join(QStringLiteral(" · "));
+}
+
+void ComparisonSheetView::enlargeCell(int cell) {
+  if (const RunPtr run = cellRun(cell))
+    emit cellEnlargeRequested(run, tr("Comparison sheet cell %1 of %2 — %3").arg(cell + 1).arg(cellCount()).arg(cellLabel(cell)));
+}
+
+bool ComparisonSheetView::eventFilter(QObject* watched, QEvent* event) {
+  if (event->type() == QEvent::MouseButtonRelease && static_cast<QMouseEvent*>(event)->button() == Qt::LeftButton) {
+    const auto it = std::find(cells_.begin(), cells_.end(), watched);
+    if (it != cells_.end()) {
+      enlargeCell(static_cast<int>(it - cells_.begin()));
+      return true;
+    }
+  }
+  return QWidget::eventFilter(watched, event);
 }
 
 }  // namespace octodiff::gui

@@ -2,9 +2,9 @@
 
 #include <QtConcurrent/QtConcurrent>
 #include <chrono>
-#include <new>
 
 #include "core/error.h"
+#include "failure_message.h"
 #include "pipeline/autoencoder_tiny_loader.h"
 #include "pipeline/export.h"
 
@@ -19,19 +19,6 @@ constexpr auto kPreviewInterval = std::chrono::milliseconds(80);
 template <typename F>
 void postTo(QObject* context, F&& f) {
   QMetaObject::invokeMethod(context, std::forward<F>(f), Qt::QueuedConnection);
-}
-
-QString describeFailure(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::bad_alloc&) {
-    return QStringLiteral(
-        "Out of memory. Try fewer images (devices × batch), a smaller image size, or close other programs.");
-  } catch (const std::exception& ex) {
-    return QString::fromStdString(ex.what());
-  } catch (...) {
-    return QStringLiteral("An unknown error stopped the run.");
-  }
 }
 
 }  // namespace

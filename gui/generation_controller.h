@@ -42,6 +42,7 @@ class GenerationController : public QObject {
   bool isLoading() const { return load_watcher_.isRunning(); }
   bool isGenerating() const { return job_watcher_.isRunning() || sheet_watcher_.isRunning(); }
   bool isBusy() const { return isLoading() || isGenerating(); }
+  bool isRunningSheet() const { return sheet_watcher_.isRunning(); }
   const ProgressTracker& progress() const { return tracker_; }
   double jobSeconds() const { return clock_.isValid() ? clock_.elapsed() / 1000.0 : 0.0; }
   int runsCompleted() const { return runs_completed_; }
@@ -64,7 +65,8 @@ class GenerationController : public QObject {
   bool start(const Job& job);
   // Starts a comparison sheet (generation_controller_sheet.cpp): its runs one after another on
   // the worker, on this model's pipeline (and plan cache); false (with errorOccurred) when busy.
-  // sheetRunFinished follows each run, then sheetFinished or sheetStopped.
+  // sheetRunFinished follows each run (numbered with the other runs; device d of `run` made cell
+  // cells[d]), then sheetFinished or sheetStopped.
   bool startSheet(const SheetPlan& plan);
   void cancel();
   // Blocks until no load or job is running (used when the window closes, after cancel()).
@@ -85,7 +87,7 @@ class GenerationController : public QObject {
   void jobFinished(octodiff::gui::JobOutcome outcome);
   void errorOccurred(const QString& message);
   void busyChanged(bool busy);
-  void sheetRunFinished(int run, const std::vector<int>& cells, const std::vector<QImage>& images);
+  void sheetRunFinished(int index, const std::vector<int>& cells, const octodiff::gui::RunPtr& run);
   void sheetFinished(const std::shared_ptr<const octodiff::SheetResult>& sheet);
   void sheetStopped(octodiff::gui::JobOutcome outcome);  // cancelled or failed (errorOccurred says why)
 

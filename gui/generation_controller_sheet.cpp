@@ -1,11 +1,11 @@
 // GenerationController::startSheet: a comparison sheet's runs on the controller's worker and
 // pipeline (pipeline/comparison_sheet.h), with progress through the same tracker as other jobs.
 #include <QtConcurrent/QtConcurrent>
-#include <new>
 
 #include "core/error.h"
+#include "failure_message.h"
 #include "generation_controller.h"
-#include "pipeline/export.h"
+#include "sheet_runs.h"
 
 namespace octodiff::gui {
 namespace {
@@ -15,16 +15,13 @@ void postToObject(QObject* context, F&& f) {
   QMetaObject::invokeMethod(context, std::forward<F>(f), Qt::QueuedConnection);
 }
 
-QString sheetFailure(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::bad_alloc&) {
-    return QStringLiteral("Out of memory. Try a smaller sheet or image size.");
-  } catch (const std::exception& ex) {
-    return QStringLiteral("Comparison sheet: ") + QString::fromStdString(ex.what());
-  } catch (...) {
-    return QStringLiteral("An unknown error stopped the comparison sheet.");
-  }
+// The controller's wording (failure_message.h), naming the sheet.
+FailureContext sheetFailure() {
+  FailureContext c;
+  c.prefix = QStringLiteral("Comparison sheet: ");
+  c.memoryAdvice = QStringLiteral("Try a smaller sheet or image size.");
+  c.task = QStringLiteral("the comparison sheet");
+  return c;
 }
 
 }  // namespace
@@ -60,13 +57,13 @@ bool GenerationController::startSheet(const SheetPlan& plan) {
     };
     callbacks.progress = [this](const ProgressEvent& e) { postToObject(this, [this, e] { onEngineEvent(e); }); };
     callbacks.run_finished = [this, &plan](int k, const SheetRunResult& r) {
-      std::vector<QImage> images;
-      for (const Image8& im : result_images(r.result)) images.push_back(toQImage(im));
+      std::shared_ptr<RunRecord> record = sheetRunRecord(plan, k, r);
       const std::vector<int> cells = plan.runs[k].cells;
-      postToObject(this, [this, k, cells, images] {
+      postToObject(this, [this, k, cells, record] {
+        record->number = ++runs_completed_;  // numbered with the other runs, for the run history
         tracker_.finishRun();
         emit progressChanged();
-        emit sheetRunFinished(k, cells, images);
+        emit sheetRunFinished(k, cells, RunPtr(record));
       });
     };
     try {
@@ -75,7 +72,7 @@ bool GenerationController::startSheet(const SheetPlan& plan) {
     } catch (const Cancelled&) {
       job->cancelled = true;
     } catch (...) {
-      job->error = sheetFailure(std::current_exception());
+      job->error = describeFailure(std::current_exception(), sheetFailure());
     }
     return nullptr;
   }));

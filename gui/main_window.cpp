@@ -120,6 +120,7 @@ QWidget* MainWindow::buildFormColumn() {
   settings_panel_ = new SettingsPanel;
   progress_ = new ProgressPanel;
   buildFastPanels();
+  buildControlNetPanel();
 
   generate_ = new QPushButton(tr("Generate"));
   generate_->setObjectName(QStringLiteral("generate"));
@@ -169,6 +170,7 @@ QWidget* MainWindow::buildFormColumn() {
   column->addLayout(buttons);
   column->addWidget(section(tr("Progress"), progress_));
   column->addWidget(section(tr("Image to image"), init_panel_));
+  column->addWidget(section(tr("ControlNet"), controlnet_panel_));
   column->addWidget(section(tr("LoRA"), lora_panel_));
   column->addWidget(section(tr("Decoder"), decoder_panel_));
   column->addStretch(1);
@@ -261,6 +263,7 @@ std::optional<GenerationRequest> MainWindow::requestFromForm(QString* error) con
   r.preview = progress_->previewEnabled();
   r.decoder = decoder_panel_->decoder();
   init_panel_->applyTo(&r);  // image to image when there is an init image
+  if (!controlnet_panel_->applyTo(&r, error)) return std::nullopt;
   return r;
 }
 
@@ -286,6 +289,8 @@ bool MainWindow::generateFromForm(bool live) {
   }
   if (!controller_->hasLoras(loras))  // merge them first, then read the form again
     return applyLorasThen(loras, [this, live] { generateFromForm(live); });
+  if (!ControlNetPanel::modelsLoaded(*request))
+    return loadControlNetsThen(request->dtype, [this, live] { generateFromForm(live); });
   if (!live && !settings_panel_->seedLocked()) request->seed = settings_panel_->randomizeSeed();
   return startJob(Job{JobKind::Generate, *request, {request->seed}});
 }
@@ -301,6 +306,8 @@ bool MainWindow::runSeedComparison(JobKind kind, const std::vector<int64_t>& see
   }
   if (!controller_->hasLoras(loras))
     return applyLorasThen(loras, [this, kind, seeds] { runSeedComparison(kind, seeds); });
+  if (!ControlNetPanel::modelsLoaded(*request))
+    return loadControlNetsThen(request->dtype, [this, kind, seeds] { runSeedComparison(kind, seeds); });
   if (kind == JobKind::SeedSweep) {
     request->prompts = {request->prompts.front()};
     request->devices = 1;

@@ -13,6 +13,7 @@
 #include <functional>
 
 #include "app_settings.h"
+#include "controlnet_panel.h"
 #include "decoder_panel.h"
 #include "error_banner.h"
 #include "few_step_panel.h"
@@ -64,6 +65,7 @@ class MainWindow : public QMainWindow {
   LoraPanel* loraPanel() const { return lora_panel_; }
   DecoderPanel* decoderPanel() const { return decoder_panel_; }
   InitImagePanel* initImagePanel() const { return init_panel_; }
+  ControlNetPanel* controlNetPanel() const { return controlnet_panel_; }
   MaskEditor* maskEditor() const { return init_panel_->maskEditor(); }
   RunPtr lastRun() const { return last_run_; }
 
@@ -164,6 +166,11 @@ class MainWindow : public QMainWindow {
   // recorded (the init image itself is not in PNG metadata); `notes`: what could not be.
   void restoreInitFromRun(const RunRecord& run, int index, QStringList* notes);
   void restoreInitFromPng(const InitImageSettings& settings, QStringList* notes);
+  // The ControlNet part (main_window_controlnet.cpp): the panel, its models loaded before a run
+  // (`then` runs once they are in), its settings restored from an image's metadata.
+  void buildControlNetPanel();
+  bool loadControlNetsThen(ComputeDType dtype, std::function<void()> then);
+  void restoreControlNets(const ImageMetadata& metadata, QStringList* notes);
 
   AppSettings settings_;
   size_t shown_load_notes_ = 0;  // the loaded model's load_notes() already shown
@@ -185,6 +192,7 @@ class MainWindow : public QMainWindow {
   LoraPanel* lora_panel_ = nullptr;
   DecoderPanel* decoder_panel_ = nullptr;
   InitImagePanel* init_panel_ = nullptr;
+  ControlNetPanel* controlnet_panel_ = nullptr;
   QTimer lora_apply_timer_;           // a LoRA check or strength changed: merge after a pause
   std::function<void()> pending_run_;  // what waits for the LoRAs being merged
   bool retrying_after_merge_ = false;  // pending_run_ is running: the LoRAs were just merged

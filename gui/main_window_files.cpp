@@ -104,6 +104,7 @@ bool MainWindow::importPng(const QString& path) {
                    .arg(made_with, QString::fromStdString(model->display_name()));
     restoreLorasAndDecoder(imported.metadata, &notes);
     restoreInitFromPng(imported.init, &notes);
+    restoreControlNets(imported.metadata, &notes);
     applyRestoredForm(form, notes, QFileInfo(path).fileName());
     return true;
   } catch (const std::exception& e) {
@@ -119,6 +120,7 @@ void MainWindow::reuseSettings(const RunPtr& run, int index) {
   QStringList notes;
   restoreLorasAndDecoder(m, &notes);
   restoreInitFromRun(*run, index, &notes);
+  restoreControlNets(m, &notes);
   applyRestoredForm(formFromMetadata(m, formState(), &notes), notes,
                     tr("image %1 of run #%2").arg(index + 1).arg(run->number));
 }

@@ -66,6 +66,7 @@ void MainWindow::vary(const RunPtr& run, int index) {
   const ImageMetadata m = describe_image(run->request, run->result, *run->model, index / B, index % B);
   QStringList notes;
   restoreLorasAndDecoder(m, &notes);
+  restoreControlNets(m, &notes);
   FormState form = formFromMetadata(m, formState(), &notes);
   form.seed_locked = settings_panel_->seedLocked();  // Vary keeps the user's seed habit
   form.request.devices = 0;                          // the variations count (or the prompts) sets it

@@ -75,8 +75,12 @@ void ResultGridView::rebuild(int count) {
     grid_->addWidget(tile, i / cols_, i % cols_);
     tiles_.push_back(tile);
   }
-  for (int r = 0; r < rows_; ++r) grid_->setRowStretch(r, 1);
-  for (int c = 0; c < cols_; ++c) grid_->setColumnStretch(c, 1);
+  if (sized_) {
+    sizeTiles(image_size_);
+  } else {
+    for (int r = 0; r < rows_; ++r) grid_->setRowStretch(r, 1);
+    for (int c = 0; c < cols_; ++c) grid_->setColumnStretch(c, 1);
+  }
   empty_->setVisible(false);
   tiles_area_->setVisible(true);
 }
@@ -109,10 +113,45 @@ void ResultGridView::showRun(const RunPtr& run) {
   batch_ = run->batch();
   if (tileCount() != run->imageCount()) rebuild(run->imageCount());
   run_ = run;
+  if (sized_ && !run->images.empty()) {
+    image_size_ = run->images[0].size();
+    sizeTiles(image_size_);
+  }
   for (int i = 0; i < tileCount(); ++i) {
     tiles_[i]->setCaption(run->prompt(i), detail(run->seed(), i, devices_, batch_));
     tiles_[i]->showFinal(run->images[i]);
     tiles_[i]->setFlagged(i < static_cast<int>(run->result.nsfw_flagged.size()) && run->result.nsfw_flagged[i]);
+  }
+}
+
+}  // namespace octodiff::gui
+
+namespace octodiff::gui {
+
+QSize ResultGridView::shownSize(const QSize& image) {
+  const int side = std::max(image.width(), image.height());
+  if (side <= 0) return {kSmallestShownSide, kSmallestShownSide};
+  if (side > kLargestShownSide) return image.scaled(kLargestShownSide, kLargestShownSide, Qt::KeepAspectRatio);
+  return image * std::max(1, kSmallestShownSide / side);
+}
+
+void ResultGridView::setTilesSizedToImages(bool sized) {
+  sized_ = sized;
+  auto* column = static_cast<QVBoxLayout*>(layout());
+  column->setStretchFactor(tiles_area_, sized ? 0 : 1);
+  if (sized) {
+    column->addStretch(1);  // the tiles at the top, the room left below them
+    grid_->setAlignment(Qt::AlignTop | Qt::AlignLeft);
+  }
+  rebuild(tileCount());
+}
+
+void ResultGridView::sizeTiles(const QSize& image) {
+  const QSize shown = shownSize(image);
+  for (ImageTile* t : tiles_) {
+    if (auto* canvas = t->findChild<ImageCanvas*>()) canvas->setFixedSize(shown);
+    t->setSizePolicy(QSizePolicy::Fixed, QSizePolicy::Fixed);
+    grid_->setAlignment(t, Qt::AlignTop | Qt::AlignLeft);
   }
 }
 

@@ -1,6 +1,9 @@
 // ResultGridView: the images of one run as a grid (2×4 for eight, fewer adapt — the engine's
 // grid_shape), each tile labelled with its prompt and seed/device. While the run is going the
 // tiles show the live preview of each device's latents; clicking a finished tile enlarges it.
+// The tiles share the room the view gets, or — sized to their images (the seed comparison's
+// columns) — are as large as their images (small ones enlarged by a whole factor to at least
+// kSmallestShownSide, large ones shrunk to kLargestShownSide), packed at the top left.
 #pragma once
 
 #include <QGridLayout>
@@ -29,6 +32,10 @@ class ResultGridView : public QWidget {
   // The run ended without images (cancelled or failed): the placeholders say so.
   void markStopped(const QString& message);
   void setTitle(const QString& title);  // shown above the grid when not empty
+  static constexpr int kSmallestShownSide = 128, kLargestShownSide = 256;
+  void setTilesSizedToImages(bool sized);
+  // The picture's size in a tile sized to an image of `image` pixels.
+  static QSize shownSize(const QSize& image);
   QString title() const { return title_->text(); }
 
   RunPtr run() const { return run_; }
@@ -46,6 +53,7 @@ class ResultGridView : public QWidget {
 
  private:
   void rebuild(int count);
+  void sizeTiles(const QSize& image);  // sized mode: every tile's picture for images of that size
   static QString detail(int64_t seed, int index, int devices, int batch);
 
   QLabel* title_;
@@ -55,6 +63,8 @@ class ResultGridView : public QWidget {
   std::vector<ImageTile*> tiles_;
   RunPtr run_;
   int devices_ = 1, batch_ = 1, rows_ = 0, cols_ = 0;
+  bool sized_ = false;
+  QSize image_size_{64, 64};  // sized mode: the last run's images (placeholders take their size)
 };
 
 }  // namespace octodiff::gui

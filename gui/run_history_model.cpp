@@ -2,6 +2,7 @@
 
 #include <QBrush>
 #include <QColor>
+#include <algorithm>
 
 #include "progress_tracker.h"
 
@@ -13,6 +14,8 @@ void RunHistoryModel::addRun(const RunRecord& run) {
   r.time = run.finished_at;
   r.kind = run.kind;
   r.seed = run.seed();
+  r.index_in_job = run.index_in_job;
+  r.runs_in_job = run.runs_in_job;
   r.images = run.imageCount();
   r.model_calls = run.result.model_calls;
   r.signature = QString::fromStdString(run.result.signature.str());
@@ -22,6 +25,30 @@ void RunHistoryModel::addRun(const RunRecord& run) {
   beginInsertRows({}, at, at);
   rows_.push_back(r);
   endInsertRows();
+}
+
+void RunHistoryModel::attachSheet(const std::vector<int>& numbers, const std::shared_ptr<const SheetResult>& sheet) {
+  if (!sheet) return;
+  kept_sheets_.push_back(sheet);
+  std::shared_ptr<const SheetResult> dropped;
+  if (static_cast<int>(kept_sheets_.size()) > kKeptSheets) {
+    dropped = kept_sheets_.front();
+    kept_sheets_.erase(kept_sheets_.begin());
+  }
+  for (int i = 0; i < rowCount(); ++i) {
+    Row& r = rows_[i];
+    const bool mine = std::find(numbers.begin(), numbers.end(), r.number) != numbers.end();
+    if (mine) r.sheet = sheet;
+    if (dropped && r.sheet == dropped) {
+      r.sheet.reset();
+      r.sheet_dropped = true;
+    }
+    if (mine || r.sheet_dropped) emit dataChanged(index(i, 0), index(i, ColumnCount - 1));
+  }
+}
+
+std::shared_ptr<const SheetResult> RunHistoryModel::sheetAt(int i) const {
+  return i >= 0 && i < rowCount() ? rows_[i].sheet : nullptr;
 }
 
 int RunHistoryModel::rowCount(const QModelIndex& parent) const {
@@ -43,6 +70,10 @@ QVariant RunHistoryModel::data(const QModelIndex& index, int role) const {
                : QVariant(Qt::AlignLeft | Qt::AlignVCenter);
   if (role == Qt::ForegroundRole && index.column() == Plan)
     return QBrush(r.compiled ? QColor(176, 96, 0) : QColor(0, 128, 64));
+  if (role == Qt::ToolTipRole && index.column() == Kind && r.kind == JobKind::Sheet)
+    return r.sheet           ? tr("Double-click to show this comparison sheet again")
+           : r.sheet_dropped ? tr("Only the last %1 sheets are kept to be shown again").arg(kKeptSheets)
+                             : tr("This comparison sheet did not finish");
   if (role == Qt::ToolTipRole && index.column() == Plan)
     return r.compiled ? tr("First run of this signature: the plan was compiled, then run")
                       : tr("The plan of this signature came from the cache: no compile");
@@ -53,7 +84,7 @@ QVariant RunHistoryModel::data(const QModelIndex& index, int role) const {
     case Time:
       return r.time.toString(QStringLiteral("HH:mm:ss"));
     case Kind:
-      return jobKindName(r.kind);
+      return r.kind == JobKind::Sheet ? tr("Sheet %1/%2").arg(r.index_in_job + 1).arg(r.runs_in_job) : jobKindName(r.kind);
     case Seed:
       return QString::number(r.seed);
     case Images:

@@ -32,6 +32,8 @@ QString jobKindName(JobKind kind) {
       return QStringLiteral("Seed comparison");
     case JobKind::SeedSweep:
       return QStringLiteral("Seed sweep");
+    case JobKind::Sheet:
+      return QStringLiteral("Sheet");
   }
   return {};
 }

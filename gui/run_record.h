@@ -17,8 +17,9 @@ namespace octodiff::gui {
 
 using ModelPtr = std::shared_ptr<const StableDiffusionModel>;
 
-// What the worker is asked to do: one run, or several runs that differ only in the seed.
-enum class JobKind { Generate, SeedComparison, SeedSweep };
+// What the worker is asked to do: one run, or several runs that differ only in the seed. Sheet:
+// a run of a comparison sheet (GenerationController::startSheet, sheet_runs.h), not a Job.
+enum class JobKind { Generate, SeedComparison, SeedSweep, Sheet };
 
 struct Job {
   JobKind kind = JobKind::Generate;

@@ -125,8 +125,8 @@ void SeedComparisonView::beginJob(JobKind kind, const std::vector<int64_t>& seed
     auto* view = new ResultGridView;
     view->setObjectName(QStringLiteral("seedColumn%1").arg(k));
     view->setTitle(tr("Seed %1").arg(seeds[k]));
+    view->setTilesSizedToImages(true);
     view->clear(tr("queued"));
-    view->setMinimumWidth(kind == JobKind::SeedSweep ? 150 : 360);
     connect(view, &ResultGridView::enlargeRequested, this, &SeedComparisonView::enlargeRequested);
     connect(view, &ResultGridView::saveRequested, this, &SeedComparisonView::saveRequested);
     connect(view, &ResultGridView::copyRequested, this, &SeedComparisonView::copyRequested);
@@ -141,11 +141,13 @@ void SeedComparisonView::beginJob(JobKind kind, const std::vector<int64_t>& seed
     auto* holder = new QWidget;
     auto* v = new QVBoxLayout(holder);
     v->setContentsMargins(0, 0, 0, 0);
-    v->addWidget(view, 1);
+    v->addWidget(view);
     v->addWidget(save, 0, Qt::AlignHCenter);
-    strip_layout_->addWidget(holder, 1);
+    v->addStretch(1);
+    strip_layout_->addWidget(holder);
     columns_.push_back(view);
   }
+  strip_layout_->addStretch(1);
 }
 
 void SeedComparisonView::beginRun(int index, const QStringList& prompts, int devices, int batch) {

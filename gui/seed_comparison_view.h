@@ -1,6 +1,7 @@
 // SeedComparisonView: the same prompts with several seeds, one grid per seed side by side with
 // the seed above it; or a seed sweep — one prompt, one image per seed, in a row. Each seed is one
-// pipeline run on the worker; runs after the first reuse the compiled plan.
+// pipeline run on the worker; runs after the first reuse the compiled plan. The tiles are sized to
+// their images (ResultGridView::setTilesSizedToImages), the columns packed from the left.
 #pragma once
 
 #include <QComboBox>

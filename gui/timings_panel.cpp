@@ -49,6 +49,9 @@ TimingsPanel::TimingsPanel(QWidget* parent) : QWidget(parent) {
   table_->horizontalHeader()->setStretchLastSection(true);
   table_->setWordWrap(false);
   table_->setColumnHidden(RunHistoryModel::Time, false);
+  connect(table_, &QTableView::doubleClicked, this, [this](const QModelIndex& index) {
+    if (auto sheet = model_->sheetAt(index.row())) emit sheetReopenRequested(sheet);
+  });
 
   auto* row = new QHBoxLayout(this);
   row->setContentsMargins(6, 6, 6, 6);

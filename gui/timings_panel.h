@@ -1,6 +1,7 @@
 // TimingsPanel: where the time went. For the last run: compile (first run of a new signature) or
 // cached plan, and the inference breakdown (text encoding, denoising per step, decoding); below,
-// the history of every run since the app started (RunHistoryModel in a table).
+// the history of every run since the app started (RunHistoryModel in a table; double-clicking a
+// finished comparison sheet's run asks for the sheet again).
 #pragma once
 
 #include <QLabel>
@@ -22,6 +23,9 @@ class TimingsPanel : public QWidget {
   QTableView* table() const { return table_; }
   QString planText() const { return plan_->text(); }  // "compiled …" or "cached …"
   QString breakdownText() const { return breakdown_->text(); }
+
+ signals:
+  void sheetReopenRequested(const std::shared_ptr<const octodiff::SheetResult>& sheet);
 
  private:
   RunHistoryModel* model_;

@@ -54,6 +54,7 @@ struct ControlNetUse {
   // to the generation size with Lanczos; in [0, 1] (x / 255) as the ControlNet takes them.
   std::vector<Image8> images;
   std::string preprocessor = "none";  // what made the images from the user's (metadata: A1111 "Module")
+  double threshold_a = 100, threshold_b = 200;  // its thresholds (canny: low, high), for metadata
 };
 ComputeDType parse_dtype_name(const std::string& name);  // "f32"/"float32", "bf16"/"bfloat16"
 std::string dtype_display_name(ComputeDType d);

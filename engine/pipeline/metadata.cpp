@@ -65,7 +65,8 @@ ImageMetadata describe_image(const GenerationRequest& request, const GenerationR
   m.comma_backtrack = request.comma_backtrack;
   for (const auto& e : result.embeddings) m.embeddings.push_back({e.name, cached_file_sha256(e.path).substr(0, 12)});
   for (const ControlNetUse& c : request.controlnets)
-    m.controlnets.push_back({c.name, c.preprocessor, c.scale, c.guidance_start, c.guidance_end});
+    m.controlnets.push_back({c.name, c.preprocessor, c.scale, c.guidance_start, c.guidance_end, c.threshold_a,
+                             c.threshold_b});
   m.injected_latents = request.latents.has_value();
   m.version = OCTODIFF_VERSION;
   if (d < 0) {
@@ -101,7 +102,7 @@ std::string controlnet_text(const ImageMetadata::ControlNet& c) {
     return t.find_first_of(".e") == std::string::npos ? t + ".0" : t;
   };
   std::string text = cat("Module: ", c.module, ", Model: ", c.name, ", Weight: ", py(c.weight));
-  if (c.module == "canny") text += ", Threshold A: 100.0, Threshold B: 200.0";
+  if (c.module == "canny") text += cat(", Threshold A: ", py(c.threshold_a), ", Threshold B: ", py(c.threshold_b));
   return text + cat(", Guidance Start: ", py(c.guidance_start), ", Guidance End: ", py(c.guidance_end));
 }
 
@@ -209,9 +210,15 @@ std::string metadata_json(const ImageMetadata& m) {
     j["loras"] = json::array();
     for (const auto& l : m.loras) j["loras"].push_back({{"name", l.name}, {"strength", l.strength}, {"hash", l.hash}});
   }
-  for (const auto& c : m.controlnets)
-    j["controlnets"].push_back({{"name", c.name}, {"module", c.module}, {"weight", c.weight},
-                                {"guidance_start", c.guidance_start}, {"guidance_end", c.guidance_end}});
+  for (const auto& c : m.controlnets) {
+    json unit = {{"name", c.name}, {"module", c.module}, {"weight", c.weight},
+                 {"guidance_start", c.guidance_start}, {"guidance_end", c.guidance_end}};
+    if (c.module == "canny") {
+      unit["threshold_a"] = c.threshold_a;
+      unit["threshold_b"] = c.threshold_b;
+    }
+    j["controlnets"].push_back(unit);
+  }
   return j.dump();
 }
 
@@ -273,7 +280,8 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
     if (j.contains("controlnets"))
       for (const auto& c : j.at("controlnets"))
         m.controlnets.push_back({c.value("name", ""), c.value("module", "none"), c.value("weight", 1.0),
-                                 c.value("guidance_start", 0.0), c.value("guidance_end", 1.0)});
+                                 c.value("guidance_start", 0.0), c.value("guidance_end", 1.0),
+                                 c.value("threshold_a", 100.0), c.value("threshold_b", 200.0)});
     if (j.contains("loras"))
       for (const auto& l : j.at("loras"))
         m.loras.push_back({l.at("name").get<std::string>(), l.at("strength").get<float>(), l.value("hash", "")});
@@ -305,6 +313,8 @@ ImageMetadata::ControlNet parse_controlnet_text(std::string value) {
     else if (k == "Weight") c.weight = std::stod(v);
     else if (k == "Guidance Start") c.guidance_start = std::stod(v);
     else if (k == "Guidance End") c.guidance_end = std::stod(v);
+    else if (k == "Threshold A") c.threshold_a = std::stod(v);
+    else if (k == "Threshold B") c.threshold_b = std::stod(v);
   }
   return c;
 }

@@ -82,11 +82,13 @@ struct ImageMetadata {
   std::vector<Embedding> embeddings;
   // ControlNets of the run (GenerationRequest::controlnets). In the A1111 text, as the
   // sd-webui-controlnet extension writes them: `ControlNet 0: "Module: canny, Model: NAME,
-  // Weight: 0.8, Guidance Start: 0.0, Guidance End: 1.0"` (plus `Threshold A: 100, Threshold B:
-  // 200` for canny); in the JSON, "controlnets": [{name, module, weight, guidance_start, guidance_end}].
+  // Weight: 0.8, Guidance Start: 0.0, Guidance End: 1.0"` (plus `Threshold A: 100.0, Threshold B:
+  // 200.0` for canny); in the JSON, "controlnets": [{name, module, weight, guidance_start,
+  // guidance_end}] (plus threshold_a, threshold_b for canny).
   struct ControlNet {
     std::string name, module = "none";
     double weight = 1.0, guidance_start = 0.0, guidance_end = 1.0;
+    double threshold_a = 100, threshold_b = 200;  // canny's low and high thresholds
   };
   std::vector<ControlNet> controlnets;
   bool injected_latents = false;

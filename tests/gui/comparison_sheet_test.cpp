@@ -5,6 +5,7 @@
 
 #include "gui_test_support.h"
 #include "io/png.h"
+#include "pipeline/export.h"
 #include "pipeline/metadata.h"
 #include "sheet_render.h"
 
@@ -173,6 +174,82 @@ class ComparisonSheetTest : public QObject {
     QCOMPARE(next.axisText(1), QString("seed=1-2"));
     QCOMPARE(next.axisText(2), QString());
     w_->grab().save(resultsDir() + "/comparison-sheet-tab.png");
+  }
+
+  // A click on a cell opens it in the image dialog: the cell's image, with the metadata of the
+  // single run it equals (the cell PNG's).
+  void clickingACellEnlargesIt() {
+    ComparisonSheetView* view = w_->comparisonSheet();
+    const auto sheet = view->result();
+    QVERIFY(sheet);
+    const int cell = 3;  // x = guidance 7.5, y = seed 2
+    QVERIFY(w_->findChildren<ImageDialog*>().isEmpty());
+    QTest::mouseClick(view->cell(cell), Qt::LeftButton);
+    const auto dialogs = w_->findChildren<ImageDialog*>();
+    QCOMPARE(dialogs.size(), 1);
+    ImageDialog* dialog = dialogs[0];
+    qInfo("dialog: %s", qPrintable(dialog->windowTitle()));
+    QVERIFY(dialog->windowTitle().contains("cell 4 of 4") && dialog->windowTitle().contains("guidance 7.5 · seed 2"));
+    const QImage expected = toQImage(sheet_cell_images(*sheet)[cell]);
+    const QImage shown = dialog->findChild<QLabel*>("enlargedImage")->pixmap().toImage();
+    QCOMPARE(shown.size(), expected.size() * dialog->zoom());
+    QCOMPARE(shown.scaled(expected.size(), Qt::IgnoreAspectRatio, Qt::FastTransformation)
+                 .convertToFormat(QImage::Format_RGB888),
+             expected);
+    QString info;
+    for (QLabel* l : dialog->findChildren<QLabel*>())
+      if (l->text().contains("Steps: ")) info = l->text();
+    const QString cell_text = QString::fromStdString(a1111_parameters(describe_sheet_cell(*sheet, cell)));
+    QCOMPARE(info, cell_text.toHtmlEscaped().replace('\n', "<br>"));
+    QVERIFY2(info.contains("Seed: 2") && info.contains("CFG scale: 7.5"), qPrintable(info));
+    dialog->close();
+    QTest::qWait(20);
+    QVERIFY(w_->findChildren<ImageDialog*>().isEmpty());
+  }
+
+  // The sheet's runs are rows of the run history; double-clicking one shows that sheet again after
+  // another one replaced it, its cells still enlarging.
+  void aSheetJoinsTheRunHistoryAndReopens() {
+    ComparisonSheetView* view = w_->comparisonSheet();
+    const auto first = view->result();
+    QVERIFY(first);
+    RunHistoryModel* h = w_->timingsPanel()->history();
+    const int rows = h->rowCount();
+    QVERIFY(rows >= 2);
+    for (int i : {rows - 2, rows - 1}) {
+      QCOMPARE(h->row(i).kind, JobKind::Sheet);
+      QCOMPARE(h->sheetAt(i), first);
+    }
+    QCOMPARE(h->data(h->index(rows - 1, RunHistoryModel::Kind)).toString(), QString("Sheet 2/2"));
+    QCOMPARE(h->row(rows - 1).number, h->row(rows - 2).number + 1);
+
+    view->setAxisText(0, "steps=1, 2");
+    view->setAxisText(1, "");
+    view->runButton()->click();
+    const auto second = waitForSheet(*w_);
+    QVERIFY(second);
+    QCOMPARE(view->cellCount(), 2);
+    QCOMPARE(h->rowCount(), rows + 2);
+    QCOMPARE(h->sheetAt(rows + 1), second);
+
+    QTableView* table = w_->timingsPanel()->table();
+    const QModelIndex row = h->index(rows - 1, RunHistoryModel::Kind);
+    table->scrollTo(row);
+    const QPoint at = table->visualRect(row).center();
+    QTest::mouseClick(table->viewport(), Qt::LeftButton, {}, at);  // the view wants the press it pairs
+    QTest::mouseDClick(table->viewport(), Qt::LeftButton, {}, at);  // with the double click
+    QCOMPARE(view->result(), first);
+    QCOMPARE(w_->tabs()->currentWidget(), view);
+    QCOMPARE(view->cellCount(), 4);
+    QCOMPARE(view->columnLabels(), (QStringList{"guidance 3", "guidance 7.5"}));
+    QCOMPARE(view->rowLabels(), (QStringList{"seed 1", "seed 2"}));
+    const std::vector<Image8> images = sheet_cell_images(*first);
+    for (int i = 0; i < 4; ++i)
+      QCOMPARE(view->cell(i)->pixmap().toImage().scaled(64, 64).convertToFormat(QImage::Format_RGB888),
+               toQImage(images[i]));
+    QVERIFY(view->cellRun(2));
+    QCOMPARE(view->cellRun(2)->images.at(0), toQImage(images[2]));
+    QCOMPARE(view->cellRun(2)->seed(), int64_t{2});
   }
 };
 

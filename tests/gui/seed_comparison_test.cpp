@@ -73,6 +73,32 @@ class SeedComparisonTest : public QObject {
     QCOMPARE(h->row(n - 1).seed, int64_t{8});
   }
 
+  // Each tile is as large as its image (the tiny model's 64 × 64, twice) with its caption: no tall,
+  // mostly empty tiles.
+  void tilesAreSizedToTheirImages() {
+    SeedComparisonView* view = w_->seedComparison();
+    QCOMPARE(view->columnCount(), 3);
+    QTest::qWait(50);  // the layout follows the tiles' sizes
+    for (int k = 0; k < 3; ++k)
+      for (int i = 0; i < 3; ++i) {
+        ImageTile* tile = view->column(k)->tile(i);
+        auto* canvas = tile->findChild<ImageCanvas*>();
+        QVERIFY(canvas);
+        QCOMPARE(canvas->size(), QSize(128, 128));
+        QCOMPARE(canvas->imageRect().size(), QSize(126, 126));  // the image fills it (a 1-pixel frame)
+        const int caption = tile->height() - canvas->height();
+        if (k == 0 && i == 0) qInfo("tile %d x %d, picture 128 x 128", tile->width(), tile->height());
+        QVERIFY2(caption < 80, qPrintable(QString::number(tile->height())));
+        QVERIFY(tile->width() < 128 + 24);
+      }
+    // Side by side without gaps wider than the spacing.
+    const int right0 = view->column(0)->mapTo(view, QPoint(view->column(0)->width(), 0)).x();
+    QVERIFY(view->column(1)->mapTo(view, QPoint()).x() - right0 < 40);
+    QCOMPARE(ResultGridView::shownSize(QSize(512, 512)), QSize(256, 256));
+    QCOMPARE(ResultGridView::shownSize(QSize(768, 512)), QSize(256, 170));
+    QCOMPARE(ResultGridView::shownSize(QSize(200, 100)), QSize(200, 100));
+  }
+
   void seedSweepIsARowOfOnePromptImages() {
     fillForm(*w_, {"", "a lone tree", "ignored second prompt"}, 0, 2);
     SeedComparisonView* view = w_->seedComparison();

@@ -349,6 +349,29 @@ TEST(ControlNetMetadata, A1111KeysAndJsonRoundTrip) {
   EXPECT_EQ(back->controlnets[0].weight, 0.8);
 }
 
+// The app's Canny thresholds are the user's: they go into both texts and come back from each.
+TEST(ControlNetMetadata, CannyThresholdsRoundTripThroughJsonAndA1111) {
+  ImageMetadata m;
+  m.prompts = {"x"};
+  m.negative_prompts = {""};
+  m.steps = 5;
+  m.width = m.height = 64;
+  m.controlnets = {{"edges", "canny", 0.7, 0.1, 0.9, 50, 150.5}};
+  const std::string text = a1111_parameters(m);
+  EXPECT_TRUE(contains(text, "ControlNet 0: \"Module: canny, Model: edges, Weight: 0.7, Threshold A: 50.0, "
+                             "Threshold B: 150.5, Guidance Start: 0.1, Guidance End: 0.9\""))
+      << text;
+  const auto from_json = parse_png_metadata(png_texts(m));
+  const auto from_text = parse_png_metadata({{"parameters", text}});
+  for (const auto& back : {from_json, from_text}) {
+    ASSERT_TRUE(back.has_value());
+    ASSERT_EQ(back->controlnets.size(), 1u);
+    EXPECT_EQ(back->controlnets[0].threshold_a, 50);
+    EXPECT_EQ(back->controlnets[0].threshold_b, 150.5);
+    EXPECT_EQ(back->controlnets[0].guidance_end, 0.9);
+  }
+}
+
 TEST(ControlNetCatalog, ListsExactlyTheTensorsOfAControlNetFolder) {
   const ControlNetConfig config = ControlNetConfig::from_json(read_text_file(cn_dir() / "controlnet_a" / "config.json"),
                                                               "controlnet_a/config.json");
