@@ -92,6 +92,24 @@ INSTANTIATE_TEST_SUITE_P(PndmAndEuler, ImageToImageParity,
                            return n;
                          });
 
+// bf16 (weights and activations) against f32 on the goldens' request: images within 1e-2, the bar
+// of every bf16 pipeline test, for both schedulers and both strengths.
+TEST_P(ImageToImageParity, Bf16ImagesWithinOneHundredthOfF32) {
+  const Case c = GetParam();
+  static auto bf16_model = [] {
+    ModelLoadOptions o;
+    o.load_vae_encoder = true;
+    o.dtype = ComputeDType::BF16;
+    return StableDiffusionModel::load(test::tiny_sd_dir(), o);
+  }();
+  GenerationRequest f32_req = golden_request(c.kind, c.strength), bf16_req = f32_req;
+  bf16_req.dtype = ComputeDType::BF16;
+  ShardedPipeline f32(model_with_encoder()), bf16(bf16_model);
+  const GenerationResult a = f32.run(f32_req), b = bf16.run(bf16_req);
+  EXPECT_EQ(b.signature.dtype, ComputeDType::BF16);
+  test::expect_close_abs(std::string("img2img ") + c.golden + " bf16 vs f32 images", b.images, a.images, 1e-2);
+}
+
 // The stages alone: image → posterior sample → add_noise equals diffusers' latents after add_noise.
 TEST(ImageToImageStages, StartLatentsMatchDiffusers) {
   auto model = model_with_encoder();
