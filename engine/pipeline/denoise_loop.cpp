@@ -66,7 +66,9 @@ Tensor predict_noise(const DenoiseSetup& setup, const SchedulerState& state, con
   // multiplier: on the tiny models rounded activations gave the same error as split ones
   // (one-step Euler ancestral/DDIM trailing 5.4–7.9e-3 vs 5.3–8.1e-3, LCM 1–4 steps 5.5–6.8e-3
   // vs 5.3–6.4e-3, seeds 3 and 4), so a one-step image's only call runs at bf16 speed.
-  const bool split = i == 0 && setup.guidance == GuidanceKind::ClassifierFree;
+  // "First" is the run's first call: image-to-image and inpainting start at first_call > 0 (on the
+  // img2img goldens this took bf16-vs-f32 image errors from 1.07–1.73e-2 to 0.67–1.24e-2).
+  const bool split = i == setup.first_call && setup.guidance == GuidanceKind::ClassifierFree;
   const kernels::ScopedBf16Activations activations(split ? kernels::Bf16Activations::Split
                                                           : kernels::Bf16Activations::Rounded);
   // ControlNets see the latents as the UNet's own input has them (without inpainting's channels).
