@@ -11,6 +11,7 @@
 
 #include "io/image.h"
 #include "pipeline/generation.h"
+#include "qimage_convert.h"  // toQImage / toImage8, used with every run record
 #include "pipeline/model.h"
 
 namespace octodiff::gui {
@@ -46,9 +47,6 @@ struct RunRecord {
 
 using RunPtr = std::shared_ptr<const RunRecord>;
 
-// Deep copy of an engine image (RGB, 8 bits per channel).
-QImage toQImage(const Image8& image);
-Image8 toImage8(const QImage& image);
 QString jobKindName(JobKind kind);
 
 }  // namespace octodiff::gui

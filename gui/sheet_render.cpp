@@ -1,5 +1,7 @@
 #include "sheet_render.h"
 
+#include "qimage_convert.h"
+
 #include <QFont>
 #include <QFontMetrics>
 #include <QGuiApplication>
@@ -44,25 +46,10 @@ int wrapped_height(const QFontMetrics& fm, const std::string& text, int width) {
 }
 
 QImage to_qimage(const Image8& image, int scale) {
-  QImage out(image.width, image.height, QImage::Format_RGB888);
-  for (int y = 0; y < image.height; ++y)
-    std::memcpy(out.scanLine(y), image.rgb.data() + static_cast<size_t>(y) * image.width * 3,
-                static_cast<size_t>(image.width) * 3);
+  const QImage out = toQImage(image);
   return scale > 1 ? out.scaled(image.width * scale, image.height * scale, Qt::IgnoreAspectRatio,
                                 Qt::FastTransformation)
                    : out;
-}
-
-Image8 to_image8(const QImage& image) {
-  const QImage rgb = image.convertToFormat(QImage::Format_RGB888);
-  Image8 out;
-  out.width = rgb.width();
-  out.height = rgb.height();
-  out.rgb.resize(static_cast<size_t>(out.width) * out.height * 3);
-  for (int y = 0; y < out.height; ++y)
-    std::memcpy(out.rgb.data() + static_cast<size_t>(y) * out.width * 3, rgb.constScanLine(y),
-                static_cast<size_t>(out.width) * 3);
-  return out;
 }
 
 void check_sheet(const LabelledSheet& s) {
@@ -143,7 +130,7 @@ Image8 render_labelled_sheet(const LabelledSheet& sheet, int scale) {
     p.drawText(QRect(g.margin, g.cell_y(y), g.label_width - kTextPad, g.cell_height),
                Qt::AlignRight | Qt::AlignVCenter | kWrap, QString::fromStdString(label_at(sheet.row_labels, y)));
   p.end();
-  return to_image8(canvas);
+  return toImage8(canvas);
 }
 
 }  // namespace octodiff::gui
