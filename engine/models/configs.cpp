@@ -272,6 +272,7 @@ VaeConfig VaeConfig::from_json(const std::string& text, const std::string& what)
   read(j, "use_post_quant_conv", &c.use_post_quant_conv, what);
   read(j, "mid_block_add_attention", &c.mid_block_add_attention, what);
   read(j, "sample_size", &c.sample_size, what);
+  read(j, "force_upcast", &c.force_upcast, what);
   const size_t n = c.block_out_channels.size();
   if (n == 0 || n > 8) fail("'", what, "': block_out_channels must have 1 to 8 entries");
   for (int ch : c.block_out_channels) {

@@ -84,6 +84,10 @@ struct VaeConfig {
   bool use_post_quant_conv = true;
   bool mid_block_add_attention = true;
   int sample_size = 32;
+  // diffusers' flag (default true) that SDXL pipelines read: this VAE's activations overflow
+  // 16-bit floats, decode it in float32. Octodiff's SDXL models honour it in bf16 runs too (the VAE
+  // is packed and run in f32); the fp16-fix VAE says false and decodes in bf16. SD 1.x/2.x ignore it.
+  bool force_upcast = true;
 
   static VaeConfig from_json(const std::string& text, const std::string& what);
   static VaeConfig sd();  // SD 1.x / 2.x VAE

@@ -70,6 +70,19 @@ fs::path weight_cache_path(const ModelLoadOptions& o, ModelComponent c, const st
   return dir / cat(component_name(c), "-", sha256_hex(key.data(), key.size()).substr(0, 24), ".octw");
 }
 
+kernels::Precision precision_of(const ModelLoadOptions& o) {
+  return o.dtype == ComputeDType::BF16 ? kernels::Precision::BF16 : kernels::Precision::F32;
+}
+
+// The VAE's load options: an SDXL VAE whose config says force_upcast (SDXL base's does; the
+// fp16-fix VAE does not) is packed and run in float32 in a bf16 run, as diffusers' SDXL pipelines
+// decode it in float32 (the weight cache keys it as f32 then).
+ModelLoadOptions vae_load_options(const ModelLoadOptions& o, const VaeConfig& cfg, bool sdxl) {
+  ModelLoadOptions v = o;
+  if (sdxl && cfg.force_upcast) v.dtype = ComputeDType::F32;
+  return v;
+}
+
 bool weight_cache_enabled(const ModelLoadOptions& o) {
   if (!o.weight_cache) return false;
   const char* env = std::getenv("OCTODIFF_WEIGHT_CACHE");
@@ -421,8 +434,9 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
       const PackedLayersScope record(model->recorder(ModelComponent::UNet));
       return UNet2DCondition::load(*parts.unet, parts.unet_config, precision);
     }));
-    model->vae_ = std::make_shared<AutoencoderKL>(model->load_component(options, ModelComponent::Vae, files, *parts.vae, [&] {
-      return AutoencoderKL::load(*parts.vae, parts.vae_config, options.load_vae_encoder, precision);
+    const ModelLoadOptions vae_options = vae_load_options(options, parts.vae_config, parts.text_encoder_2 != nullptr);
+    model->vae_ = std::make_shared<AutoencoderKL>(model->load_component(vae_options, ModelComponent::Vae, files, *parts.vae, [&] {
+      return AutoencoderKL::load(*parts.vae, parts.vae_config, options.load_vae_encoder, precision_of(vae_options));
     }));
     model->text_encoder_ = std::make_shared<ClipTextModel>(
         model->load_component(options, ModelComponent::TextEncoder, files, *parts.text_encoder, [&] {
@@ -491,8 +505,9 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
   auto vae_cfg = VaeConfig::from_json(read_config(vae_dir, "config.json"), (vae_dir / "config.json").string());
   if (vae_cfg.latent_channels != unet_cfg.in_channels && unet_cfg.in_channels != 9)
     fail("the VAE has ", vae_cfg.latent_channels, " latent channels but the UNet takes ", unet_cfg.in_channels);
-  model->vae_ = std::make_shared<AutoencoderKL>(model->load_component(options, ModelComponent::Vae, vae_files, *vae_w, [&] {
-    return AutoencoderKL::load(*vae_w, vae_cfg, options.load_vae_encoder, precision);
+  const ModelLoadOptions vae_options = vae_load_options(options, vae_cfg, model->is_sdxl());
+  model->vae_ = std::make_shared<AutoencoderKL>(model->load_component(vae_options, ModelComponent::Vae, vae_files, *vae_w, [&] {
+    return AutoencoderKL::load(*vae_w, vae_cfg, options.load_vae_encoder, precision_of(vae_options));
   }));
 
   // The text encoder last: its weights stay float32 whatever the dtype (twice their size in an

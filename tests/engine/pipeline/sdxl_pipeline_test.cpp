@@ -92,6 +92,29 @@ TEST(SdxlModel, LoadsTheFolderAsSdxl) {
   EXPECT_FALSE(StableDiffusionModel::load(test::tiny_sd_dir())->is_sdxl());
 }
 
+// diffusers' SDXL pipelines decode a VAE whose config says force_upcast (SDXL base's) in float32;
+// so does a bf16 run here, while the fp16-fix VAE (force_upcast false) decodes in bf16 and SD 1.x
+// ignores the flag (its VAE configs leave it at diffusers' default, true).
+TEST(SdxlModel, AForceUpcastVaeRunsInFloat32InABf16Run) {
+  ModelLoadOptions bf16;
+  bf16.dtype = ComputeDType::BF16;
+  bf16.weight_cache = false;
+  const auto upcast = StableDiffusionModel::load(sdxl_dir(), bf16);
+  EXPECT_EQ(upcast->vae().precision(), kernels::Precision::F32);
+  EXPECT_EQ(upcast->dtype(), ComputeDType::BF16);
+
+  const fs::path dir = test::temp_dir("sdxl_fp16_fix_vae");
+  fs::copy(sdxl_dir(), dir, fs::copy_options::recursive);
+  nlohmann::json vae = nlohmann::json::parse(read_text_file(dir / "vae" / "config.json"));
+  ASSERT_TRUE(vae.at("force_upcast").get<bool>());
+  vae["force_upcast"] = false;
+  const std::string text = vae.dump(2);
+  write_file_atomic(dir / "vae" / "config.json", text.data(), text.size());
+  EXPECT_EQ(StableDiffusionModel::load(dir, bf16)->vae().precision(), kernels::Precision::BF16);
+
+  EXPECT_EQ(StableDiffusionModel::load(test::tiny_sd_dir(), bf16)->vae().precision(), kernels::Precision::BF16);
+}
+
 TEST(SdxlModel, AFolderWithoutTextEncoder2IsRefused) {
   const fs::path dir = test::temp_dir("sdxl_without_te2");
   for (const char* part : {"text_encoder", "tokenizer", "unet", "vae", "scheduler"})
