@@ -42,7 +42,7 @@ class FullSizeSdxlWindow : public QObject {
     QVERIFY(w->generate());
     const auto outcome = waitForJob(*w, 3600 * 1000);
     QVERIFY(outcome.has_value());
-    QCOMPARE(*outcome, JobOutcome::Completed);
+    QVERIFY2(*outcome == JobOutcome::Completed, qPrintable(w->errorBanner()->message()));
     qInfo("generated in %.1f s; plan: %s; breakdown: %s", run.elapsed() / 1000.0,
           qPrintable(w->timingsPanel()->planText()), qPrintable(w->timingsPanel()->breakdownText()));
     QCOMPARE(w->resultGrid()->tileCount(), 2);
