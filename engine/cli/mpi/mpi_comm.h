@@ -2,9 +2,11 @@
 // two processes: start() forks, before MPI_Init, a compute process that loads the model, runs
 // the pipeline and the protocol (mpi_work.h) and returns from start(); the original process
 // becomes the rank's MPI process (mpi_relay.h), the only one that calls MPI, and carries out
-// these calls for it over a socketpair (rank_link.h). When the compute process dies (a crash,
-// the OOM killer) the MPI process lives on to tell rank 0, which ends the run naming the rank and
-// its host: mpirun, which ends the whole job at once when an MPI process dies, never sees it.
+// these calls for it over a socketpair (rank_link.h), one at a time: call them from one thread
+// (the compute process's main thread; the pipeline's threads never do). When the compute
+// process dies (a crash, the OOM killer) the MPI process lives on to tell rank 0, which ends the
+// run naming the rank and its host: mpirun, which ends the whole job at once when an MPI process
+// dies, never sees one die.
 //
 // Control messages are small JSON objects {"type": …}; a result is a control message with its
 // header (distributed/result_wire.h) followed by its three float tensors, sent as they are.
