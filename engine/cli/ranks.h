@@ -22,7 +22,10 @@ namespace octodiff::cli {
 
 class Ranks {
  public:
-  // Joins the MPI job when built with MPI and started by mpirun; else a job of one.
+  // Joins the MPI job when built with MPI and started by mpirun; else a job of one. Under mpirun
+  // the process forks first (before MPI_Init): the constructor returns in the child, the rank's
+  // compute process, while the parent becomes the rank's MPI process and never returns
+  // (cli/mpi/mpi_comm.h), so that a compute process that dies is reported by rank 0, not mpirun.
   Ranks();
   ~Ranks();  // leaves the MPI job
   Ranks(const Ranks&) = delete;

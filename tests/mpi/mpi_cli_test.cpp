@@ -1,8 +1,11 @@
 // octodiff-cli under `mpirun -n K` on the tiny model (built and registered only when CMake
 // found MPI): one run's 8 devices over K = 1, 2, 3 ranks give the one-process run's files bit for
 // bit; a sweep over 2 ranks gives the one-process sweep's images; a rank that cannot load the
-// model ends the run with an error naming it, within seconds.
+// model, or whose compute process dies (a crash, the OOM killer) under mpirun's default options,
+// ends the run with an error on rank 0 naming the rank and its host, within seconds, the finished
+// items on disk.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -41,6 +44,29 @@ std::vector<std::string> eight_devices(const std::string& out) {
 std::string bytes_of(const fs::path& p) {
   const std::vector<uint8_t> b = read_file_bytes(p);
   return std::string(b.begin(), b.end());
+}
+
+std::string host_name() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+int count_pngs(const fs::path& dir) {
+  int pngs = 0;
+  for (const auto& e : fs::directory_iterator(dir)) pngs += e.path().extension() == ".png";
+  return pngs;
+}
+
+std::vector<std::string> six_seeds(const std::string& out, const std::vector<std::string>& more = {}) {
+  std::vector<std::string> args = test::tiny_generate({"--prompt", "a red circle", "--seeds", "0-5", "--steps", "2",
+                                                       "--threads", "1", "--devices", "1", "--out-dir", out});
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 int count_lines(const fs::path& p) {
@@ -130,26 +156,92 @@ TEST(Mpi, ARankThatCannotLoadTheModelEndsTheRunNamingItsRankAndHost) {
   EXPECT_LT(seconds, 60);
 }
 
-// mpirun ends a job whose process exits before MPI_Finalize at once, naming it in its own words
-// (rank 0 then only says what happened: see mpi::start); with orte_abort_on_non_zero_status 0
-// the job goes on and rank 0 finds the dead rank by its silence, names it and ends the job.
-TEST(Mpi, ARankThatDiesMidSweepIsNamedByRank0AndFinishedItemsStayOnDisk) {
+// Under mpirun's default options (no --mca): rank 1's compute process crashes at its second unit
+// of work; its MPI process tells rank 0, which names rank 1 and its host and ends the run; what
+// was finished (rank 1's first item among it) is on disk, and a rerun resumes.
+TEST(Mpi, ARankWhoseComputeProcessCrashesIsNamedByRank0AndFinishedItemsStayOnDisk) {
+  const fs::path dir = test::temp_dir("mpi_crashed_rank");
+  const auto t0 = std::chrono::steady_clock::now();
+  const test::CliRun r = run_mpi(2, six_seeds("s"), dir, {"OCTODIFF_TEST_RANK_SIGNAL=1:11:2"});
+  const double seconds = seconds_since(t0);
+  std::printf("exit %d after %.1f s\n%s", r.code, seconds, r.err.c_str());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("rank 1 (host " + host_name() + ") died: signal 11 (Segmentation fault)"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("mpirun ended the job"), std::string::npos) << r.err;  // rank 0 ended it, not mpirun
+  EXPECT_LT(seconds, 60);
+  const int pngs = count_pngs(dir / "s");
+  EXPECT_GE(pngs, 1);
+  EXPECT_LT(pngs, 6);
+  EXPECT_EQ(count_lines(dir / "s" / "index.jsonl"), pngs);
+  EXPECT_NE(read_text_file(dir / "s" / "index.jsonl").find("\"rank\":1"), std::string::npos);  // its first item
+  // The rerun skips what is on disk and writes the rest.
+  const test::CliRun again = run_mpi(2, six_seeds("s", {"--json"}), dir);
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(nlohmann::json::parse(again.out)["sweep"]["written"].get<int>(), 6 - pngs);
+  EXPECT_EQ(count_pngs(dir / "s"), 6);
+}
+
+// The OOM killer's SIGKILL while rank 2 loads the model.
+TEST(Mpi, ARankKilledWhileLoadingTheModelIsNamedByRank0) {
+  const fs::path dir = test::temp_dir("mpi_killed_loading");
+  const auto t0 = std::chrono::steady_clock::now();
+  const test::CliRun r = run_mpi(3, eight_devices("k"), dir, {"OCTODIFF_TEST_RANK_SIGNAL=2:9:0"});
+  const double seconds = seconds_since(t0);
+  std::printf("exit %d after %.1f s\n%s", r.code, seconds, r.err.c_str());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("rank 2 (host " + host_name() +
+                       ") died while loading the model: killed (signal 9), possibly by the out-of-memory killer"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("rank 1 (host"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "k.png"));
+  EXPECT_LT(seconds, 60);
+}
+
+// SIGKILL at rank 1's devices of one run: no grid (it needs every device), a clear error.
+TEST(Mpi, ARankKilledDuringOneRunIsNamedByRank0) {
+  const fs::path dir = test::temp_dir("mpi_killed_run");
+  const auto t0 = std::chrono::steady_clock::now();
+  const test::CliRun r = run_mpi(2, eight_devices("k"), dir, {"OCTODIFF_TEST_RANK_SIGNAL=1:9"});
+  const double seconds = seconds_since(t0);
+  std::printf("exit %d after %.1f s\n%s", r.code, seconds, r.err.c_str());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("rank 1 (host " + host_name() + ") died: killed (signal 9)"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "k.png"));
+  EXPECT_LT(seconds, 60);
+}
+
+// Rank 0's own compute process crashes: its MPI process names it and ends the job.
+TEST(Mpi, Rank0sComputeProcessCrashingIsNamed) {
+  const fs::path dir = test::temp_dir("mpi_crashed_rank0");
+  const auto t0 = std::chrono::steady_clock::now();
+  const test::CliRun r = run_mpi(2, six_seeds("s"), dir, {"OCTODIFF_TEST_RANK_SIGNAL=0:11"});
+  const double seconds = seconds_since(t0);
+  std::printf("exit %d after %.1f s\n%s", r.code, seconds, r.err.c_str());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("rank 0 (host " + host_name() + ") died: signal 11 (Segmentation fault)"), std::string::npos)
+      << r.err;
+  EXPECT_LT(seconds, 60);
+}
+
+// A rank's MPI process itself ending (OCTODIFF_TEST_RANK_EXIT: as if it were killed) is mpirun's
+// to report: by default it ends the job at once, naming the process in its own words, and rank 0
+// says what to do. With orte_abort_on_non_zero_status 0 the job goes on and rank 0 finds the
+// rank by its silence, names it and ends the job; the other items are on disk.
+TEST(Mpi, ARankWhoseMpiProcessDiesIsFoundSilentWhenMpirunLetsTheJobGoOn) {
   const fs::path dir = test::temp_dir("mpi_dead_rank");
   const auto t0 = std::chrono::steady_clock::now();
-  const test::CliRun r = run_mpi(2,
-                                 test::tiny_generate({"--prompt", "a red circle", "--seeds", "0-5", "--steps", "2",
-                                                      "--threads", "1", "--devices", "1", "--out-dir", "s",
-                                                      "--mpi-timeout", "4"}),
-                                 dir, {"OCTODIFF_TEST_RANK_EXIT=1"}, {"--mca", "orte_abort_on_non_zero_status", "0"});
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const test::CliRun r = run_mpi(2, six_seeds("s", {"--mpi-timeout", "4"}), dir, {"OCTODIFF_TEST_RANK_EXIT=1"},
+                                 {"--mca", "orte_abort_on_non_zero_status", "0"});
+  const double seconds = seconds_since(t0);
   std::printf("exit %d after %.1f s\n%s", r.code, seconds, r.err.c_str());
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("rank 1 (host "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("sent nothing for 4 s"), std::string::npos) << r.err;
   EXPECT_LT(seconds, 60);
   // Rank 0 went on with the other items: they are on disk and indexed, rank 1's is not.
-  int pngs = 0;
-  for (const auto& e : fs::directory_iterator(dir / "s")) pngs += e.path().extension() == ".png";
+  const int pngs = count_pngs(dir / "s");
   EXPECT_GE(pngs, 1);
   EXPECT_EQ(count_lines(dir / "s" / "index.jsonl"), pngs);
   EXPECT_FALSE(fs::exists(dir / "s" / "p0000-s1.png"));  // the first item rank 1 was given
@@ -157,13 +249,11 @@ TEST(Mpi, ARankThatDiesMidSweepIsNamedByRank0AndFinishedItemsStayOnDisk) {
 
 TEST(Mpi, WhenMpirunEndsTheJobRank0SaysWhatToDo) {
   const fs::path dir = test::temp_dir("mpi_killed_job");
-  const test::CliRun r = run_mpi(2,
-                                 test::tiny_generate({"--prompt", "a red circle", "--seeds", "0-5", "--steps", "2",
-                                                      "--threads", "1", "--devices", "1", "--out-dir", "s"}),
-                                 dir, {"OCTODIFF_TEST_RANK_EXIT=1"});
+  const test::CliRun r = run_mpi(2, six_seeds("s"), dir, {"OCTODIFF_TEST_RANK_EXIT=1"});
   std::printf("exit %d\n%s", r.code, r.err.c_str());
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("Exit code:    3"), std::string::npos) << r.err;  // mpirun's own words
+  EXPECT_NE(r.err.find("mpirun ended the job"), std::string::npos) << r.err;  // rank 0's
 }
 
 TEST(Mpi, ARandomSeedIsRank0sOnEveryRank) {

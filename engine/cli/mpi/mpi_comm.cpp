@@ -1,123 +1,109 @@
+// The compute process's side of mpi_comm.h: every call is a request to this rank's MPI process
+// (mpi_relay.cpp), which makes the MPI calls and answers. No MPI here.
 #include "mpi/mpi_comm.h"
 
-#include <mpi.h>
-#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
-#include <chrono>
+#include <cerrno>
+#include <csignal>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
-#include <thread>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
 #include "distributed/result_wire.h"
+#include "mpi/mpi_relay.h"
+#include "mpi/rank_link.h"
 
 namespace octodiff::cli::mpi {
 namespace {
 
-constexpr int kControlTag = 1;
-constexpr int kTensorTag = 2;
+using nlohmann::json;
 
-void check(int code, const char* what) {
-  if (code == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int n = 0;
-  MPI_Error_string(code, text, &n);
-  fail("MPI ", what, " failed: ", std::string(text, n));
+int g_link = -1;  // the socket to this rank's MPI process
+
+// The MPI process is gone: mpirun is ending the job (and this process goes with it).
+[[noreturn]] void lost_mpi_process() { std::_Exit(1); }
+
+Frame call(const json& head, const std::vector<std::string_view>& blobs = {}) {
+  if (!write_frame(g_link, head, blobs)) lost_mpi_process();
+  std::optional<Frame> answer = read_frame(g_link);
+  if (!answer) lost_mpi_process();
+  if (answer->head.contains("error")) fail(answer->head["error"].get<std::string>());
+  return std::move(*answer);
 }
 
-void send_tensor(int to, const Tensor& t) {
-  if (t.numel() > INT32_MAX) fail("a tensor of ", t.numel(), " floats is too large to send in one message");
-  check(MPI_Send(t.data(), static_cast<int>(t.numel()), MPI_FLOAT, to, kTensorTag, MPI_COMM_WORLD), "send");
+std::string_view bytes_of(const Tensor& t) {
+  return {reinterpret_cast<const char*>(t.data()), static_cast<size_t>(t.numel()) * sizeof(float)};
 }
 
-Tensor receive_tensor(int from, const Shape& shape, double timeout) {
+Tensor tensor_from(const std::string& bytes, const Shape& shape) {
   Tensor t = Tensor::empty(shape);
-  MPI_Request request;
-  check(MPI_Irecv(t.data(), static_cast<int>(t.numel()), MPI_FLOAT, from, kTensorTag, MPI_COMM_WORLD, &request),
-        "receive");
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
-  for (;;) {
-    int done = 0;
-    MPI_Status status;
-    check(MPI_Test(&request, &done, &status), "test");
-    if (done) break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      MPI_Cancel(&request);
-      fail("rank ", from, " announced a result but sent no data for ", timeout, " s");
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
+  if (bytes.size() != static_cast<size_t>(t.numel()) * sizeof(float))
+    fail("received ", bytes.size(), " bytes for a tensor of ", t.numel(), " floats");
+  std::memcpy(t.data(), bytes.data(), bytes.size());
   return t;
 }
 
-// Rank 0, when mpirun ends the job (SIGTERM) because a process exited before finishing — its
-// default for a rank that crashed or was killed: say so and what to do, then end.
-void on_job_ended(int) {
-  static const char text[] =
-      "octodiff-cli: error: mpirun ended the job: a rank ended before finishing (mpirun names it: process "
-      "[[job,1],R] is rank R). Everything written so far is on disk; rerun the same command to resume a sweep. "
-      "(With mpirun --mca orte_abort_on_non_zero_status 0, rank 0 names the rank and its host itself.)\n";
-  const ssize_t ignored = write(STDERR_FILENO, text, sizeof text - 1);
-  (void)ignored;
-  _exit(143);
+// The compute process: dies with its MPI process (whatever ends that), and learns its rank.
+void become_compute_process(int link, pid_t mpi_process, int* rank, int* size, std::string* host) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != mpi_process) std::_Exit(1);  // it ended before prctl
+  g_link = link;
+  std::optional<Frame> hello = read_frame(g_link);
+  if (!hello) std::_Exit(1);  // MPI_Init failed; the MPI process said why
+  *rank = hello->head.at("rank").get<int>();
+  *size = hello->head.at("size").get<int>();
+  *host = hello->head.at("host").get<std::string>();
 }
 
 }  // namespace
 
 void start(int* rank, int* size, std::string* host) {
-  int provided = 0;
-  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "init");
-  MPI_Comm_rank(MPI_COMM_WORLD, rank);
-  MPI_Comm_size(MPI_COMM_WORLD, size);
-  char name[MPI_MAX_PROCESSOR_NAME] = {};
-  int n = 0;
-  MPI_Get_processor_name(name, &n);
-  *host = std::string(name, n);
-  // Errors come back as codes (check) instead of ending the job without a word.
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  if (*rank == 0 && *size > 1) signal(SIGTERM, on_job_ended);
+  int fds[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+    fail("cannot make a socketpair for this rank's compute process: ", std::strerror(errno));
+  std::fflush(nullptr);
+  const pid_t mpi_process = getpid();
+  const pid_t compute = fork();
+  if (compute < 0) fail("cannot fork this rank's compute process: ", std::strerror(errno));
+  if (compute > 0) {
+    close(fds[1]);
+    run_mpi_process(fds[0], compute);  // never returns
+  }
+  close(fds[0]);
+  become_compute_process(fds[1], mpi_process, rank, size, host);
 }
 
 void finish() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  // The MPI process finalizes once this process has ended (closing the link tells it).
 }
 
+void set_timeout(double seconds) { call({{"op", "timeout"}, {"seconds", seconds}}); }
+
 int64_t broadcast_from_rank0(int64_t value) {
-  check(MPI_Bcast(&value, 1, MPI_INT64_T, 0, MPI_COMM_WORLD), "broadcast");
-  return value;
+  const std::string text = broadcast_from_rank0(std::to_string(value));
+  return std::stoll(text);
 }
 
 std::string broadcast_from_rank0(const std::string& text) {
-  int64_t size = broadcast_from_rank0(static_cast<int64_t>(text.size()));
-  if (size > INT32_MAX) fail("a text of ", size, " bytes is too large to broadcast");
-  std::string out = text;
-  out.resize(size);
-  check(MPI_Bcast(out.data(), static_cast<int>(size), MPI_CHAR, 0, MPI_COMM_WORLD), "broadcast");
-  return out;
+  Frame answer = call({{"op", "broadcast"}}, {text});
+  if (answer.blobs.size() != 1) fail("a broadcast came back without its text");
+  return std::move(answer.blobs[0]);
 }
 
-void send(int to, const nlohmann::json& body) {
-  const std::string text = body.dump();
-  check(MPI_Send(text.data(), static_cast<int>(text.size()), MPI_CHAR, to, kControlTag, MPI_COMM_WORLD), "send");
-}
+void send(int to, const nlohmann::json& body) { call({{"op", "send"}, {"to", to}}, {body.dump()}); }
 
 std::optional<Message> poll(int from) {
-  int flag = 0;
-  MPI_Status status;
-  check(MPI_Iprobe(from < 0 ? MPI_ANY_SOURCE : from, kControlTag, MPI_COMM_WORLD, &flag, &status), "probe");
-  if (!flag) return std::nullopt;
-  int count = 0;
-  MPI_Get_count(&status, MPI_CHAR, &count);
-  std::string text(count, '\0');
-  check(MPI_Recv(text.data(), count, MPI_CHAR, status.MPI_SOURCE, kControlTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
-        "receive");
+  const Frame answer = call({{"op", "poll"}, {"from", from}});
+  const int source = answer.head.value("source", -1);
+  if (source < 0 || answer.blobs.size() != 1) return std::nullopt;
   Message m;
-  m.source = status.MPI_SOURCE;
-  m.body = nlohmann::json::parse(text, nullptr, false);
+  m.source = source;
+  m.body = nlohmann::json::parse(answer.blobs[0], nullptr, false);
   if (m.body.is_discarded() || !m.body.is_object() || !m.body.contains("type"))
     fail("rank ", m.source, " sent a message that is not a control message");
   return m;
@@ -126,26 +112,28 @@ std::optional<Message> poll(int from) {
 void send_result(int to, const GenerationResult& result, nlohmann::json extra) {
   extra["type"] = "result";
   extra["header"] = result_header_json(result);
-  send(to, extra);
-  send_tensor(to, result.images);
-  send_tensor(to, result.initial_latents);
-  send_tensor(to, result.final_latents);
+  const std::string control = extra.dump();
+  call({{"op", "send_result"}, {"to", to}},
+       {control, bytes_of(result.images), bytes_of(result.initial_latents), bytes_of(result.final_latents)});
 }
 
 GenerationResult receive_result(const Message& announcement, double timeout) {
   const std::string header = announcement.body.at("header").get<std::string>();
   const ResultShapes shapes = result_header_shapes(header);
-  Tensor images = receive_tensor(announcement.source, shapes.images, timeout);
-  Tensor initial = receive_tensor(announcement.source, shapes.initial_latents, timeout);
-  Tensor final_latents = receive_tensor(announcement.source, shapes.final_latents, timeout);
-  return result_from_header(header, std::move(images), std::move(initial), std::move(final_latents));
+  json floats = json::array();
+  for (const Shape* s : {&shapes.images, &shapes.initial_latents, &shapes.final_latents})
+    floats.push_back(shape_numel(*s));
+  Frame answer = call({{"op", "receive_tensors"}, {"from", announcement.source}, {"floats", floats}, {"timeout", timeout}});
+  if (answer.blobs.size() != 3) fail("a result from rank ", announcement.source, " came back without its tensors");
+  return result_from_header(header, tensor_from(answer.blobs[0], shapes.images),
+                            tensor_from(answer.blobs[1], shapes.initial_latents),
+                            tensor_from(answer.blobs[2], shapes.final_latents));
 }
 
 void abort_job(const std::string& text) {
   std::fprintf(stderr, "octodiff-cli: error: %s\n", text.c_str());
-  std::fflush(stderr);
-  std::fflush(stdout);
-  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::fflush(nullptr);
+  write_frame(g_link, {{"op", "abort"}});  // the MPI process ends the job (MPI_Abort)
   std::_Exit(1);
 }
 

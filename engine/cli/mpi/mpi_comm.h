@@ -1,8 +1,18 @@
-// The few MPI calls octodiff-cli makes, over MPI_COMM_WORLD, from the main thread only
-// (MPI_THREAD_FUNNELED: the pipeline's threads never call MPI). Control messages are small JSON
-// objects {"type": …}; a result is a control message with its header (distributed/result_wire.h)
-// followed by its three float tensors, sent as they are. Every wait is bounded: it polls, and
-// ends the job when the peer stays silent past the deadline.
+// What octodiff-cli's ranks say to each other under mpirun, over MPI_COMM_WORLD. Every rank is
+// two processes: start() forks, before MPI_Init, a compute process that loads the model, runs
+// the pipeline and the protocol (mpi_work.h) and returns from start(); the original process
+// becomes the rank's MPI process (mpi_relay.h), the only one that calls MPI, and carries out
+// these calls for it over a socketpair (rank_link.h), one at a time: call them from one thread
+// (the compute process's main thread; the pipeline's threads never do). When the compute
+// process dies (a crash, the OOM killer) the MPI process lives on to tell rank 0, which ends the
+// run naming the rank and its host: mpirun, which ends the whole job at once when an MPI process
+// dies, never sees one die.
+//
+// Control messages are small JSON objects {"type": …}; a result is a control message with its
+// header (distributed/result_wire.h) followed by its three float tensors, sent as they are.
+// Every wait is bounded: it polls, and ends the job when the peer stays silent past the deadline.
+// A rank whose compute process died sends rank 0 {"type": "died", "host", "message"} and then
+// answers its "stop" with "bye" like any rank.
 #pragma once
 
 #include <optional>
@@ -14,8 +24,13 @@
 
 namespace octodiff::cli::mpi {
 
+// Forks this rank's compute process and returns in it with the rank, the job's size and the
+// host; the MPI process never returns from it (it exits when the compute process has ended).
 void start(int* rank, int* size, std::string* host);
 void finish();
+// How long this rank's MPI process waits for rank 0's "stop" after its compute process died
+// (--mpi-timeout; 120 s until told).
+void set_timeout(double seconds);
 
 struct Message {
   int source = -1;

@@ -39,7 +39,13 @@ std::shared_ptr<const StableDiffusionModel> load_model(Ranks& ranks, const std::
                                                      const ModelLoadOptions& options, double* seconds) {
   std::shared_ptr<const StableDiffusionModel> model;
   const std::filesystem::path own_path = model_path_for_rank(ranks, path);
-  const bool everyone = load_everywhere(ranks, [&] { model = StableDiffusionModel::load(own_path, options); }, seconds);
+  set_timeout(ranks.timeout_seconds);  // for this rank's MPI process, should this process die
+  const bool everyone = load_everywhere(ranks,
+                                        [&] {
+                                          test_signal_if_asked(ranks.rank(), 0);
+                                          model = StableDiffusionModel::load(own_path, options);
+                                        },
+                                        seconds);
   return everyone ? model : nullptr;
 }
 

@@ -1,9 +1,11 @@
 #include "mpi/mpi_work.h"
 
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <future>
@@ -34,16 +36,18 @@ struct Peer {
   int units_done = 0, items_done = 0;
   double busy_seconds = 0;
   bool stopped = false;
+  std::string died;  // how its compute process died, as its MPI process said
 };
 
 std::vector<Peer> g_peers;  // rank 0's view, kept for rank_report()
 
 std::string who(int rank) { return cat("rank ", rank, " (host ", g_peers.at(rank).host, ")"); }
 
-// Rank 0: a worker silent past the timeout ends the job (it cannot be told to stop).
+// Rank 0: a worker silent past the timeout ends the job (it cannot be told to stop). A rank whose
+// compute process died is not silent: its MPI process said so, and waits for "stop".
 void check_silence(const Ranks& ranks) {
   for (int r = 1; r < ranks.size(); ++r)
-    if (!g_peers[r].stopped && since(g_peers[r].last_heard) > ranks.timeout_seconds)
+    if (!g_peers[r].stopped && g_peers[r].died.empty() && since(g_peers[r].last_heard) > ranks.timeout_seconds)
       abort_job(cat(who(r), " sent nothing for ", ranks.timeout_seconds,
                     " s (it died, hangs or cannot be reached); the job is ended. Everything finished is on disk."));
 }
@@ -90,8 +94,10 @@ void await_ready(Ranks& ranks, std::future<void>& own, std::vector<json>& ready)
       Peer& p = g_peers[m->source];
       p.last_heard = Clock::now();
       p.host = m->body.value("host", p.host);
-      if (m->body["type"] == "ready" && ready[m->source].is_null()) {
-        ready[m->source] = m->body;
+      const bool died = m->body["type"] == "died";
+      if (died) p.died = m->body.value("message", "(no message)");
+      if ((m->body["type"] == "ready" || died) && ready[m->source].is_null()) {
+        ready[m->source] = died ? json{{"ok", false}} : m->body;
         --waiting;
       }
       continue;
@@ -143,14 +149,18 @@ Message next_order(const Ranks& ranks) {
   }
 }
 
-// For tests only: OCTODIFF_TEST_RANK_EXIT=R makes rank R end its process without a word when it
-// is given its first unit, as a crashed or killed process would.
-void test_exit_if_asked(const Ranks& ranks) {
-  const char* r = std::getenv("OCTODIFF_TEST_RANK_EXIT");
-  if (r && std::atoi(r) == ranks.rank()) std::_Exit(3);
-}
-
 }  // namespace
+
+void test_signal_if_asked(int rank, int unit) {
+  const char* v = std::getenv("OCTODIFF_TEST_RANK_SIGNAL");
+  if (!v) return;
+  int r = -1, sig = 0, nth = 1;
+  if (std::sscanf(v, "%d:%d:%d", &r, &sig, &nth) < 2) fail("OCTODIFF_TEST_RANK_SIGNAL must be RANK:SIGNAL[:UNIT], got '", v, "'");
+  if (r != rank || nth != unit) return;
+  prctl(PR_SET_DUMPABLE, 0);  // no core file
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
 
 bool load_everywhere(Ranks& ranks, const std::function<void()>& load, double* seconds) {
   std::string error;
@@ -183,7 +193,10 @@ bool load_everywhere(Ranks& ranks, const std::function<void()>& load, double* se
   std::string failures;
   for (int r = 0; r < ranks.size(); ++r) {
     g_peers[r].load_seconds = ready[r].value("load_seconds", 0.0);
-    if (!ready[r].value("ok", false))
+    if (!g_peers[r].died.empty())
+      failures += cat(failures.empty() ? "" : "; ", who(r), " died", ready[r].value("ok", false) ? "" : " while loading the model",
+                      ": ", g_peers[r].died);
+    else if (!ready[r].value("ok", false))
       failures += cat(failures.empty() ? "" : "; ", who(r), " could not load the model: ", ready[r].value("error", ""));
   }
   if (failures.empty()) {
@@ -195,12 +208,12 @@ bool load_everywhere(Ranks& ranks, const std::function<void()>& load, double* se
 }
 
 void serve(Ranks& ranks, const Compute& compute) {
-  for (;;) {
+  for (int units = 0;;) {
     const Message order = next_order(ranks);
     const std::string type = order.body["type"];
     if (type == "stop") break;
     if (type != "work") continue;
-    test_exit_if_asked(ranks);
+    test_signal_if_asked(ranks.rank(), ++units);
     const int unit = order.body.at("unit");
     const json& spec = order.body.at("spec");
     const int devices = spec.value("devices", 1);
@@ -260,6 +273,7 @@ struct Coordination {
   std::string local_error;
   std::atomic<int> local_steps{0}, local_steps_per_device{0};
   CancelToken local_cancel;
+  int local_units = 0;  // rank 0's own units so far
 };
 
 void status_line(Coordination& c, bool force) {
@@ -296,7 +310,8 @@ void hand_out(Coordination& c, int rank, int u) {
   c.local_result.reset();
   c.local_error.clear();
   c.local_steps = 0;
-  c.local_future = std::async(std::launch::async, [&c, u] {
+  c.local_future = std::async(std::launch::async, [&c, u, nth = ++c.local_units] {
+    test_signal_if_asked(0, nth);
     ProgressCallback progress = [&c](const ProgressEvent& e) {
       if (e.phase != Phase::Denoise) return;
       c.local_steps_per_device = e.total_steps;
@@ -348,6 +363,9 @@ void handle(Coordination& c, const Message& m) {
     finish_unit(c, m.source, std::move(result));
   } else if (type == "error") {
     fail(who(m.source), " failed: ", m.body.value("message", "(no message)"));
+  } else if (type == "died") {
+    fail(who(m.source), " died: ", m.body.value("message", "(no message)"),
+         ". The run is ended; a sweep's finished items are on disk (rerun the same command to resume it).");
   } else if (type == "bye") {
     p.stopped = true;
     fail(who(m.source), " stopped before the work was done");

@@ -1,6 +1,7 @@
-// Work over the ranks of an MPI job: the model loaded everywhere, units of work handed out by
-// rank 0 (which computes too), results sent back, progress and heartbeats, and the end of the
-// job — orderly when a rank reports an error, MPI_Abort when a rank falls silent.
+// Work over the ranks of an MPI job, run by each rank's compute process (mpi_comm.h): the model
+// loaded everywhere, units of work handed out by rank 0 (which computes too), results sent back,
+// progress and heartbeats, and the end of the job — orderly when a rank reports an error or its
+// compute process died (its MPI process says so: "died"), MPI_Abort when a rank falls silent.
 //
 //   rank r > 0                          rank 0
 //   load (thread) ── alive… ready ──▶   loads too; all ready? go : stop + error naming rank/host
@@ -8,6 +9,7 @@
 //   compute (thread) ── progress… ──▶   per-rank progress, ETA; silent > timeout: abort
 //   result header + tensors ────────▶   on_done(unit, result): files written as units complete
 //   ◀── stop ── bye ────────────────▶   at the end, or after an error (then rethrown on rank 0)
+//   (compute process gone) died ─────▶   stop to all, then "rank r (host H) died: signal 11 (…)"
 #pragma once
 
 #include <functional>
@@ -56,5 +58,10 @@ void coordinate(Ranks& ranks, const Compute& local, std::vector<WorkUnit> units,
 
 // Per rank (rank 0): host, load seconds, units, items, busy seconds of the last coordinate().
 nlohmann::json rank_report();
+
+// For tests only: OCTODIFF_TEST_RANK_SIGNAL=R:SIG[:N] makes rank R's compute process raise
+// signal SIG (11: a crash, 9: as the OOM killer does) when it starts its N-th unit of work (N = 1
+// when not given; 0: while it loads the model). Nothing when unset.
+void test_signal_if_asked(int rank, int unit);
 
 }  // namespace octodiff::cli::mpi
