@@ -7,6 +7,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "kernels/gemm.h"
+#include "models/flop_count.h"
 
 namespace octodiff::bench {
 
@@ -32,9 +33,27 @@ nlohmann::json run_controlnet_bench(const StableDiffusionModel& model, const Con
   Tensor image = pseudo_random({2, o.height, o.width, 3}, 13);
   for (float& v : image) v = 0.5f * (v + 1.0f);  // [0, 1]
   const std::vector<double> t(2, 500.0);
+  // SDXL: pooled text embeddings and the default time ids (h, w, 0, 0, h, w), for both networks.
+  UNetTextTime text_time;
+  if (uc.text_time()) {
+    const int ids = 6, pooled = uc.projection_class_embeddings_input_dim - ids * uc.addition_time_embed_dim;
+    if (pooled <= 0) fail("the model's add_embedding takes no pooled text embedding beside ", ids, " time ids");
+    text_time.text_embeds = pseudo_random({2, pooled}, 17);
+    text_time.time_ids = Tensor::empty({2, ids});
+    for (int n = 0; n < 2; ++n) {
+      const float row[] = {float(o.height), float(o.width), 0, 0, float(o.height), float(o.width)};
+      std::copy(row, row + ids, text_time.time_ids.data() + n * ids);
+    }
+  }
+  const UNetTextTime* tt = uc.text_time() ? &text_time : nullptr;
 
+  const ControlNetConfig& cc = cn.config();
+  const double cn_flops = controlnet_flops(cc.unet, cc.conditioning_embedding_out_channels, cc.conditioning_channels,
+                                           2, h, w);
+  const double unet_gflop = unet_flops(uc, 2, h, w) / 1e9;
   nlohmann::json j = {{"height", o.height}, {"width", o.width}, {"batch", 2}, {"threads", o.threads},
-                      {"down_residuals", cn.config().num_down_residuals()}};
+                      {"down_residuals", cn.config().num_down_residuals()}, {"text_time", uc.text_time()},
+                      {"controlnet_b2_gflop", cn_flops / 1e9}, {"unet_b2_gflop", unet_gflop}};
   auto timed = [&](const std::string& key, const std::function<void()>& fn) {
     std::vector<double> calls;
     std::fprintf(stderr, "controlnet bench: %s...\n", key.c_str());
@@ -45,10 +64,16 @@ nlohmann::json run_controlnet_bench(const StableDiffusionModel& model, const Con
     return s;
   };
   UNetResiduals residuals;
-  const double unet = timed("unet_b2", [&] { model.unet().forward_nhwc(x, t, context, numerics); });
-  const double net = timed("controlnet_b2", [&] { residuals = cn.forward_nhwc(x, t, context, image, 1.0, numerics); });
-  const double with = timed("unet_b2_with_residuals",
-                            [&] { model.unet().forward_nhwc(x, t, context, nullptr, numerics, nullptr, &residuals); });
+  const double unet =
+      timed("unet_b2", [&] { model.unet().forward_nhwc(x, t, context, nullptr, numerics, nullptr, nullptr, tt); });
+  const double net =
+      timed("controlnet_b2", [&] { residuals = cn.forward_nhwc(x, t, context, image, 1.0, numerics, tt); });
+  const double with = timed("unet_b2_with_residuals", [&] {
+    model.unet().forward_nhwc(x, t, context, nullptr, numerics, nullptr, &residuals, tt);
+  });
+  j["unet_b2_gflops"] = unet_gflop / unet;
+  j["controlnet_b2_gflops"] = cn_flops / 1e9 / net;
+  j["controlnet_to_unet_flops_ratio"] = cn_flops / 1e9 / unet_gflop;
   j["guided_step_with_controlnet_seconds"] = net + with;
   j["controlnet_to_unet_ratio"] = net / unet;
   j["step_slowdown"] = (net + with) / unet;
@@ -63,6 +88,10 @@ void print_controlnet_bench(const nlohmann::json& c) {
   std::printf("  ControlNet                %.3f s (first call %.3f s) = %.2f x the UNet\n",
               c["controlnet_b2_seconds"].get<double>(), c["controlnet_b2_first_call_seconds"].get<double>(),
               c["controlnet_to_unet_ratio"].get<double>());
+  std::printf("  analytic work             UNet %.1f GFLOP (%.1f GFLOP/s), ControlNet %.1f GFLOP (%.1f GFLOP/s) = "
+              "%.2f x the UNet's\n",
+              c["unet_b2_gflop"].get<double>(), c["unet_b2_gflops"].get<double>(), c["controlnet_b2_gflop"].get<double>(),
+              c["controlnet_b2_gflops"].get<double>(), c["controlnet_to_unet_flops_ratio"].get<double>());
   std::printf("  UNet with its residuals   %.3f s\n", c["unet_b2_with_residuals_seconds"].get<double>());
   std::printf("  guided step + ControlNet  %.3f s = %.2f x a plain guided step\n",
               c["guided_step_with_controlnet_seconds"].get<double>(), c["step_slowdown"].get<double>());

@@ -6,7 +6,9 @@
 // reported on its own): the UNet alone, the ControlNet alone, the UNet taking the ControlNet's
 // residuals; and from them a guided step with one ControlNet (ControlNet + UNet with residuals)
 // and the ControlNet's share of it. The calls use the bf16 activations a pipeline's later steps
-// use (kernels::Bf16Activations::Rounded) when the model is bf16.
+// use (kernels::Bf16Activations::Rounded) when the model is bf16. On an SDXL model both networks
+// take pooled text embeddings and the default time ids (text_time). Beside the seconds: both
+// networks' analytic FLOPs per guided step (models/flop_count.h) and the GFLOP/s they ran at.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -91,7 +91,8 @@ struct Options {
                "                (on), whole (off) or as the pipeline decides (auto); loads the VAE alone and times\n"
                "                nothing (vae_tiling.h): run it under /usr/bin/time -v\n"
                "  --controlnet: the ControlNet report instead (\"controlnet\" in the JSON): a ControlNet's cost per\n"
-               "                guided step beside the UNet's; random = a random full-size SD 1.5 ControlNet (made once)\n"
+               "                guided step beside the UNet's, and both networks' analytic FLOPs; random = a random\n"
+               "                full-size ControlNet of --arch (sd15 or sdxl: controlnet-canny-sdxl-1.0's shape; made once)\n"
                "  default model: a random full-size model of --arch in $OCTODIFF_CACHE_DIR/models (made when absent)\n"
                "  --arch:       sd15 (default): the guided-step report below; sdxl: the same for SDXL base (both\n"
                "                text towers, text_time UNet; 1024x1024 by default); sd-turbo (1 step, guidance 0) or\n"
@@ -172,7 +173,7 @@ Options parse(int argc, char** argv) {
     usage_error("--taesd, --guidance and --skip-grid are for the few-step report (--arch sd-turbo|lcm-sd15)");
   if (!guided_report && o.taesd.empty()) o.taesd = "random";
   if (o.arch == "sdxl" && !o.size_given) o.height = o.width = 1024;
-  if (!o.controlnet.empty() && o.arch != "sd15") usage_error("--controlnet is for --arch sd15");
+  if (!o.controlnet.empty() && !guided_report) usage_error("--controlnet is for --arch sd15 or sdxl");
   if (o.img2img) {
     if (o.arch != "sd15" || o.skip_pipeline) usage_error("--img2img is for the sd15 pipeline report");
     if (!(*o.img2img > 0 && *o.img2img <= 1)) usage_error("--strength must be in (0, 1]");
@@ -480,7 +481,8 @@ int main(int argc, char** argv) {
     }
 
     if (!o.controlnet.empty()) {
-      const fs::path cn_path = o.controlnet == "random" ? random_model("controlnet-sd15") : fs::path(o.controlnet);
+      const fs::path cn_path =
+          o.controlnet == "random" ? random_model("controlnet-" + o.arch) : fs::path(o.controlnet);
       const auto cn = load_controlnet(cn_path, dtype);
       j["controlnet"] = bench::run_controlnet_bench(*model, *cn, {o.height, o.width, threads, o.repeats});
       j["controlnet"]["model"] = cn_path.string();

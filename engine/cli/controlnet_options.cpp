@@ -13,7 +13,8 @@ namespace fs = std::filesystem;
 
 const char* kControlNetUsage =
     "  --controlnet PATH[:SCALE] a ControlNet (diffusers folder or original control_*.safetensors),\n"
-    "                            conditioning scale default 1 (repeat for several: their residuals add)\n"
+    "                            conditioning scale default 1 (repeat for several: their residuals add);\n"
+    "                            on an SDXL model an SDXL ControlNet's diffusers folder\n"
     "  --control-image FILE.png  the control image of each --controlnet, in order (resized to the\n"
     "                            image size; it sets the size when --height/--width are not given:\n"
     "                            sides floored to a multiple of 64 (flax) or 8 (diffusers))\n"

@@ -29,7 +29,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 const char kUsage[] =
-    "  octodiff-cli make-random-model --arch sd15|sd21|sd21-base|lcm-sd15|sd-turbo|sdxl|taesd|controlnet-sd15\n"
+    "  octodiff-cli make-random-model --arch sd15|sd21|sd21-base|lcm-sd15|sd-turbo|sdxl|taesd|controlnet-sd15|\n"
+    "                                 controlnet-sdxl\n"
     "                                 --layout diffusers|single-file --out DIR [--dtype f32|f16|bf16]\n"
     "                                 [--seed N] [--tokenizer-from DIR] [--configs-only]\n"
     "      write a full-size model with deterministic random weights (benchmarks only: it draws noise).\n"
@@ -37,6 +38,7 @@ const char kUsage[] =
     "      time_cond_proj_dim 256, LCMScheduler; diffusers layout only); sd-turbo (SD 2.1 at 512x512,\n"
     "      epsilon, EulerDiscreteScheduler with trailing timesteps); controlnet-sd15 (a ControlNetModel for\n"
     "      SD 1.5, lllyasviel's sd-controlnet architecture; diffusers layout: DIR/config.json + weights);\n"
+    "      controlnet-sdxl (the same for SDXL base: diffusers/controlnet-canny-sdxl-1.0's architecture);\n"
     "      sdxl (stable-diffusion-xl-base-1.0: both text towers, text_time UNet, EulerDiscreteScheduler;\n"
     "      diffusers layout only, with text_encoder_2/ and tokenizer_2/).\n"
     "      diffusers: DIR/{model_index.json,unet,vae,text_encoder,scheduler,tokenizer}/;\n"
@@ -191,7 +193,7 @@ Arch arch_named(const std::string& name) {
     if (a.name == name) return a;
     names += (names.empty() ? "" : ", ") + a.name;
   }
-  fail("unknown --arch '", name, "' (use ", names, ", taesd or controlnet-sd15)");
+  fail("unknown --arch '", name, "' (use ", names, ", taesd, controlnet-sd15 or controlnet-sdxl)");
 }
 
 DType dtype_named(const std::string& s) {
@@ -522,10 +524,13 @@ int write_random_taesd(const fs::path& out, DType dtype, uint64_t seed, bool con
   return 0;
 }
 
-// A diffusers ControlNetModel folder for SD 1.5 (lllyasviel/sd-controlnet-*'s config) with random weights.
-int write_random_controlnet(const fs::path& out, DType dtype, uint64_t seed, bool configs_only, const std::string& command) {
+// A diffusers ControlNetModel folder with random weights for SD 1.5 (lllyasviel/sd-controlnet-*'s
+// config) or SDXL base (diffusers/controlnet-canny-sdxl-1.0's).
+int write_random_controlnet(const fs::path& out, DType dtype, uint64_t seed, bool configs_only, const std::string& command,
+                            bool sdxl) {
   ControlNetConfig config;
-  config.unet = UNetConfig::sd1();
+  config.unet = sdxl ? UNetConfig::sdxl() : UNetConfig::sd1();
+  const char* family = sdxl ? "SDXL" : "SD 1.5";
   json j = unet_config(config.unet, false);
   j["_class_name"] = "ControlNetModel";
   for (const char* k : {"up_block_types", "out_channels", "sample_size", "center_input_sample", "conv_out_kernel",
@@ -544,8 +549,8 @@ int write_random_controlnet(const fs::path& out, DType dtype, uint64_t seed, boo
                      {"octodiff", "random weights for benchmarks (make-random-model, seed " + std::to_string(seed) + ")"}});
   const std::string notes = cat(
       configs_only ? "**Configs only: no weights were written; this folder does not load.**\n\n" : "",
-      "# Random-weight ControlNet (SD 1.5 architecture)\n\n**Random weights, for benchmarks only.**\n\n",
-      "- Architecture: diffusers ControlNetModel for SD 1.5 (", config.num_down_residuals(),
+      "# Random-weight ControlNet (", family, " architecture)\n\n**Random weights, for benchmarks only.**\n\n",
+      "- Architecture: diffusers ControlNetModel for ", family, " (", config.num_down_residuals(),
       " down residuals + 1 mid), ", parameter_count(specs), " parameters, stored as ", dtype_name(dtype), ".\n",
       "- Made by: `", command, "`\n");
   write_file_atomic(out / "README.md", notes.data(), notes.size());
@@ -597,11 +602,12 @@ int run_make_random_model(const std::vector<std::string>& args) {
   const std::string layout = opt["--layout"];
   if (layout != "diffusers" && layout != "single-file")
     fail("unknown --layout '", layout, "' (use diffusers or single-file)");
-  const bool taesd = opt["--arch"] == "taesd", controlnet = opt["--arch"] == "controlnet-sd15";
+  const bool taesd = opt["--arch"] == "taesd", controlnet_xl = opt["--arch"] == "controlnet-sdxl",
+             controlnet = opt["--arch"] == "controlnet-sd15" || controlnet_xl;
   if (taesd && layout != "diffusers")
     fail("--arch taesd writes a diffusers AutoencoderTiny folder only; use --layout diffusers");
   if (controlnet && layout != "diffusers")
-    fail("--arch controlnet-sd15 writes a diffusers ControlNetModel folder only; use --layout diffusers");
+    fail("--arch ", opt["--arch"], " writes a diffusers ControlNetModel folder only; use --layout diffusers");
   if (layout == "single-file" && configs_only) fail("--configs-only writes a diffusers folder's configs; use --layout diffusers");
   const DType dtype = dtype_named(opt["--dtype"]);
   uint64_t seed = 0;
@@ -619,7 +625,7 @@ int run_make_random_model(const std::vector<std::string>& args) {
   if (taesd || controlnet) {
     OutputFolder folder(out);  // a model that fails part-way (full disk) leaves nothing behind
     const int status = taesd ? write_random_taesd(out, dtype, seed, configs_only, command)
-                             : write_random_controlnet(out, dtype, seed, configs_only, command);
+                             : write_random_controlnet(out, dtype, seed, configs_only, command, controlnet_xl);
     folder.keep();
     return status;
   }

@@ -67,9 +67,6 @@ ControlNetConfig ControlNetConfig::from_json(const std::string& text, const std:
   j["down_block_types"] = down;
   j["up_block_types"] = mirrored_up_blocks(down);
   if (!j.contains("cross_attention_dim")) j["cross_attention_dim"] = 1280;  // ControlNetModel's default
-  if (auto it = j.find("addition_embed_type"); it != j.end() && !it->is_null())
-    fail("'", what, "': unsupported model setting addition_embed_type = ", it->dump(),
-         " (ControlNets for SDXL are not supported yet)");
   c.unet = UNetConfig::from_json(j.dump(), what);
   c.conditioning_channels = value_or(j, "conditioning_channels", 3, what);
   c.conditioning_embedding_out_channels =
@@ -95,20 +92,34 @@ int ControlNetConfig::num_down_residuals() const {
   return 1 + levels * unet.layers_per_block + (levels - 1);
 }
 
+// What an addition embedding is, for messages.
+static std::string addition_embedding_name(const UNetConfig& c) {
+  if (!c.text_time()) return "none (SD 1.x/2.x)";
+  return cat("\"text_time\" of ", c.projection_class_embeddings_input_dim, " values (SDXL's pooled text and ",
+             c.addition_time_embed_dim, "-wide size ids)");
+}
+
 std::string ControlNetConfig::mismatch_with(const UNetConfig& u) const {
   auto list = [](const auto& v) { return json(v).dump(); };
-  if (unet.in_channels != u.in_channels)
-    return cat("it takes ", unet.in_channels, "-channel latents, the UNet ", u.in_channels);
-  if (unet.block_out_channels != u.block_out_channels)
-    return cat("block_out_channels ", list(unet.block_out_channels), " vs the UNet's ", list(u.block_out_channels));
-  if (unet.layers_per_block != u.layers_per_block)
-    return cat("layers_per_block ", unet.layers_per_block, " vs the UNet's ", u.layers_per_block);
+  std::vector<std::string> d;
+  if (unet.text_time() != u.text_time() ||
+      (u.text_time() && (unet.projection_class_embeddings_input_dim != u.projection_class_embeddings_input_dim ||
+                         unet.addition_time_embed_dim != u.addition_time_embed_dim)))
+    d.push_back(cat("addition embedding ", addition_embedding_name(unet), " vs the UNet's ", addition_embedding_name(u)));
   if (unet.cross_attention_dim != u.cross_attention_dim)
-    return cat("cross_attention_dim ", unet.cross_attention_dim, " vs the UNet's ", u.cross_attention_dim,
-               " (text embeddings of another width: SD 1.x 768, SD 2.x 1024)");
+    d.push_back(cat("cross_attention_dim ", unet.cross_attention_dim, " vs the UNet's ", u.cross_attention_dim,
+                    " (text embeddings of another width: SD 1.x 768, SD 2.x 1024, SDXL 2048)"));
+  if (unet.in_channels != u.in_channels)
+    d.push_back(cat("it takes ", unet.in_channels, "-channel latents, the UNet ", u.in_channels));
+  if (unet.block_out_channels != u.block_out_channels)
+    d.push_back(cat("block_out_channels ", list(unet.block_out_channels), " vs the UNet's ", list(u.block_out_channels)));
+  if (unet.layers_per_block != u.layers_per_block)
+    d.push_back(cat("layers_per_block ", unet.layers_per_block, " vs the UNet's ", u.layers_per_block));
   if (unet.down_block_types != u.down_block_types)
-    return cat("down_block_types ", list(unet.down_block_types), " vs the UNet's ", list(u.down_block_types));
-  return {};
+    d.push_back(cat("down_block_types ", list(unet.down_block_types), " vs the UNet's ", list(u.down_block_types)));
+  std::string all;
+  for (const std::string& s : d) all += (all.empty() ? "" : "; ") + s;
+  return all;
 }
 
 ControlNetModel ControlNetModel::load(WeightSource& w, const ControlNetConfig& config, kernels::Precision precision) {
@@ -125,6 +136,7 @@ ControlNetModel ControlNetModel::load(WeightSource& w, const ControlNetConfig& c
 
   m.time_linear_1_ = Linear::load(w, "time_embedding.linear_1", boc[0], T, true, precision);
   m.time_linear_2_ = Linear::load(w, "time_embedding.linear_2", T, T, true, precision);
+  if (c.text_time()) m.add_embedding_ = TextTimeEmbedding::load(w, c, precision);  // as the SDXL UNet's
   m.conv_in_ = Conv2d::load_same(w, "conv_in", c.in_channels, boc[0], 3, precision);
 
   const auto& e = config.conditioning_embedding_out_channels;
@@ -192,14 +204,36 @@ void ControlNetModel::check_inputs(const Tensor& sample, const std::vector<doubl
 
 UNetResiduals ControlNetModel::forward_nhwc(const Tensor& sample, const std::vector<double>& timesteps,
                                             const Tensor& context, const Tensor& cond, double conditioning_scale,
-                                            const Numerics& numerics) const {
+                                            const Numerics& numerics, const UNetTextTime* text_time) const {
   check_inputs(sample, timesteps, context, cond);
-  return forward_embedded_nhwc(sample, timesteps, context, embed_condition(cond), conditioning_scale, numerics);
+  return forward_embedded_nhwc(sample, timesteps, context, embed_condition(cond), conditioning_scale, numerics,
+                               text_time);
+}
+
+Tensor ControlNetModel::time_embedding(const std::vector<double>& timesteps, const UNetTextTime* text_time) const {
+  const UNetConfig& c = config_.unet;
+  if (c.text_time() != (text_time != nullptr))
+    fail(text_time ? "ControlNet: text_embeds and time_ids were given, but this ControlNet has no text_time "
+                     "add_embedding (an SD 1.x/2.x ControlNet)"
+                   : "ControlNet: this ControlNet (addition_embed_type \"text_time\", SDXL) needs text_embeds and "
+                     "time_ids");
+  const Tensor t_proj = UNet2DCondition::timestep_embedding(timesteps, c.block_out_channels[0], c.flip_sin_to_cos,
+                                                            c.freq_shift);
+  Tensor temb = time_linear_1_(t_proj);
+  kernels::silu(temb.data(), temb.numel(), temb.data());
+  temb = time_linear_2_(temb);
+  if (text_time) {  // diffusers: emb = emb + aug_emb
+    const Tensor aug = add_embedding_(*text_time, static_cast<int64_t>(timesteps.size()), "ControlNet");
+    kernels::add(temb.data(), aug.data(), temb.numel(), temb.data());
+  }
+  kernels::silu(temb.data(), temb.numel(), temb.data());  // every resnet's first step
+  return temb;
 }
 
 UNetResiduals ControlNetModel::forward_embedded_nhwc(const Tensor& sample, const std::vector<double>& timesteps,
                                                      const Tensor& context, const Tensor& embedded,
-                                                     double conditioning_scale, const Numerics& numerics) const {
+                                                     double conditioning_scale, const Numerics& numerics,
+                                                     const UNetTextTime* text_time) const {
   const UNetConfig& c = config_.unet;
   const Shape expected{sample.dim(0), sample.dim(1), sample.dim(2), c.block_out_channels[0]};
   if (sample.rank() != 4 || embedded.shape() != expected)
@@ -207,12 +241,7 @@ UNetResiduals ControlNetModel::forward_embedded_nhwc(const Tensor& sample, const
          shape_str(expected));
   if (static_cast<int64_t>(timesteps.size()) != sample.dim(0))
     fail("ControlNet: ", timesteps.size(), " timesteps for batch ", sample.dim(0));
-  const Tensor t_proj = UNet2DCondition::timestep_embedding(timesteps, c.block_out_channels[0], c.flip_sin_to_cos,
-                                                            c.freq_shift);
-  Tensor temb = time_linear_1_(t_proj);
-  kernels::silu(temb.data(), temb.numel(), temb.data());
-  temb = time_linear_2_(temb);
-  kernels::silu(temb.data(), temb.numel(), temb.data());  // every resnet's first step
+  const Tensor temb = time_embedding(timesteps, text_time);
 
   std::vector<Tensor> skips;
   Tensor x = down_path(sample, embedded, timesteps, temb, context, numerics, skips);
@@ -236,8 +265,11 @@ UNetResiduals ControlNetModel::forward_embedded_nhwc(const Tensor& sample, const
 Tensor ControlNetModel::down_path(const Tensor& sample, const Tensor& embedded, const std::vector<double>& timesteps,
                                   const Tensor& temb, const Tensor& context, const Numerics& numerics,
                                   std::vector<Tensor>& skips) const {
+  // (A text_time ControlNet's time embedding differs between a guided batch's halves, which
+  // would have to be compared too: it shares nothing. SDXL's first level has no attention, so
+  // there is nothing to share anyway.)
   const DistinctSamples distinct = distinct_samples(sample, timesteps, &embedded);
-  const bool shared = distinct.repeats() && encoder_.can_share_text_free_part();
+  const bool shared = distinct.repeats() && encoder_.can_share_text_free_part() && !config_.unet.text_time();
   Tensor x;
   if (shared) {
     const Tensor embedded_distinct = embedded.gather0(distinct.rows);
@@ -250,9 +282,10 @@ Tensor ControlNetModel::down_path(const Tensor& sample, const Tensor& embedded, 
 
 UNetResiduals ControlNetModel::forward(const Tensor& sample, const std::vector<double>& timesteps,
                                        const Tensor& context, const Tensor& cond, double conditioning_scale,
-                                       const Numerics& numerics) const {
+                                       const Numerics& numerics, const UNetTextTime* text_time) const {
   if (sample.rank() != 4 || cond.rank() != 4) fail("ControlNet: sample and control image must be N × C × H × W");
-  UNetResiduals r = forward_nhwc(to_nhwc(sample), timesteps, context, to_nhwc(cond), conditioning_scale, numerics);
+  UNetResiduals r =
+      forward_nhwc(to_nhwc(sample), timesteps, context, to_nhwc(cond), conditioning_scale, numerics, text_time);
   for (Tensor& d : r.down) d = to_nchw(d);
   r.mid = to_nchw(r.mid);
   return r;

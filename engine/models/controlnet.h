@@ -2,6 +2,8 @@
 // flax-family.md §1): a trainable copy of the UNet's encoder half that reads a control image.
 //
 //   temb = time_embedding(sinusoid(t))                     (as the UNet's)
+//          [+ add_embedding(text_embeds ‖ sinusoid(time_ids))] (SDXL ControlNets: "text_time", the
+//                                                             same conditioning the SDXL UNet takes)
 //   x = conv_in(sample) + cond_embedding(control image)    (image in [0, 1], RGB; "bgr" models flip it)
 //   cond_embedding: conv_in (3→c0), SiLU, per level [3×3 conv, SiLU, stride-2 3×3 conv, SiLU],
 //                   conv_out (→ block_out_channels[0]); the image is 2^(levels−1) times the latents
@@ -40,8 +42,10 @@ struct ControlNetConfig {
   int num_down_residuals() const;
   // Control image pixels per latent pixel: 2^(conditioning levels − 1) (8 for SD).
   int image_scale() const { return 1 << (static_cast<int>(conditioning_embedding_out_channels.size()) - 1); }
-  // Empty when this ControlNet can drive `unet` (same in_channels, levels, channels, layers per
-  // block, block types, cross_attention_dim), else what differs, for an error message.
+  // Empty when this ControlNet can drive `unet` (same addition embedding, cross_attention_dim,
+  // in_channels, levels, channels, layers per block, block types), else every difference, "; "
+  // separated, the model family's first (an SD 1.x ControlNet on SDXL names the missing
+  // text_time embedding and the cross-attention width), for an error message.
   std::string mismatch_with(const UNetConfig& unet) const;
 };
 
@@ -54,24 +58,29 @@ class ControlNetModel {
 
   // sample: N × h × w × C latents (the UNet's input); timesteps: N; context: N × L × cross_dim;
   // cond: N × H × W × conditioning_channels, values in [0, 1], RGB (H = image_scale()·h).
-  // Returns the residuals × conditioning_scale, NHWC.
+  // text_time: SDXL's pooled text embeddings and time ids (as the UNet's), required exactly when
+  // config().unet.text_time(). Returns the residuals × conditioning_scale, NHWC.
   UNetResiduals forward_nhwc(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
-                             const Tensor& cond, double conditioning_scale, const Numerics& numerics) const;
+                             const Tensor& cond, double conditioning_scale, const Numerics& numerics,
+                             const UNetTextTime* text_time = nullptr) const;
   // The two parts of forward_nhwc. The conditioning embedding (N × H × W × C → N × h × w × C0,
   // C0 = block_out_channels[0]) depends on the control image only: a pipeline computes it once
   // per run and gives it to every step.
   Tensor embed_condition(const Tensor& cond) const;
   UNetResiduals forward_embedded_nhwc(const Tensor& sample, const std::vector<double>& timesteps,
                                       const Tensor& context, const Tensor& embedded_cond, double conditioning_scale,
-                                      const Numerics& numerics) const;
+                                      const Numerics& numerics, const UNetTextTime* text_time = nullptr) const;
   // The same on NCHW tensors (diffusers' layout; residuals NCHW too), for tests.
   UNetResiduals forward(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
-                        const Tensor& cond, double conditioning_scale, const Numerics& numerics) const;
+                        const Tensor& cond, double conditioning_scale, const Numerics& numerics,
+                        const UNetTextTime* text_time = nullptr) const;
 
   const ControlNetConfig& config() const { return config_; }
   kernels::Precision precision() const { return precision_; }
 
  private:
+  // time_embedding(sinusoid(t)) [+ add_embedding(text_time)], SiLU applied (every resnet's first step).
+  Tensor time_embedding(const std::vector<double>& timesteps, const UNetTextTime* text_time) const;
   Tensor down_path(const Tensor& sample, const Tensor& embedded, const std::vector<double>& timesteps,
                    const Tensor& temb, const Tensor& context, const Numerics& numerics, std::vector<Tensor>& skips) const;
   void check_inputs(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,
@@ -80,6 +89,7 @@ class ControlNetModel {
   ControlNetConfig config_;
   kernels::Precision precision_ = kernels::Precision::F32;
   Linear time_linear_1_, time_linear_2_;
+  TextTimeEmbedding add_embedding_;  // SDXL ControlNets (text_time) only
   Conv2d conv_in_;
   Conv2d cond_in_, cond_out_;
   std::vector<Conv2d> cond_blocks_;  // 3×3 conv, stride-2 3×3 conv, per conditioning level

@@ -27,6 +27,35 @@ double transformer(double pixels, double C, double context_len, double X, int de
   return f;
 }
 
+// The time embedding (with LCM's cond_proj and SDXL's text_time), conv_in, the down blocks and
+// the mid block (UNetEncoder) of one sample; *pixels becomes the last level's, *skips gets the
+// channels of every skip tensor.
+double encoder_flops(const UNetConfig& c, double* pixels, double L, std::vector<double>* skips) {
+  const auto& boc = c.block_out_channels;
+  const int n = static_cast<int>(boc.size());
+  const double T = c.time_embed_dim(), X = c.cross_attention_dim;
+  double f = conv(*pixels, c.in_channels, boc[0]) + linear(1, boc[0], T) + linear(1, T, T);
+  if (c.time_cond_proj_dim > 0) f += linear(1, c.time_cond_proj_dim, boc[0]);  // LCM's cond_proj
+  if (c.text_time()) f += linear(1, c.projection_class_embeddings_input_dim, T) + linear(1, T, T);  // SDXL
+  double ch = boc[0];
+  skips->push_back(ch);
+  for (int i = 0; i < n; ++i) {
+    const bool attn = c.down_block_types[i] == "CrossAttnDownBlock2D";
+    for (int j = 0; j < c.layers_per_block; ++j) {
+      f += resnet(*pixels, ch, boc[i], T);
+      ch = boc[i];
+      if (attn) f += transformer(*pixels, ch, L, X, c.transformer_layers_per_block[i]);
+      skips->push_back(ch);
+    }
+    if (i < n - 1) {
+      *pixels /= 4;
+      f += conv(*pixels, ch, ch);
+      skips->push_back(ch);
+    }
+  }
+  return f + 2 * resnet(*pixels, ch, ch, T) + transformer(*pixels, ch, L, X, c.transformer_layers_per_block[n - 1]);
+}
+
 }  // namespace
 
 double unet_flops(const UNetConfig& c, int64_t batch, int64_t h, int64_t w, int64_t L) {
@@ -34,27 +63,9 @@ double unet_flops(const UNetConfig& c, int64_t batch, int64_t h, int64_t w, int6
   const int n = static_cast<int>(boc.size());
   const double T = c.time_embed_dim(), X = c.cross_attention_dim;
   double pixels = static_cast<double>(h) * w;
-  double f = conv(pixels, c.in_channels, boc[0]) + linear(1, boc[0], T) + linear(1, T, T);
-  if (c.time_cond_proj_dim > 0) f += linear(1, c.time_cond_proj_dim, boc[0]);  // LCM's cond_proj
-  if (c.text_time()) f += linear(1, c.projection_class_embeddings_input_dim, T) + linear(1, T, T);  // SDXL
-  double ch = boc[0];
-  std::vector<double> skips{ch};
-  for (int i = 0; i < n; ++i) {
-    const bool attn = c.down_block_types[i] == "CrossAttnDownBlock2D";
-    for (int j = 0; j < c.layers_per_block; ++j) {
-      f += resnet(pixels, ch, boc[i], T);
-      ch = boc[i];
-      if (attn) f += transformer(pixels, ch, L, X, c.transformer_layers_per_block[i]);
-      skips.push_back(ch);
-    }
-    if (i < n - 1) {
-      pixels /= 4;
-      f += conv(pixels, ch, ch);
-      skips.push_back(ch);
-    }
-  }
-  f += 2 * resnet(pixels, ch, ch, T) + transformer(pixels, ch, L, X, c.transformer_layers_per_block[n - 1]);
-  double prev = ch;
+  std::vector<double> skips;
+  double f = encoder_flops(c, &pixels, static_cast<double>(L), &skips);
+  double prev = boc[n - 1];
   for (int i = 0; i < n; ++i) {
     const int r = n - 1 - i;
     const bool attn = c.up_block_types[i] == "CrossAttnUpBlock2D";
@@ -80,6 +91,37 @@ double unet_text_free_flops(const UNetConfig& c, int64_t h, int64_t w) {
   const double pixels = static_cast<double>(h) * w, C = boc[0];
   return conv(pixels, c.in_channels, C) + resnet(pixels, C, C, c.time_embed_dim()) + linear(pixels, C, C) +
          linear(pixels, C, 3 * C) + attention(pixels, pixels, C) + linear(pixels, C, C);
+}
+
+double controlnet_flops(const UNetConfig& c, const std::vector<int>& embedding_channels, int conditioning_channels,
+                        int64_t batch, int64_t h, int64_t w, int64_t L) {
+  const double latent_pixels = static_cast<double>(h) * w;
+  double pixels = latent_pixels;
+  std::vector<double> skips;
+  double f = encoder_flops(c, &pixels, static_cast<double>(L), &skips);
+  // The conditioning embedding, from the image (2^(levels − 1) × the latent size) down to it.
+  const auto& e = embedding_channels;
+  double image_pixels = latent_pixels * std::pow(4.0, static_cast<double>(e.size()) - 1);
+  f += conv(image_pixels, conditioning_channels, e[0]);
+  for (size_t i = 0; i + 1 < e.size(); ++i) {
+    f += conv(image_pixels, e[i], e[i]);
+    image_pixels /= 4;
+    f += conv(image_pixels, e[i], e[i + 1]);  // stride 2
+  }
+  f += conv(latent_pixels, e.back(), c.block_out_channels[0]);
+  // The 1×1 zero convolutions: one per skip tensor at its level's size, one on the mid block's output.
+  const auto& boc = c.block_out_channels;
+  double level_pixels = latent_pixels;
+  f += linear(level_pixels, boc[0], boc[0]);  // conv_in's skip
+  for (size_t i = 0; i < boc.size(); ++i) {
+    f += c.layers_per_block * linear(level_pixels, boc[i], boc[i]);
+    if (i + 1 < boc.size()) {
+      level_pixels /= 4;
+      f += linear(level_pixels, boc[i], boc[i]);  // the downsampler's
+    }
+  }
+  f += linear(level_pixels, boc.back(), boc.back());
+  return f * static_cast<double>(batch);
 }
 
 double vae_decode_flops(const VaeConfig& c, int64_t batch, int64_t h, int64_t w) {

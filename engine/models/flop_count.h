@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "models/configs.h"
 
@@ -16,6 +17,13 @@ double unet_flops(const UNetConfig& c, int64_t batch, int64_t h, int64_t w, int6
 // The part of unet_flops that a sample repeated within a batch shares with its first copy (the
 // layers before the first cross-attention, UNet2DCondition::forward_nhwc): per repeated sample.
 double unet_text_free_flops(const UNetConfig& c, int64_t h, int64_t w);
+// A ControlNet (models/controlnet.h) for latents of h × w, `batch` samples: its time (and SDXL
+// text_time) embedding, conv_in, down blocks and mid block as unet_flops counts them for the
+// UNet of config `c`, the conditioning embedding of the control image (conditioning_channels →
+// embedding_channels[0] … at 2^(entries − 1) × the latent size, stride-2 steps down to it, then
+// to block_out_channels[0]) and the 1×1 zero convolutions (ControlNetConfig's fields).
+double controlnet_flops(const UNetConfig& c, const std::vector<int>& embedding_channels, int conditioning_channels,
+                        int64_t batch, int64_t h, int64_t w, int64_t context_len = 77);
 // Decoding `batch` latents of h × w (post_quant_conv included).
 double vae_decode_flops(const VaeConfig& c, int64_t batch, int64_t h, int64_t w);
 // The tiny autoencoder (TAESD): decoding `batch` latents of h × w, and encoding `batch` images of

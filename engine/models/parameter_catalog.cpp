@@ -137,7 +137,7 @@ std::vector<ParameterSpec> clip_text_projection_parameters(const ClipTextConfig&
 std::vector<ParameterSpec> controlnet_parameters(const ControlNetConfig& config) {
   Catalog cat;
   for (const ParameterSpec& p : unet_parameters(config.unet))
-    for (const char* prefix : {"time_embedding.", "conv_in.", "down_blocks.", "mid_block."})
+    for (const char* prefix : {"time_embedding.", "add_embedding.", "conv_in.", "down_blocks.", "mid_block."})
       if (p.name.rfind(prefix, 0) == 0) cat.specs.push_back(p);
   const auto& e = config.conditioning_embedding_out_channels;
   const auto& boc = config.unet.block_out_channels;

@@ -39,11 +39,7 @@ UNet2DCondition UNet2DCondition::load(WeightSource& w, const UNetConfig& c, kern
     u.time_cond_proj_ = Linear::load(w, "time_embedding.cond_proj", c.time_cond_proj_dim, boc[0], false, precision);
   u.time_linear_1_ = Linear::load(w, "time_embedding.linear_1", boc[0], T, true, precision);
   u.time_linear_2_ = Linear::load(w, "time_embedding.linear_2", T, T, true, precision);
-  if (c.text_time()) {
-    u.add_linear_1_ = Linear::load(w, "add_embedding.linear_1", c.projection_class_embeddings_input_dim, T, true,
-                                   precision);
-    u.add_linear_2_ = Linear::load(w, "add_embedding.linear_2", T, T, true, precision);
-  }
+  if (c.text_time()) u.add_embedding_ = TextTimeEmbedding::load(w, c, precision);
   u.conv_in_ = Conv2d::load_same(w, "conv_in", c.in_channels, boc[0], 3, precision);
 
   u.encoder_ = UNetEncoder::load(w, c, precision);  // down_blocks.*, mid_block.*
@@ -132,25 +128,7 @@ Tensor UNet2DCondition::time_embedding(const Tensor& t_proj, const Tensor* times
 }
 
 Tensor UNet2DCondition::text_time_embedding(const UNetTextTime& tt, int64_t N) const {
-  const int64_t D = config_.addition_time_embed_dim, in = config_.projection_class_embeddings_input_dim;
-  if (tt.text_embeds.rank() != 2 || tt.text_embeds.dim(0) != N || tt.time_ids.rank() != 2 || tt.time_ids.dim(0) != N)
-    fail("UNet: text_embeds ", shape_str(tt.text_embeds.shape()), " and time_ids ", shape_str(tt.time_ids.shape()),
-         " must both have ", N, " rows");
-  const int64_t P = tt.text_embeds.dim(1), k = tt.time_ids.dim(1);
-  if (P + k * D != in)
-    fail("UNet: text_embeds of width ", P, " and ", k, " time ids × ", D, " make ", P + k * D,
-         " values; add_embedding takes ", in, " (a text encoder 2 of another width, or another number of ids?)");
-  // add_time_proj of the flattened ids, one sinusoid of D values per id, laid out per sample.
-  std::vector<double> ids(tt.time_ids.begin(), tt.time_ids.end());
-  const Tensor time_embeds = timestep_embedding(ids, D, config_.flip_sin_to_cos, config_.freq_shift);
-  Tensor joined = Tensor::empty({N, in});
-  for (int64_t n = 0; n < N; ++n) {
-    std::memcpy(joined.data() + n * in, tt.text_embeds.data() + n * P, sizeof(float) * P);
-    std::memcpy(joined.data() + n * in + P, time_embeds.data() + n * k * D, sizeof(float) * k * D);
-  }
-  Tensor h = add_linear_1_(joined);
-  kernels::silu(h.data(), h.numel(), h.data());
-  return add_linear_2_(h);
+  return add_embedding_(tt, N, "UNet");
 }
 
 Tensor UNet2DCondition::forward(const Tensor& sample, const std::vector<double>& timesteps, const Tensor& context,

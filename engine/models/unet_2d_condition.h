@@ -13,6 +13,7 @@
 
 #include "models/configs.h"
 #include "models/numerics.h"
+#include "models/text_time_embedding.h"
 #include "models/unet_blocks.h"
 #include "models/unet_encoder.h"
 
@@ -35,14 +36,6 @@ struct UNetDebug {
 struct UNetResiduals {
   std::vector<Tensor> down;  // N × h_k × w_k × C_k, one per skip tensor (12 for SD 1.5)
   Tensor mid;                // N × h × w × C_mid
-};
-
-// SDXL's added conditioning (addition_embed_type "text_time", diffusers' added_cond_kwargs).
-struct UNetTextTime {
-  Tensor text_embeds;  // N × P: the pooled text embedding (text encoder 2's text_embeds)
-  // N × k float32 (SDXL: k = 6): original size (h, w), crop top-left (y, x), target size (h, w);
-  // P + k · addition_time_embed_dim must be projection_class_embeddings_input_dim.
-  Tensor time_ids;
 };
 
 class UNet2DCondition {
@@ -99,7 +92,7 @@ class UNet2DCondition {
   kernels::Precision precision_ = kernels::Precision::F32;
   Linear time_cond_proj_;  // in = time_cond_proj_dim, out = C0, no bias; unset when the dim is 0
   Linear time_linear_1_, time_linear_2_;
-  Linear add_linear_1_, add_linear_2_;  // SDXL's add_embedding; unset without text_time
+  TextTimeEmbedding add_embedding_;  // SDXL's add_embedding; unset without text_time
   Conv2d conv_in_, conv_out_;
   UNetEncoder encoder_;  // down blocks and mid block (shared with ControlNetModel)
   std::vector<UpLevel> up_;

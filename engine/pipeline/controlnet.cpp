@@ -43,6 +43,11 @@ int transformer_depth(const WeightSource& w, const std::string& attention) {
 }  // namespace
 
 ControlNetConfig controlnet_config_from_weights(const WeightSource& w, const std::string& what) {
+  // An SDXL ControlNet's add_embedding (label_emb) does not say how wide its size ids' sinusoids
+  // are (addition_time_embed_dim): its diffusers folder's config.json does.
+  if (w.has("add_embedding.linear_1.weight"))
+    fail(what, ": an SDXL ControlNet (it has an add_embedding, 'label_emb') in a single file; Octodiff reads SDXL "
+               "ControlNets from diffusers folders (config.json + diffusion_pytorch_model.safetensors)");
   ControlNetConfig c;
   UNetConfig& u = c.unet;
   u.in_channels = static_cast<int>(dim_of(w, "conv_in.weight", 1, what));
@@ -121,8 +126,13 @@ void resolve_controlnets(GenerationRequest& req, const UNetConfig& unet, int vae
       fail(what, " was loaded for another dtype than the request's ", dtype_display_name(req.dtype),
            " (load it with the same dtype as the model)");
     const ControlNetConfig& c = use.model->config();
-    if (const std::string m = c.mismatch_with(unet); !m.empty())
-      fail(what, " is for another architecture than this model's UNet: ", m);
+    if (const std::string m = c.mismatch_with(unet); !m.empty()) {
+      auto family = [](const UNetConfig& u) { return u.text_time() ? "SDXL" : "SD 1.x/2.x"; };
+      const std::string families = c.unet.text_time() == unet.text_time()
+                                       ? std::string()
+                                       : cat(" (an ", family(c.unet), " ControlNet on an ", family(unet), " model)");
+      fail(what, " is for another architecture than this model's UNet", families, ": ", m);
+    }
     if (c.image_scale() != vae_scale_factor)
       fail(what, " reads control images at ", c.image_scale(), "× the latent size; this model's VAE scale is ",
            vae_scale_factor, " (a ControlNet for another model family?)");
@@ -170,7 +180,8 @@ void accumulate(UNetResiduals& a, const UNetResiduals& b) {
 }  // namespace
 
 ResidualProvider controlnet_residuals(const std::vector<ControlNetUse>& uses, int device, int batch, bool guided,
-                                      int first_call, int calls, const Numerics& numerics) {
+                                      int first_call, int calls, const Numerics& numerics,
+                                      const UNetTextTime* text_time) {
   if (uses.empty()) return {};
   struct Net {
     const ControlNetUse* use;
@@ -178,7 +189,7 @@ ResidualProvider controlnet_residuals(const std::vector<ControlNetUse>& uses, in
   };
   auto nets = std::make_shared<std::vector<Net>>();
   for (const ControlNetUse& use : uses) nets->push_back({&use, Tensor()});
-  return [nets, device, batch, guided, first_call, calls, numerics](
+  return [nets, device, batch, guided, first_call, calls, numerics, text_time](
              int call, double t, const Tensor& input, const Tensor& context) -> std::optional<UNetResiduals> {
     std::optional<UNetResiduals> sum;
     const std::vector<double> timesteps(input.dim(0), t);
@@ -193,8 +204,8 @@ ResidualProvider controlnet_residuals(const std::vector<ControlNetUse>& uses, in
           for (int b = 0; b < batch; ++b) rows.push_back(b);
         net.embedded = once.gather0(rows);
       }
-      UNetResiduals r =
-          use.model->forward_embedded_nhwc(input, timesteps, context, net.embedded, use.scale * keep, numerics);
+      UNetResiduals r = use.model->forward_embedded_nhwc(input, timesteps, context, net.embedded, use.scale * keep,
+                                                         numerics, text_time);
       if (sum)
         accumulate(*sum, r);
       else

@@ -1,6 +1,9 @@
 // ControlNet: FlaxStableDiffusionControlNetPipeline (spec flax-family.md §1) and, under
 // Compat::Diffusers, torch's StableDiffusionControlNetPipeline (guess mode off), as a hook of the
-// shared denoising loop (DenoiseSetup::residuals). Everything else is text-to-image's:
+// shared denoising loop (DenoiseSetup::residuals). Everything else is text-to-image's. On an SDXL
+// model the same hook is StableDiffusionXLControlNetPipeline (guess mode off): SDXL ControlNets
+// (text_time) take the UNet's pooled text embeddings and time ids too, and the rules below
+// (image preparation, sizes, keep) are the same in both diffusers pipelines:
 //
 //   control image ─ RGB ─ resized (Lanczos) to the generation size ─ x/255 → [0, 1], NHWC
 //   every call i of the run: for each ControlNet k with keep_k(i) = 1 (below)
@@ -51,8 +54,12 @@ double controlnet_keep(int i, int n, double start, double end);
 Tensor device_control_images(const std::vector<Image8>& images, int device, int batch, bool guided);
 
 // The residual provider of device d (DenoiseSetup::residuals): the resolved request's
-// ControlNets on calls first_call … calls − 1. Null when the request has none.
+// ControlNets on calls first_call … calls − 1. Null when the request has none. `text_time`: an
+// SDXL run's pooled embeddings and time ids, rows like the context's (the UNet's own: diffusers'
+// StableDiffusionXLControlNetPipeline gives the ControlNets the UNet's added_cond_kwargs); it
+// must outlive the provider. Null for SD 1.x/2.x.
 ResidualProvider controlnet_residuals(const std::vector<ControlNetUse>& uses, int device, int batch, bool guided,
-                                      int first_call, int calls, const Numerics& numerics);
+                                      int first_call, int calls, const Numerics& numerics,
+                                      const UNetTextTime* text_time = nullptr);
 
 }  // namespace octodiff

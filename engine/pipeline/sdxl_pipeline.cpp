@@ -20,7 +20,6 @@ void check_sdxl_request(const StableDiffusionModel& m, const GenerationRequest& 
          "textual-inversion embeddings)");
   if (!req.init_images.empty() || !req.masks.empty())
     fail("image-to-image and inpainting are not supported for SDXL models yet");
-  if (!req.controlnets.empty()) fail("ControlNets are not supported for SDXL models yet");
 }
 
 bool sdxl_zeros_for_empty_negative(const StableDiffusionModel& m, Compat compat) {

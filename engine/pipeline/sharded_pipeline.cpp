@@ -482,7 +482,7 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
     };
     DenoiseSetup device_setup = setup;  // with this device's control images
     device_setup.residuals = controlnet_residuals(r.request.controlnets, d, B, s.guidance, plan.first_call, plan.calls,
-                                                  plan.numerics);
+                                                  plan.numerics, sdxl_tokens ? &dw.text_time : nullptr);
     DenoiseHooks hooks = r.inpaint.active
                              ? inpaint_hooks(dw.inpaint, *plan.scheduler, plan.initial_state, plan.calls)
                              : DenoiseHooks{};

@@ -52,3 +52,38 @@ TEST(FlopCount, SdxlUNetWithItsTextTimeEmbedding) {
   EXPECT_GT(at1024, 4 * at512);        // self-attention grows with the square of the tokens
   EXPECT_EQ(unet_text_free_flops(xl, 128, 128), 0.0);  // no attention at the first level: nothing shared
 }
+
+TEST(FlopCount, AControlNetIsTheEncoderHalfPlusItsImageEmbeddingAndZeroConvs) {
+  // A one-level model written out by hand: 2×2 latents, 32 channels, 1 layer, no down-block
+  // attention, cross_attention_dim 8, a 1-token context; conditioning embedding (4, 8): a 4×4 image.
+  UNetConfig c = UNetConfig::sd1();
+  c.block_out_channels = {32};
+  c.down_block_types = {"DownBlock2D"};
+  c.up_block_types = {"UpBlock2D"};
+  c.layers_per_block = 1;
+  c.cross_attention_dim = 8;
+  c.transformer_layers_per_block = {1};
+  const double P = 4, C = 32, T = 128;
+  auto conv = [](double px, double ci, double co) { return 2 * px * ci * co * 9; };
+  auto lin = [](double rows, double in, double out) { return 2 * rows * in * out; };
+  auto resnet = [&](double px) { return 2 * conv(px, C, C) + lin(1, T, C); };
+  const double transformer = 2 * lin(P, C, C) + lin(P, C, 3 * C) + 4 * P * P * C + lin(P, C, C) + lin(P, C, C) +
+                             lin(1, 8, 2 * C) + 4 * P * 1 * C + lin(P, C, C) + lin(P, C, 8 * C) + lin(P, 4 * C, C);
+  const double encoder = conv(P, 4, C) + lin(1, C, T) + lin(1, T, T) + resnet(P) + 2 * resnet(P) + transformer;
+  const double image = conv(16, 3, 4) + conv(16, 4, 4) + conv(4, 4, 8) + conv(4, 8, C);
+  const double zero = 3 * lin(P, C, C);  // conv_in's skip, the resnet's, the mid block's
+  const double got = controlnet_flops(c, {4, 8}, 3, 2, 2, 2, 1);
+  EXPECT_DOUBLE_EQ(got, 2 * (encoder + image + zero));
+  // SDXL's text_time embedding is counted as the UNet's.
+  UNetConfig xl = c;
+  xl.addition_embed_type = "text_time";
+  xl.projection_class_embeddings_input_dim = 40;
+  EXPECT_DOUBLE_EQ(controlnet_flops(xl, {4, 8}, 3, 1, 2, 2, 1) - controlnet_flops(c, {4, 8}, 3, 1, 2, 2, 1),
+                   lin(1, 40, T) + lin(1, T, T));
+  // Full size, per image (diffusers' conditioning embedding (16, 32, 96, 256), 77 tokens).
+  const double sd15 = controlnet_flops(UNetConfig::sd1(), {16, 32, 96, 256}, 3, 1, 64, 64) / 1e9;
+  const double sdxl = controlnet_flops(UNetConfig::sdxl(), {16, 32, 96, 256}, 3, 1, 128, 128) / 1e9;
+  std::printf("[flops] ControlNet per image: SD 1.5 at 512x512 %.2f GFLOP (UNet %.2f), SDXL at 1024x1024 %.2f "
+              "GFLOP (UNet %.2f)\n",
+              sd15, unet_flops(UNetConfig::sd1(), 1, 64, 64) / 1e9, sdxl, unet_flops(UNetConfig::sdxl(), 1, 128, 128) / 1e9);
+}

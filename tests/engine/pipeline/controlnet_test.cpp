@@ -298,12 +298,13 @@ TEST(ControlNetBadInput, AnotherArchitectureIsRefusedAtResolve) {
   req.controlnets[0].images = {control_png(0)};
   const std::string e = error_of([&] { pipe.resolve(req); });
   EXPECT_TRUE(contains(e, "another architecture")) << e;
-  // A config for another model family (SDXL's addition embedding) is refused by name.
+  // An SDXL-style config without the widths of its addition embedding is refused naming them
+  // (SDXL ControlNets themselves: sdxl_controlnet_test.cpp).
   EXPECT_TRUE(contains(error_of([] {
                          ControlNetConfig::from_json(R"({"_class_name": "ControlNetModel", "addition_embed_type": "text_time"})",
                                                      "config.json");
                        }),
-                       "addition_embed_type"));
+                       "addition_time_embed_dim"));
   EXPECT_TRUE(contains(error_of([] { ControlNetConfig::from_json(R"({"_class_name": "UNet2DConditionModel"})", "c.json"); }),
                        "not a ControlNetModel"));
 }
