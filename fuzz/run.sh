@@ -52,6 +52,8 @@ mkdir -p "$corpus/tokenizer"
 { cat "$tok/vocab.json"; printf '\n@@\n'; cat "$tok/merges.txt"; printf '\n@@\n'; cat "$tok/tokenizer_config.json";
   printf '\n@@\na photograph of an astronaut riding a horse, caf\xc3\xa9 \xe2\x80\x94 <|endoftext|>'; } >"$corpus/tokenizer/tiny-sd"
 
+source "$src/fuzz/max_len.sh"  # -max_len per target
+
 results=$dir/fuzz-results.txt
 : >"$results"
 status=0
@@ -59,7 +61,7 @@ for t in "${targets[@]}"; do
   log=$dir/fuzz_$t.log
   mkdir -p "$dir/artifacts/$t"
   if (cd "$dir/artifacts/$t" && ASAN_OPTIONS=detect_leaks=1 "$dir/fuzz/fuzz_$t" -max_total_time="$seconds" \
-        -rss_limit_mb=2048 -timeout=20 -max_len=65536 -print_final_stats=1 "$corpus/$t" >"$log" 2>&1); then
+        -rss_limit_mb=2048 -timeout=20 -max_len="$(max_len "$t")" -print_final_stats=1 "$corpus/$t" >"$log" 2>&1); then
     runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')
     echo "fuzz_$t: $runs executions in ${seconds}s, no crash" | tee -a "$results"
   else

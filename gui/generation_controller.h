@@ -39,6 +39,8 @@ class GenerationController : public QObject {
   ~GenerationController() override;
 
   ModelPtr model() const { return model_; }
+  // The model's pipeline (its plan cache), null before a model is loaded.
+  std::shared_ptr<const ShardedPipeline> pipeline() const { return pipeline_; }
   bool isLoading() const { return load_watcher_.isRunning(); }
   bool isGenerating() const { return job_watcher_.isRunning() || sheet_watcher_.isRunning(); }
   bool isBusy() const { return isLoading() || isGenerating(); }

@@ -1,7 +1,7 @@
 #include "image_tile.h"
 
 #include <QContextMenuEvent>
-#include <QHBoxLayout>
+#include <QGridLayout>
 #include <QMenu>
 #include <QPainter>
 #include <QVBoxLayout>
@@ -120,16 +120,13 @@ ImageTile::ImageTile(int index, QWidget* parent) : QFrame(parent), index_(index)
       QStringLiteral("#tileActions { background: rgba(20, 20, 24, 190); border-radius: 4px; }"
                      "QToolButton { color: white; padding: 1px 4px; border: none; }"
                      "QToolButton:hover { background: rgba(255, 255, 255, 60); border-radius: 3px; }"));
-  auto* buttons = new QHBoxLayout(actions_);
-  buttons->setContentsMargins(2, 2, 2, 2);
-  buttons->setSpacing(1);
   auto add = [&](const QString& text, const QString& tip, void (ImageTile::*signal)(int)) {
     auto* b = new QToolButton;
     b->setText(text);
     b->setToolTip(tip);
     b->setCursor(Qt::ArrowCursor);
     connect(b, &QToolButton::clicked, this, [this, signal] { emit(this->*signal)(index_); });
-    buttons->addWidget(b);
+    action_buttons_.push_back(b);
   };
   add(tr("Save"), tr("Save this image as PNG with its settings"), &ImageTile::saveRequested);
   add(tr("Copy"), tr("Copy this image to the clipboard"), &ImageTile::copyRequested);
@@ -137,6 +134,7 @@ ImageTile::ImageTile(int index, QWidget* parent) : QFrame(parent), index_(index)
       &ImageTile::reuseRequested);
   add(tr("Vary"), tr("Start image-to-image variations from this image (it becomes the init image)"),
       &ImageTile::varyRequested);
+  placeActionButtons(static_cast<int>(action_buttons_.size()));
   actions_->adjustSize();
   actions_->setVisible(false);
   setToolTip(tr("Click to enlarge; right-click or hover for Save, Copy, Reuse, Vary"));
@@ -190,7 +188,7 @@ void ImageTile::showFinal(const QImage& image) {
   canvas_->setCover(QString());  // setFlagged() covers it again
   canvas_->setImage(image);
   canvas_->setOverlay(QString());
-  actions_->setVisible(underMouse());
+  setActionsVisible(underMouse());
 }
 
 void ImageTile::setFlagged(bool flagged) {
@@ -203,9 +201,32 @@ void ImageTile::setActionsVisible(bool visible) {
   actions_->setVisible(visible && final_);
   if (actions_->isVisible()) {
     const QRect r = canvas_->imageRect().isNull() ? canvas_->rect() : canvas_->imageRect();
-    actions_->move(r.right() - actions_->width() - 3, r.top() + 3);
+    arrangeActions(r.width() - 6);
+    // At the picture's top right; never past the canvas's left edge, whatever its width.
+    actions_->move(std::max(0, r.right() - actions_->width() - 3), r.top() + 3);
     actions_->raise();
   }
+}
+
+void ImageTile::arrangeActions(int available_width) {
+  const int all = static_cast<int>(action_buttons_.size());
+  for (int columns : {all, (all + 1) / 2, 1}) {
+    placeActionButtons(columns);
+    if (actions_->sizeHint().width() <= available_width) break;
+  }
+  actions_->resize(actions_->sizeHint());
+}
+
+// A fresh grid each time (an old one would keep the rows or columns it no longer fills).
+void ImageTile::placeActionButtons(int columns) {
+  if (columns == action_columns_) return;
+  action_columns_ = columns;
+  delete actions_->layout();  // the buttons stay, children of actions_
+  auto* grid = new QGridLayout(actions_);
+  grid->setContentsMargins(2, 2, 2, 2);
+  grid->setSpacing(1);
+  for (int i = 0; i < static_cast<int>(action_buttons_.size()); ++i)
+    grid->addWidget(action_buttons_[i], i / columns, i % columns);
 }
 
 void ImageTile::enterEvent(QEnterEvent* event) {

@@ -8,6 +8,7 @@
 #include <QLabel>
 #include <QPainter>
 #include <QToolButton>
+#include <vector>
 
 namespace octodiff::gui {
 
@@ -56,8 +57,11 @@ class ImageTile : public QFrame {
   bool isFinal() const { return final_; }
   bool isPreview() const { return preview_; }
   const QImage& image() const { return canvas_->image(); }
-  void setActionsVisible(bool visible);  // the hover buttons (only on finished images)
+  // The hover buttons (only on finished images), over the picture's top right corner: in one row,
+  // or wrapped into 2 or 4 rows when the picture is too narrow for one (a small tile at 2× scale).
+  void setActionsVisible(bool visible);
   QWidget* actions() const { return actions_; }
+  int actionColumns() const { return action_columns_; }
 
  signals:
   void clicked(int index);
@@ -75,6 +79,8 @@ class ImageTile : public QFrame {
 
  private:
   void updateElidedPrompt();
+  void arrangeActions(int available_width);  // the fewest rows (4, 2 or 1 column) that fit
+  void placeActionButtons(int columns);
 
   int index_;
   bool final_ = false, preview_ = false, flagged_ = false;
@@ -83,6 +89,8 @@ class ImageTile : public QFrame {
   ImageCanvas* canvas_;
   QLabel *prompt_, *detail_;
   QWidget* actions_;
+  std::vector<QToolButton*> action_buttons_;
+  int action_columns_ = 0;
 };
 
 }  // namespace octodiff::gui

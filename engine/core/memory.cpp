@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "core/error.h"
@@ -44,6 +45,8 @@ void* aligned_alloc_or_throw(size_t bytes) {
 void aligned_free(void* p) { std::free(p); }
 
 std::shared_ptr<const void> allocate_floats(int64_t n) {
+  if (n < 0 || static_cast<uint64_t>(n) > std::numeric_limits<size_t>::max() / sizeof(float))  // bytes would wrap
+    fail("out of memory: could not allocate ", n, " floats");
   size_t bytes = static_cast<size_t>(n) * sizeof(float);
   if (Allocator* a = t_allocator) {
     void* p = a->allocate(bytes);

@@ -275,6 +275,7 @@ VaeConfig VaeConfig::from_json(const std::string& text, const std::string& what)
   read(j, "force_upcast", &c.force_upcast, what);
   const size_t n = c.block_out_channels.size();
   if (n == 0 || n > 8) fail("'", what, "': block_out_channels must have 1 to 8 entries");
+  require_positive(c.norm_num_groups, "norm_num_groups", what);  // before dividing by it (found by fuzz_configs)
   for (int ch : c.block_out_channels) {
     require_positive(ch, "block_out_channels", what);
     if (ch % c.norm_num_groups)

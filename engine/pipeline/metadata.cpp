@@ -1,11 +1,11 @@
 #include "pipeline/metadata.h"
 
 #include <cstdio>
-#include <regex>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "pipeline/a1111_fields.h"
 #include "pipeline/inpaint.h"
 #include "pipeline/model.h"
 #include "pipeline/model_hash.h"
@@ -305,9 +305,7 @@ void parse_a1111_inpaint(const std::string& key, const std::string& value, Image
 ImageMetadata::ControlNet parse_controlnet_text(std::string value) {
   if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
   ImageMetadata::ControlNet c;
-  std::regex pair(R"(([A-Za-z][A-Za-z ]*): ([^,]*)(, |$))");
-  for (auto it = std::sregex_iterator(value.begin(), value.end(), pair); it != std::sregex_iterator(); ++it) {
-    const std::string k = (*it)[1], v = (*it)[2];
+  for (const auto& [k, v] : controlnet_fields(value)) {
     if (k == "Module") c.module = v;
     else if (k == "Model") c.name = v;
     else if (k == "Weight") c.weight = std::stod(v);
@@ -346,9 +344,7 @@ std::optional<ImageMetadata> from_a1111(const std::string& text) {
   m.long_prompts = by_octodiff ? LongPrompts::Truncate : LongPrompts::Chunk;
   m.comma_backtrack = by_octodiff ? 0 : 20;
   // A value in double quotes (Lora hashes, ControlNet N) holds commas and "Key: value" pairs of its own.
-  std::regex field(R"(([A-Za-z][A-Za-z0-9 +]*): ("[^"]*"|[^,]*)(,|$))");
-  for (auto it = std::sregex_iterator(params.begin(), params.end(), field); it != std::sregex_iterator(); ++it) {
-    const std::string key = (*it)[1], value = (*it)[2];
+  for (const auto& [key, value] : a1111_settings_fields(params)) {
     try {
       if (key == "Steps") m.steps = std::stoi(value);
       else if (key == "CFG scale") m.guidance_scale = std::stod(value);

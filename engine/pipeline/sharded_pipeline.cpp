@@ -46,6 +46,7 @@ struct ShardedPipeline::Plan {
   Numerics numerics;
   int workers = 1, threads_per_worker = 1;
   std::vector<std::unique_ptr<CachingArena>> arenas;  // one per worker
+  uint64_t last_use = 0;                              // ShardedPipeline::plan_uses_ when last run
 };
 
 
@@ -240,11 +241,27 @@ void ShardedPipeline::resolve_init_images(ResolvedRequest& r, int devices, int* 
   *height = first.height;
 }
 
-bool ShardedPipeline::is_compiled(const Signature& s) const { return plans_.count(s.str()) != 0; }
+bool ShardedPipeline::is_compiled(const Signature& s) const {
+  std::lock_guard<std::mutex> lock(run_mutex_);
+  return plans_.count(s.str()) != 0;
+}
 
 void ShardedPipeline::clear_plans() {
   std::lock_guard<std::mutex> lock(run_mutex_);
   plans_.clear();
+}
+
+size_t ShardedPipeline::cached_plans() const {
+  std::lock_guard<std::mutex> lock(run_mutex_);
+  return plans_.size();
+}
+
+size_t ShardedPipeline::arena_bytes_reserved() const {
+  std::lock_guard<std::mutex> lock(run_mutex_);
+  size_t bytes = 0;
+  for (const auto& [key, plan] : plans_)
+    for (const auto& arena : plan->arenas) bytes += arena->bytes_reserved();
+  return bytes;
 }
 
 Image8 ShardedPipeline::render_preview(const Tensor& latents) const {
@@ -267,12 +284,20 @@ ShardedPipeline::Plan& ShardedPipeline::plan_for(const ResolvedRequest& r, bool*
   if (it != plans_.end()) {
     *compiled = false;
     *seconds = 0;
+    it->second->last_use = ++plan_uses_;
     return *it->second;
+  }
+  if (plans_.size() >= kMaxCachedPlans) {  // make room: the least recently used plan goes
+    auto oldest = std::min_element(plans_.begin(), plans_.end(), [](const auto& a, const auto& b) {
+      return a.second->last_use < b.second->last_use;
+    });
+    plans_.erase(oldest);
   }
   const auto t0 = Clock::now();
   const Signature& s = r.signature;
   auto plan = std::make_unique<Plan>();
   plan->signature = s;
+  plan->last_use = ++plan_uses_;
   const SchedulerSemantics semantics =
       s.compat == Compat::Flax ? SchedulerSemantics::Flax : SchedulerSemantics::Diffusers;
   plan->scheduler = Scheduler::create(s.scheduler, model_->scheduler_config(s.scheduler, s.timestep_spacing), semantics);
@@ -439,6 +464,12 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
                            : r.request.device_keys;
 
   DeviceRunner devices(s.devices, plan.threads_per_worker, plan.arenas, cancel);
+  // Declared before `work`, so it runs after the activations went back to the arenas: however the
+  // run ends (done, cancelled, failed), the plan keeps no slab of them while it waits for its next run.
+  struct TrimArenasAtExit {
+    DeviceRunner& devices;
+    ~TrimArenasAtExit() { devices.trim_arenas(); }
+  } trim_at_exit{devices};
   std::vector<DeviceWork> work(s.devices);
   // Between phases the component just used is dropped from memory and the arenas hand their
   // free blocks back, so that only one network's weights and activations are resident at a time

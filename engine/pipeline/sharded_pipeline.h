@@ -7,7 +7,9 @@
 //
 // The model is shared read-only by all devices. The first call with a new Signature compiles a
 // plan (scheduler tables, device/thread layout, per-device activation arenas) and caches it;
-// later calls with the same signature only run. A device is a worker with its own thread budget;
+// later calls with the same signature only run. At most kMaxCachedPlans plans are kept (the least
+// recently used goes; compiling one again takes well under a millisecond), and a plan holds no
+// activation memory between runs: its arenas are trimmed when a run ends, however it ends. A device is a worker with its own thread budget;
 // devices run side by side when the network is small enough that intra-op threads would idle,
 // else one after another with every thread. Results are bit-identical whatever the threads.
 #pragma once
@@ -57,6 +59,11 @@ class ShardedPipeline {
 
   bool is_compiled(const Signature& s) const;
   void clear_plans();
+  // The plan cache's bound, what it holds, and the activation memory its arenas hold from the
+  // system (0 between runs). Both wait for a running run to end.
+  static constexpr size_t kMaxCachedPlans = 8;
+  size_t cached_plans() const;
+  size_t arena_bytes_reserved() const;
 
  private:
   struct Plan;
@@ -79,8 +86,9 @@ class ShardedPipeline {
   StepNoise device_step_noise(const ResolvedRequest& r, const Plan& plan, const jax::Key& key, int d) const;
 
   std::shared_ptr<const StableDiffusionModel> model_;
-  std::mutex run_mutex_;  // one run at a time
+  mutable std::mutex run_mutex_;  // one run at a time
   std::map<std::string, std::unique_ptr<Plan>> plans_;
+  uint64_t plan_uses_ = 0;  // counts plan_for calls: each plan's last use, for evicting the oldest
   std::optional<LatentPreview> previewer_;
 };
 

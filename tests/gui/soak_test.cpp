@@ -3,7 +3,11 @@
 // cancelled at a random moment; every run ends Completed or Cancelled (never Failed, no error
 // banner), the buttons come back, and a completed run repeats bit for bit whatever was cancelled
 // in between. Then the window is closed in the middle of a run, and a new window works.
-// RSS at start and end is printed (a report, not asserted).
+// RSS after every run is printed (a report, not asserted), and what the app keeps is counted and
+// bounded: the pipeline's compiled plans (ShardedPipeline::kMaxCachedPlans), the activation memory
+// they hold between runs (none), and the image tiles alive (those of the run shown).
+#include <malloc.h>
+
 #include <QElapsedTimer>
 #include <QFile>
 #include <map>
@@ -11,6 +15,7 @@
 
 #include "gui_test_support.h"
 #include "error_banner.h"
+#include "image_tile.h"
 #include "settings_panel.h"
 
 using namespace octodiff;
@@ -27,6 +32,23 @@ double rssMib() {
   return 0;
 }
 
+// What the app holds after a run, beside RSS.
+struct Held {
+  size_t plans = 0, arena_bytes = 0;
+  int tiles = 0;
+};
+
+Held heldBy(MainWindow& w) {
+  QCoreApplication::sendPostedEvents(nullptr, QEvent::DeferredDelete);  // tiles let go of (deleteLater)
+  Held h;
+  if (const auto pipe = w.controller()->pipeline()) {
+    h.plans = pipe->cached_plans();
+    h.arena_bytes = pipe->arena_bytes_reserved();
+  }
+  h.tiles = static_cast<int>(w.findChildren<ImageTile*>().size());
+  return h;
+}
+
 }  // namespace
 
 class SoakTest : public QObject {
@@ -40,13 +62,16 @@ class SoakTest : public QObject {
     auto w = openWindow();
     QVERIFY(w->controller()->model());
     const double rss_start = rssMib();
+    const int tiles_at_start = heldBy(*w).tiles;  // before any run (other views' tiles, if any)
     std::mt19937 rng(25);
     auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
     std::map<QString, std::vector<QImage>> first_images;  // settings → the images of their first completed run
     int completed = 0, cancelled = 0, repeats = 0;
+    QStringList rss_curve;  // MiB after each run
     for (int i = 0; i < 50; ++i) {
-      // Few enough combinations that settings come back (and must give the same images again).
-      const int seed = pick(2), steps = 2 + pick(2), scheduler = pick(2) * (w->settingsPanel()->schedulerBox()->count() - 1);
+      // Few enough combinations that settings come back (and must give the same images again),
+      // more signatures (3 × 2 × 2) than the pipeline keeps plans for (evictions happen).
+      const int seed = pick(2), steps = 2 + pick(3), scheduler = pick(2) * (w->settingsPanel()->schedulerBox()->count() - 1);
       const QStringList prompts = pick(2) ? QStringList{"a red circle"} : QStringList{"a red circle", "a blue square"};
       fillForm(*w, prompts, seed, steps);
       w->settingsPanel()->schedulerBox()->setCurrentIndex(scheduler);
@@ -64,6 +89,12 @@ class SoakTest : public QObject {
       QCOMPARE(errors.count(), 0);
       QVERIFY(w->generateButton()->isEnabled());
       QVERIFY(!w->cancelButton()->isEnabled());
+      const Held held = heldBy(*w);
+      rss_curve << QString::number(rssMib(), 'f', 1);
+      QVERIFY2(held.plans <= ShardedPipeline::kMaxCachedPlans, qPrintable(QString::number(held.plans)));
+      QCOMPARE(held.arena_bytes, size_t{0});  // no plan keeps activations between runs
+      QVERIFY2(held.tiles <= tiles_at_start + 2,  // the grid shows this run's one or two images
+               qPrintable(QStringLiteral("%1 image tiles alive").arg(held.tiles)));
       if (*outcome == JobOutcome::Cancelled) {
         QVERIFY(cancel);
         ++cancelled;
@@ -79,9 +110,14 @@ class SoakTest : public QObject {
       }
     }
     const double rss_runs = rssMib();
+    const Held held = heldBy(*w);
     qInfo("[gui soak] 50 runs: %d completed (%d repeats of earlier settings, all identical), %d cancelled; "
-          "RSS start %.1f MiB, end %.1f MiB",
-          completed, repeats, cancelled, rss_start, rss_runs);
+          "RSS start %.1f MiB, end %.1f MiB; %zu plans cached (bound %zu), %zu arena bytes, %d tiles",
+          completed, repeats, cancelled, rss_start, rss_runs, held.plans, ShardedPipeline::kMaxCachedPlans,
+          held.arena_bytes, held.tiles);
+    qInfo("[gui soak] RSS after each run (MiB): %s", qPrintable(rss_curve.join(' ')));
+    malloc_trim(0);
+    qInfo("[gui soak] RSS after malloc_trim(0): %.1f MiB (the rest is live or in the allocator's pools)", rssMib());
     QVERIFY(completed > 0 && cancelled > 0 && repeats > 0);
 
     // Closing the window in the middle of a run cancels it and waits for the worker.

@@ -3,7 +3,8 @@
 // (QScreen::grabWindow), so they show what a user's display would. Run three ways
 // (tests/gui/CMakeLists.txt): plain, at 2× scale (QT_SCALE_FACTOR=2) and with a dark palette
 // (OCTODIFF_WINDOW_VARIANT=dark). In each, no label or button may be narrower than its text
-// needs (clipped text), on every tab.
+// needs (clipped text), on every tab — nor, shown as the pointer on a tile shows it, any image
+// tile's hover bar (Save, Copy, Reuse, Vary), which must also lie inside its picture.
 #include <QAbstractButton>
 #include <QApplication>
 #include <QLabel>
@@ -14,6 +15,7 @@
 #include <QTextDocument>
 
 #include "gui_test_support.h"
+#include "image_tile.h"
 #include "io/png.h"
 #include "pipeline/metadata.h"
 
@@ -81,6 +83,31 @@ QStringList clippedTexts(QWidget* root) {
   return out;
 }
 
+// Every visible finished tile's hover bar under `root`, shown: cut by its picture's edge, or a
+// button in it narrower than its text.
+QStringList clippedHoverBars(QWidget* root) {
+  QStringList out;
+  for (ImageTile* t : root->findChildren<ImageTile*>()) {
+    if (!t->isVisible() || !t->isFinal()) continue;
+    t->setActionsVisible(true);
+    const QWidget* bar = t->actions();
+    const QRect picture = bar->parentWidget()->rect();
+    if (!bar->isVisible() || !picture.contains(bar->geometry()))
+      out << QStringLiteral("tile %1 (%2): hover bar at %3,%4 %5x%6 outside its %7x%8 picture")
+                 .arg(t->index())
+                 .arg(t->promptText())
+                 .arg(bar->x())
+                 .arg(bar->y())
+                 .arg(bar->width())
+                 .arg(bar->height())
+                 .arg(picture.width())
+                 .arg(picture.height());
+    for (const QString& c : clippedTexts(t->actions())) out << QStringLiteral("tile %1's hover bar: %2").arg(t->index()).arg(c);
+    t->setActionsVisible(t->underMouse());
+  }
+  return out;
+}
+
 }  // namespace
 
 class XvfbWindowTest : public QObject {
@@ -100,7 +127,7 @@ class XvfbWindowTest : public QObject {
   }
 
   void expectNothingClipped(const QString& where) {
-    const QStringList clipped = clippedTexts(w_.get());
+    const QStringList clipped = clippedTexts(w_.get()) + clippedHoverBars(w_.get());
     QVERIFY2(clipped.isEmpty(), qPrintable(where + ": " + clipped.join("; ")));
   }
 
@@ -142,6 +169,14 @@ class XvfbWindowTest : public QObject {
     QCOMPARE(view->columnCount(), 3);
     screenshot("compare-seeds");
     expectNothingClipped("comparing seeds");
+    // The pointer on the first seed's first tile (128 px wide here): its hover bar, whole.
+    ImageTile* tile = view->column(0)->findChild<ImageTile*>();
+    QVERIFY(tile);
+    QTest::mouseMove(tile, tile->rect().center());
+    tile->setActionsVisible(true);  // as the Enter event does (synthetic moves need not send one)
+    qInfo("hover bar over a %d px wide picture: %d column(s), %dx%d", tile->actions()->parentWidget()->width(),
+          tile->actionColumns(), tile->actions()->width(), tile->actions()->height());
+    screenshot("compare-seeds-hover");
 
     // Export the last run as a PNG with its settings, and read it back.
     const QString path = out_.filePath("export.png");
