@@ -151,6 +151,7 @@ QWidget* SettingsPanel::buildAdvanced() {
   form->addRow(tr("Compute dtype"), dtype_);
   form->addRow(tr("Threads"), threads_);
   form->addRow(tr("Embeddings"), buildEmbeddingsRow());
+  form->addRow(tr("SDXL size"), buildSdxlSizeRow());
   return box;
 }
 
@@ -191,6 +192,26 @@ QLayout* SettingsPanel::buildEmbeddingsRow() {
   return row;
 }
 
+QLayout* SettingsPanel::buildSdxlSizeRow() {
+  sdxl_size_label_ = new QLabel;
+  sdxl_size_label_->setObjectName(QStringLiteral("sdxlSize"));
+  sdxl_size_label_->setToolTip(tr("diffusers' SDXL size conditioning (original size, crop, target size; "
+                                  "Compatibility: diffusers), kept from a reopened image"));
+  auto* clear = new QPushButton(tr("Clear"));
+  clear->setObjectName(QStringLiteral("clearSdxlSize"));
+  connect(clear, &QPushButton::clicked, this, &SettingsPanel::clearSdxlSize);
+  auto* row = new QHBoxLayout;
+  row->addWidget(sdxl_size_label_, 1);
+  row->addWidget(clear);
+  clearSdxlSize();
+  return row;
+}
+
+void SettingsPanel::clearSdxlSize() {
+  sdxl_size_ = {};
+  sdxl_size_label_->setText(tr("the image size (default)"));
+}
+
 void SettingsPanel::applyTo(GenerationRequest* r) const {
   r->seed = seed_->value();
   r->steps = steps_->value();
@@ -209,6 +230,7 @@ void SettingsPanel::applyTo(GenerationRequest* r) const {
   r->prompt_syntax = static_cast<PromptSyntax>(prompt_syntax_->currentData().toInt());
   r->long_prompts = static_cast<LongPrompts>(long_prompts_->currentData().toInt());
   r->embeddings_dir = embeddings_->text().trimmed().toStdString();
+  r->sdxl_size = sdxl_size_;
 }
 
 void SettingsPanel::setModelScheduler(SchedulerKind kind) {
@@ -231,6 +253,16 @@ void SettingsPanel::setFrom(const GenerationRequest& r) {
   selectData(prompt_syntax_, static_cast<int>(r.prompt_syntax));
   selectData(long_prompts_, static_cast<int>(r.long_prompts));
   if (!r.embeddings_dir.empty()) embeddings_->setText(QString::fromStdString(r.embeddings_dir));
+  clearSdxlSize();
+  if (!r.sdxl_size.given()) return;
+  sdxl_size_ = r.sdxl_size;
+  const SdxlSizeConditioning& z = r.sdxl_size;
+  auto size = [this](int w, int h) { return w || h ? QStringLiteral("%1×%2").arg(w).arg(h) : tr("image size"); };
+  sdxl_size_label_->setText(tr("original %1, crop %2,%3, target %4")
+                                .arg(size(z.original_width, z.original_height))
+                                .arg(z.crop_top)
+                                .arg(z.crop_left)
+                                .arg(size(z.target_width, z.target_height)));
 }
 
 void SettingsPanel::setSeed(int64_t seed) {

@@ -1,12 +1,13 @@
 // SettingsPanel: the sampling settings (seed with random/lock, steps, guidance, scheduler, size,
 // how prompts are read: syntax and long prompts) and, folded away under "Advanced", the sharding
-// and numerics (devices, batch per device, RNG scheme, compatibility, dtype, threads) and the
-// textual-inversion embeddings folder.
+// and numerics (devices, batch per device, RNG scheme, compatibility, dtype, threads), the
+// textual-inversion embeddings folder and the SDXL size conditioning of a reopened image.
 #pragma once
 
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
+#include <QLabel>
 #include <QLineEdit>
 #include <QSpinBox>
 #include <QToolButton>
@@ -58,11 +59,17 @@ class SettingsPanel : public QWidget {
   QComboBox* promptSyntaxBox() const { return prompt_syntax_; }
   QComboBox* longPromptsBox() const { return long_prompts_; }
   QLineEdit* embeddingsEdit() const { return embeddings_; }
+  // SDXL's original size / crop / target size (GenerationRequest::sdxl_size, --compat diffusers):
+  // no fields of its own; kept from a reopened image's settings (setFrom), shown, and cleared by
+  // the row's Clear button.
+  QLabel* sdxlSizeLabel() const { return sdxl_size_label_; }
+  void clearSdxlSize();
 
  private:
   QWidget* buildAdvanced();
   QLayout* buildPromptReading();
   QLayout* buildEmbeddingsRow();
+  QLayout* buildSdxlSizeRow();
 
   QSpinBox* seed_ = nullptr;
   QCheckBox* lock_ = nullptr;
@@ -76,6 +83,8 @@ class SettingsPanel : public QWidget {
   QComboBox *rng_ = nullptr, *compat_ = nullptr, *dtype_ = nullptr;
   QComboBox *prompt_syntax_ = nullptr, *long_prompts_ = nullptr;
   QLineEdit* embeddings_ = nullptr;
+  SdxlSizeConditioning sdxl_size_;
+  QLabel* sdxl_size_label_ = nullptr;
 };
 
 }  // namespace octodiff::gui

@@ -17,11 +17,9 @@ std::string key_list(const SafetensorsFile& file) {
   return keys.empty() ? "none" : keys;
 }
 
-// The record holding the vectors, and the layout's name.
+// The record holding the vectors, and the layout's name (SD 1.x/2.x layouts).
 const TensorRecord& vectors_record(const SafetensorsFile& file, std::string* layout) {
   const std::string where = file.path().string();
-  if (file.find("clip_l") || file.find("clip_g"))
-    fail(where, ": an SDXL embedding (tensors clip_l/clip_g); this is for another architecture");
   if (const TensorRecord* t = file.find("emb_params")) {
     *layout = "emb_params";
     return *t;
@@ -53,6 +51,27 @@ Tensor read_vectors(const SafetensorsFile& file, const TensorRecord& t) {
   return v;
 }
 
+bool is_sdxl_file(const SafetensorsFile& file) { return file.find("clip_l") || file.find("clip_g"); }
+
+// The SDXL layout: clip_l and clip_g, the same number of vectors, nothing else.
+void read_sdxl_vectors(const SafetensorsFile& file, TextualInversion& ti) {
+  const std::string where = file.path().string();
+  const TensorRecord* l = file.find("clip_l");
+  const TensorRecord* g = file.find("clip_g");
+  if (!l || !g)
+    fail(where, ": an SDXL embedding needs both tensors clip_l and clip_g; it has only ", l ? "clip_l" : "clip_g",
+         " (tensors: ", key_list(file), ")");
+  for (const TensorRecord& t : file.tensors())
+    if (t.name != "clip_l" && t.name != "clip_g")
+      fail(where, ": unknown tensor '", t.name, "' beside clip_l and clip_g of an SDXL embedding");
+  ti.layout = "sdxl";
+  ti.vectors = read_vectors(file, *l);
+  ti.vectors_g = read_vectors(file, *g);
+  if (ti.vectors.dim(0) != ti.vectors_g.dim(0))
+    fail(where, ": tensor 'clip_l' has ", ti.vectors.dim(0), " vectors and tensor 'clip_g' ", ti.vectors_g.dim(0),
+         "; an SDXL embedding has as many for both text towers");
+}
+
 }  // namespace
 
 TextualInversion read_textual_inversion(const std::filesystem::path& path) {
@@ -60,6 +79,10 @@ TextualInversion read_textual_inversion(const std::filesystem::path& path) {
   TextualInversion ti;
   ti.name = path.stem().string();
   ti.path = path;
+  if (is_sdxl_file(*file)) {
+    read_sdxl_vectors(*file, ti);
+    return ti;
+  }
   const TensorRecord& record = vectors_record(*file, &ti.layout);
   ti.vectors = read_vectors(*file, record);
   return ti;

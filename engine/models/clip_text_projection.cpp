@@ -34,7 +34,13 @@ std::vector<int64_t> clip_eos_positions(const std::vector<int32_t>& ids, int64_t
 
 ClipTextProjectionOutput ClipTextModelWithProjection::forward(const std::vector<int32_t>& ids, int64_t N,
                                                               int64_t L) const {
-  ClipTextOutput hidden = text_model_.forward(ids, N, L);
+  return forward_embeddings(text_model_.embed_tokens(ids, N, L), ids);
+}
+
+ClipTextProjectionOutput ClipTextModelWithProjection::forward_embeddings(const Tensor& inputs_embeds,
+                                                                         const std::vector<int32_t>& ids) const {
+  ClipTextOutput hidden = text_model_.forward_embeddings(inputs_embeds);
+  const int64_t N = inputs_embeds.dim(0), L = inputs_embeds.dim(1);
   ClipTextProjectionOutput out;
   const int64_t H = config().hidden_size;
   out.pooled = Tensor::empty({N, H});

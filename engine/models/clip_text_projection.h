@@ -29,6 +29,9 @@ class ClipTextModelWithProjection {
 
   // ids: N × L token ids, as ClipTextModel::forward.
   ClipTextProjectionOutput forward(const std::vector<int32_t>& ids, int64_t batch, int64_t length) const;
+  // inputs_embeds: N × L × hidden token embeddings (ClipTextModel::embed_tokens, rows possibly
+  // replaced, e.g. by textual-inversion vectors); ids: their N × L ids, which place the pooled EOS.
+  ClipTextProjectionOutput forward_embeddings(const Tensor& inputs_embeds, const std::vector<int32_t>& ids) const;
 
   const ClipTextModel& text_model() const { return text_model_; }
   const ClipTextConfig& config() const { return text_model_.config(); }

@@ -68,6 +68,7 @@ ImageMetadata describe_image(const GenerationRequest& request, const GenerationR
     m.controlnets.push_back({c.name, c.preprocessor, c.scale, c.guidance_start, c.guidance_end, c.threshold_a,
                              c.threshold_b});
   m.injected_latents = request.latents.has_value();
+  m.sdxl_size = request.sdxl_size;
   m.version = OCTODIFF_VERSION;
   if (d < 0) {
     m.prompts = result.prompts;
@@ -116,6 +117,29 @@ std::string safety_text(const std::vector<bool>& flags) {
   return flags.size() == 1 ? "flagged" : cat("flagged images ", flagged, " of ", flags.size());
 }
 
+// SDXL's size conditioning as "Original size: WxH, Crop top: N, Crop left: N, Target size: WxH"
+// (the fields set; sizes width first, as A1111's "Size").
+std::string sdxl_size_text(const SdxlSizeConditioning& z) {
+  std::string out;
+  if (z.original_height || z.original_width) out += cat(", Original size: ", z.original_width, "x", z.original_height);
+  if (z.crop_top || z.crop_left) out += cat(", Crop top: ", z.crop_top, ", Crop left: ", z.crop_left);
+  if (z.target_height || z.target_width) out += cat(", Target size: ", z.target_width, "x", z.target_height);
+  return out;
+}
+
+// One of sdxl_size_text's keys into `z`.
+void parse_sdxl_size_key(const std::string& key, const std::string& value, SdxlSizeConditioning& z) {
+  if (key == "Crop top" || key == "Crop left") {
+    (key == "Crop top" ? z.crop_top : z.crop_left) = std::stoi(value);
+    return;
+  }
+  const size_t x = value.find('x');
+  if (x == std::string::npos) return;
+  const bool original = key == "Original size";
+  (original ? z.original_width : z.target_width) = std::stoi(value.substr(0, x));
+  (original ? z.original_height : z.target_height) = std::stoi(value.substr(x + 1));
+}
+
 }  // namespace
 
 std::string a1111_parameters(const ImageMetadata& m) {
@@ -129,6 +153,7 @@ std::string a1111_parameters(const ImageMetadata& m) {
              ", Seed: ", m.seed, ", Size: ", m.width, "x", m.height, ", Model hash: ", m.model_hash,
              ", Model: ", m.model_name, ", RNG: JAX ", jax::rng_scheme_name(m.rng), ", Compat: ",
              compat_name(m.compat));
+  out += sdxl_size_text(m.sdxl_size);
   if (m.scheduler_is_models_own) out += ", Sampler source: model";
   if (m.timestep_spacing) out += ", Timestep spacing: " + timestep_spacing_name(*m.timestep_spacing);
   if (m.decoder == Decoder::Tiny) out += ", VAE: TAESD";
@@ -198,6 +223,10 @@ std::string metadata_json(const ImageMetadata& m) {
   j["dtype"] = dtype_display_name(m.dtype);
   j["model"] = {{"name", m.model_name}, {"hash", m.model_hash}};
   j["latents"] = m.injected_latents ? "injected" : "seeded";
+  if (const SdxlSizeConditioning& z = m.sdxl_size; z.given())
+    j["sdxl_size"] = {{"original_size", {z.original_height, z.original_width}},
+                      {"crops_coords_top_left", {z.crop_top, z.crop_left}},
+                      {"target_size", {z.target_height, z.target_width}}};
   if (!m.nsfw_flagged.empty()) j["nsfw_flagged"] = m.nsfw_flagged;
   j["prompt_syntax"] = prompt_syntax_name(m.prompt_syntax);
   j["long_prompts"] = long_prompts_name(m.long_prompts);
@@ -271,6 +300,12 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
       m.model_hash = j["model"].value("hash", "");
     }
     m.injected_latents = j.value("latents", "seeded") == "injected";
+    if (j.contains("sdxl_size")) {
+      const json& z = j.at("sdxl_size");
+      m.sdxl_size = {z.at("original_size")[0].get<int>(), z.at("original_size")[1].get<int>(),
+                     z.at("crops_coords_top_left")[0].get<int>(), z.at("crops_coords_top_left")[1].get<int>(),
+                     z.at("target_size")[0].get<int>(), z.at("target_size")[1].get<int>()};
+    }
     if (j.contains("nsfw_flagged")) m.nsfw_flagged = j.at("nsfw_flagged").get<std::vector<bool>>();
     m.prompt_syntax = parse_prompt_syntax(j.value("prompt_syntax", "plain"));
     m.long_prompts = parse_long_prompts(j.value("long_prompts", "truncate"));
@@ -379,6 +414,8 @@ std::optional<ImageMetadata> from_a1111(const std::string& text) {
                                                                   : jax::RngScheme::Classic;
       } else if (key == "Compat") {
         m.compat = parse_compat(value);
+      } else if (key == "Original size" || key == "Crop top" || key == "Crop left" || key == "Target size") {
+        parse_sdxl_size_key(key, value, m.sdxl_size);
       } else if (key == "Prompt syntax") {
         m.prompt_syntax = parse_prompt_syntax(value);
       } else if (key == "Long prompts") {
@@ -425,6 +462,7 @@ GenerationRequest request_from_metadata(const ImageMetadata& m) {
   r.prompt_syntax = m.prompt_syntax;
   r.long_prompts = m.long_prompts;
   r.comma_backtrack = m.comma_backtrack;
+  r.sdxl_size = m.sdxl_size;
   if (m.denoising_strength) r.strength = *m.denoising_strength;
   if (const auto& ip = m.inpaint) {
     r.mask_blur = ip->mask_blur;

@@ -92,6 +92,11 @@ struct ImageMetadata {
   };
   std::vector<ControlNet> controlnets;
   bool injected_latents = false;
+  // SDXL's size conditioning when given (GenerationRequest::sdxl_size, with --compat diffusers).
+  // A1111 text (Octodiff's keys, written for the fields set): "Original size: WxH", "Crop top: N,
+  // Crop left: N", "Target size: WxH"; JSON "sdxl_size": {original_size: [h, w],
+  // crops_coords_top_left: [top, left], target_size: [h, w]} (diffusers' names and order).
+  SdxlSizeConditioning sdxl_size;
   // The safety checker's verdict (pipeline/safety_check.h): one entry for a single image, every
   // image's for a grid; empty when no checker ran. JSON "nsfw_flagged": [bool, …]; A1111 text
   // "Safety checker: flagged" / "passed" (a grid: "flagged images 2 5 of 8" / "passed").

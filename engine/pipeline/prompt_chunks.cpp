@@ -16,8 +16,8 @@ LongPrompts parse_long_prompts(const std::string& name) {
 std::string long_prompts_name(LongPrompts l) { return l == LongPrompts::Chunk ? "chunk" : "truncate"; }
 
 EmbeddingVocabulary::EmbeddingVocabulary(const TextualInversionLibrary& library, const ClipTokenizer& tokenizer,
-                                         int64_t width)
-    : width_(width) {
+                                         int64_t width, EmbeddingTower tower)
+    : width_(width), tower_(tower) {
   for (const TextualInversionEntry& e : library.entries) {
     std::vector<int32_t> tokens = tokenizer.tokenize(e.embedding.name);
     if (!tokens.empty()) names_.push_back({std::move(tokens), &e});
@@ -33,12 +33,30 @@ EmbeddingVocabulary::Found EmbeddingVocabulary::find(const std::vector<int32_t>&
       continue;
     const TextualInversionEntry& e = *name.entry;
     if (!e.error.empty()) fail("embedding '", e.embedding.name, "' cannot be used: ", e.error);
-    if (e.embedding.width() != width_)
-      fail(e.embedding.path.string(), ": the embedding '", e.embedding.name, "' has width ", e.embedding.width(),
-           "; this model's text encoder has width ", width_, " (an embedding for another architecture)");
-    return {&e.embedding, name.tokens.size()};
+    const Tensor& vectors = vectors_for_tower(e.embedding);
+    return {&e.embedding, &vectors, name.tokens.size()};
   }
   return {};
+}
+
+const Tensor& EmbeddingVocabulary::vectors_for_tower(const TextualInversion& e) const {
+  const std::string where = cat(e.path.string(), ": the embedding '", e.name, "'");
+  if (tower_ == EmbeddingTower::Single && e.is_sdxl())
+    fail(where, " is an SDXL embedding (tensors clip_l and clip_g); this model is SD 1.x/2.x, whose embeddings ",
+         "hold one tensor (emb_params, string_to_param.* or diffusers' learned_embeds)");
+  if (tower_ != EmbeddingTower::Single && !e.is_sdxl())
+    fail(where, " is an SD 1.x/2.x embedding (", e.layout, " layout, width ", e.width(),
+         "); an SDXL model needs an SDXL embedding with tensors clip_l and clip_g");
+  const bool second = tower_ == EmbeddingTower::SdxlSecond;
+  const Tensor& v = second ? e.vectors_g : e.vectors;
+  if (v.dim(1) != width_) {
+    if (tower_ == EmbeddingTower::Single)
+      fail(where, " has width ", v.dim(1), "; this model's text encoder has width ", width_,
+           " (an embedding for another architecture)");
+    fail(where, ": tensor '", second ? "clip_g" : "clip_l", "' has width ", v.dim(1), "; this SDXL model's ",
+         second ? "second" : "first", " text encoder has width ", width_, " (an embedding for another model)");
+  }
+  return v;
 }
 
 namespace {
@@ -106,9 +124,9 @@ void add_run(ChunkBuilder& b, const std::vector<int32_t>& run, float weight, int
       ++position;
       continue;
     }
-    const int64_t n = found.embedding->count();
+    const int64_t n = found.vectors->dim(0);
     if (static_cast<int64_t>(b.tokens.size()) + n > kChunkTokens) b.close();
-    b.fixes.push_back({static_cast<int>(b.tokens.size()) + 1, found.embedding->vectors});
+    b.fixes.push_back({static_cast<int>(b.tokens.size()) + 1, *found.vectors});
     b.tokens.insert(b.tokens.end(), n, 0);
     b.multipliers.insert(b.multipliers.end(), n, weight);
     position += found.name_tokens;
@@ -153,25 +171,50 @@ void apply_weights_restoring_mean(float* z, const std::vector<float>& w, int64_t
   for (int64_t i = 0; i < L * hidden; ++i) z[i] *= ratio;
 }
 
-Tensor encode_prompt_layouts(const ClipTextModel& encoder, const std::vector<const PromptLayout*>& rows,
-                             const PromptLayout& empty) {
-  constexpr int64_t kL = kChunkTokens + 2;
+size_t most_chunks(const std::vector<const PromptLayout*>& rows) {
   size_t chunks = 1;
   for (const PromptLayout* r : rows) chunks = std::max(chunks, r->chunks.size());
+  return chunks;
+}
+
+std::vector<const PromptChunk*> padded_chunks(const std::vector<const PromptLayout*>& rows, const PromptLayout& empty,
+                                              size_t chunks) {
   std::vector<const PromptChunk*> all;  // row-major: rows × chunks
   for (const PromptLayout* r : rows)
     for (size_t c = 0; c < chunks; ++c) all.push_back(c < r->chunks.size() ? &r->chunks[c] : &empty.chunks[0]);
-  const int64_t N = static_cast<int64_t>(all.size()), H = encoder.config().hidden_size;
-  std::vector<int32_t> ids;
-  for (const PromptChunk* c : all) ids.insert(ids.end(), c->ids.begin(), c->ids.end());
-  Tensor embeds = encoder.embed_tokens(ids, N, kL);
+  return all;
+}
+
+Tensor embed_chunks(const ClipTextModel& encoder, const std::vector<const PromptChunk*>& chunks,
+                    std::vector<int32_t>* ids) {
+  constexpr int64_t kL = kChunkTokens + 2;
+  const int64_t N = static_cast<int64_t>(chunks.size()), H = encoder.config().hidden_size;
+  ids->clear();
+  for (const PromptChunk* c : chunks) ids->insert(ids->end(), c->ids.begin(), c->ids.end());
+  Tensor embeds = encoder.embed_tokens(*ids, N, kL);
   for (int64_t n = 0; n < N; ++n)
-    for (const PromptChunk::Fix& fix : all[n]->fixes)
+    for (const PromptChunk::Fix& fix : chunks[n]->fixes)
       std::memcpy(embeds.data() + (n * kL + fix.position) * H, fix.vectors.data(), sizeof(float) * fix.vectors.numel());
-  Tensor z = encoder.forward_embeddings(embeds).last_hidden_state;  // N × 77 × H
-  for (int64_t n = 0; n < N; ++n) apply_weights_restoring_mean(z.data() + n * kL * H, all[n]->multipliers, H);
+  return embeds;
+}
+
+void apply_chunk_weights(Tensor& z, const std::vector<const PromptChunk*>& chunks) {
+  const int64_t L = z.dim(1), H = z.dim(2);
+  for (size_t n = 0; n < chunks.size(); ++n)
+    apply_weights_restoring_mean(z.data() + static_cast<int64_t>(n) * L * H, chunks[n]->multipliers, H);
+}
+
+Tensor encode_prompt_layouts(const ClipTextModel& encoder, const std::vector<const PromptLayout*>& rows,
+                             const PromptLayout& empty) {
+  constexpr int64_t kL = kChunkTokens + 2;
+  const size_t chunks = most_chunks(rows);
+  const std::vector<const PromptChunk*> all = padded_chunks(rows, empty, chunks);
+  std::vector<int32_t> ids;
+  Tensor z = encoder.forward_embeddings(embed_chunks(encoder, all, &ids)).last_hidden_state;  // N × 77 × H
+  apply_chunk_weights(z, all);
   // rows × (chunks·77) × H is the same memory as (rows·chunks) × 77 × H.
-  return z.reshaped({static_cast<int64_t>(rows.size()), static_cast<int64_t>(chunks) * kL, H});
+  return z.reshaped({static_cast<int64_t>(rows.size()), static_cast<int64_t>(chunks) * kL,
+                     static_cast<int64_t>(encoder.config().hidden_size)});
 }
 
 }  // namespace octodiff

@@ -33,6 +33,9 @@
 // empty prompt, one per missing chunk, as A1111 pads the shorter of cond/uncond (pad_cond) and the
 // shorter prompts of a batch (empty_chunk). The padding is per device, so an image depends only
 // on its own prompts when batch_per_device is 1.
+//
+// SDXL runs all of this per text tower, on their penultimate hidden states, with SDXL embeddings
+// (clip_l for the first tower, clip_g for the second): pipeline/sdxl_prompt_chunks.h.
 #pragma once
 
 #include <cstdint>
@@ -55,18 +58,26 @@ std::string long_prompts_name(LongPrompts l);
 
 constexpr int kChunkTokens = 75;  // content tokens per chunk; + bos + eos = 77
 
+// Which text tower an embedding's vectors are for: SD 1.x/2.x's only one, or SDXL's first
+// (CLIP ViT-L: the file's clip_l) or second (OpenCLIP bigG: clip_g).
+enum class EmbeddingTower { Single, SdxlFirst, SdxlSecond };
+
 // The tokenized names of a library's embeddings, for finding them in token sequences.
 class EmbeddingVocabulary {
  public:
   EmbeddingVocabulary() = default;
   // width: the text encoder's hidden size, which every embedding used must have.
-  EmbeddingVocabulary(const TextualInversionLibrary& library, const ClipTokenizer& tokenizer, int64_t width);
+  EmbeddingVocabulary(const TextualInversionLibrary& library, const ClipTokenizer& tokenizer, int64_t width,
+                      EmbeddingTower tower = EmbeddingTower::Single);
   struct Found {
     const TextualInversion* embedding = nullptr;  // nullptr: none at this position
+    const Tensor* vectors = nullptr;              // this tower's: n × width
     size_t name_tokens = 0;
   };
   // The embedding whose name's tokens start at tokens[position] (the longest such name). Using a
-  // file that could not be read, or whose width is not the encoder's, is an octodiff::Error.
+  // file that could not be read, an embedding of the other family (SDXL's on a Single tower, an
+  // SD 1.x/2.x one on an SDXL tower) or one whose width is not the encoder's is an
+  // octodiff::Error naming the file.
   Found find(const std::vector<int32_t>& tokens, size_t position) const;
 
  private:
@@ -74,8 +85,10 @@ class EmbeddingVocabulary {
     std::vector<int32_t> tokens;
     const TextualInversionEntry* entry;
   };
+  const Tensor& vectors_for_tower(const TextualInversion& embedding) const;
   std::vector<Name> names_;  // longest first
   int64_t width_ = 0;
+  EmbeddingTower tower_ = EmbeddingTower::Single;
 };
 
 struct PromptChunk {
@@ -108,6 +121,19 @@ PromptLayout layout_prompt(const ClipTokenizer& tokenizer, const std::string& pr
 // padded with the empty prompt's encoding, `empty`).
 Tensor encode_prompt_layouts(const ClipTextModel& encoder, const std::vector<const PromptLayout*>& rows,
                              const PromptLayout& empty);
+
+// The pieces of encode_prompt_layouts, for encoders that take other hidden states (SDXL):
+// the most chunks any row has (at least 1);
+size_t most_chunks(const std::vector<const PromptLayout*>& rows);
+// the rows' chunks row-major (rows × chunks), a row's missing chunks being empty.chunks[0];
+std::vector<const PromptChunk*> padded_chunks(const std::vector<const PromptLayout*>& rows, const PromptLayout& empty,
+                                              size_t chunks);
+// the chunks' token embeddings, N × 77 × hidden, with the textual-inversion vectors in place, and
+// their ids (N·77) in *ids;
+Tensor embed_chunks(const ClipTextModel& encoder, const std::vector<const PromptChunk*>& chunks,
+                    std::vector<int32_t>* ids);
+// every chunk's weights applied to z (N × 77 × hidden), the mean restored per chunk.
+void apply_chunk_weights(Tensor& z, const std::vector<const PromptChunk*>& chunks);
 
 // z' = z·w then z'·(mean(z)/mean(z')) on one chunk: z is 77 × hidden floats, w 77 weights.
 void apply_weights_restoring_mean(float* z, const std::vector<float>& weights, int64_t hidden);

@@ -14,10 +14,6 @@ void check_sdxl_request(const StableDiffusionModel& m, const GenerationRequest& 
   if (req.sdxl_size.given() && req.compat != Compat::Diffusers)
     fail("original size, crop and target size are diffusers' SDXL options (--compat diffusers); the Flax SDXL "
          "pipeline always conditions on (height, width, 0, 0, height, width)");
-  if (req.prompt_syntax != PromptSyntax::Plain || req.long_prompts != LongPrompts::Truncate ||
-      !req.embeddings_dir.empty())
-    fail("SDXL models read prompts as plain text in one 77-token window for now (no A1111 syntax, chunking or "
-         "textual-inversion embeddings)");
   if (!req.init_images.empty() || !req.masks.empty())
     fail("image-to-image and inpainting are not supported for SDXL models yet");
 }

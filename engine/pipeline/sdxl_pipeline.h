@@ -8,8 +8,8 @@
 
 namespace octodiff {
 
-// Throws octodiff::Error for what SDXL does not support yet (prompt syntax other than plain
-// truncated text, textual inversion, image-to-image, inpainting, ControlNet) and for size
+// Throws octodiff::Error for what SDXL does not support yet (image-to-image, inpainting,
+// ControlNet) and for size
 // conditioning outside its place (a non-SDXL model, or Compat::Flax).
 void check_sdxl_request(const StableDiffusionModel& model, const GenerationRequest& request);
 

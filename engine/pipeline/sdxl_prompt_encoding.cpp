@@ -4,18 +4,23 @@
 
 #include "core/error.h"
 #include "pipeline/prompt_encoding.h"
+#include "pipeline/sdxl_prompt_chunks.h"
 
 namespace octodiff {
 
 SdxlTokenizedPrompts tokenize_sdxl_prompts(const ClipTokenizer& tokenizer_1, const ClipTokenizer& tokenizer_2,
                                            const std::vector<std::string>& prompts,
                                            const std::vector<std::string>& negative_prompts,
-                                           bool zero_empty_negative) {
+                                           bool zero_empty_negative, const SdxlPromptOptions& options) {
   if (tokenizer_1.max_length() != tokenizer_2.max_length())
     fail("the SDXL tokenizers disagree on the prompt length: ", tokenizer_1.max_length(), " (tokenizer/) and ",
          tokenizer_2.max_length(), " (tokenizer_2/)");
-  TokenizedPrompts first = tokenize_prompts(tokenizer_1, prompts, negative_prompts);
-  TokenizedPrompts second = tokenize_prompts(tokenizer_2, prompts, negative_prompts);  // same words: same warnings
+  const PromptOptions options_1{options.syntax, options.long_prompts, options.comma_backtrack, options.embeddings_1};
+  const PromptOptions options_2{options.syntax, options.long_prompts, options.comma_backtrack, options.embeddings_2};
+  TokenizedPrompts first = tokenize_prompts(tokenizer_1, prompts, negative_prompts, options_1);
+  TokenizedPrompts second = tokenize_prompts(tokenizer_2, prompts, negative_prompts, options_2);  // same warnings
+  if (first.uses_layouts())
+    return sdxl_layouts(std::move(first), std::move(second), negative_prompts, zero_empty_negative);
   SdxlTokenizedPrompts t;
   t.cond_1 = std::move(first.cond);
   t.uncond_1 = std::move(first.uncond);
@@ -51,6 +56,7 @@ void put_columns(const Tensor& src, int64_t r, Tensor& dst, int64_t to, int64_t 
 SdxlConditioning encode_sdxl_device_prompts(const ClipTextModel& encoder_1, const ClipTextModelWithProjection& encoder_2,
                                             const SdxlTokenizedPrompts& tokens, int d, int B, bool guidance,
                                             const std::array<float, 6>& time_ids) {
+  if (tokens.uses_layouts()) return encode_sdxl_device_layouts(encoder_1, encoder_2, tokens, d, B, guidance, time_ids);
   // The rows of the UNet's batch ([uncond; cond] or cond) and which of them run the encoders.
   struct Row {
     const std::vector<int32_t>* ids_1 = nullptr;  // null: a zero row

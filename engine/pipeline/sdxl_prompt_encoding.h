@@ -20,23 +20,39 @@
 #include "models/clip_text_projection.h"
 #include "models/unet_2d_condition.h"
 #include "pipeline/generation.h"
+#include "pipeline/prompt_encoding.h"
 #include "text/clip_tokenizer.h"
 
 namespace octodiff {
 
 // Both tokenizers' ids of every image's prompt and negative prompt (D·B each, device-major).
 struct SdxlTokenizedPrompts {
-  std::vector<std::vector<int32_t>> cond_1, cond_2, uncond_1, uncond_2;
+  std::vector<std::vector<int32_t>> cond_1, cond_2, uncond_1, uncond_2;  // the plain path's
   std::vector<bool> zero_uncond;  // per image: its negative row is zeros (then uncond_* are unused)
   int length = 0;                 // 77
   std::vector<std::string> warnings;
+  // A1111 syntax, chunking or embeddings (pipeline/sdxl_prompt_chunks.h): each tower's layouts
+  // (pipeline/prompt_encoding.h), the same chunks in both; empty on the plain path.
+  TokenizedPrompts tower_1, tower_2;
+  std::vector<std::string> embeddings_used;  // names, over all prompts
+  bool uses_layouts() const { return tower_1.uses_layouts(); }
 };
 
-// Plain prompts in one 77-token window (the Flax pipeline's reading); errors name the prompt.
+// How SDXL prompts are read (PromptOptions for both towers). The embeddings are the same files
+// seen by each tower: tokenizer 1's names with clip_l's vectors, tokenizer 2's with clip_g's.
+struct SdxlPromptOptions {
+  PromptSyntax syntax = PromptSyntax::Plain;
+  LongPrompts long_prompts = LongPrompts::Truncate;
+  int comma_backtrack = 0;
+  const EmbeddingVocabulary* embeddings_1 = nullptr;  // EmbeddingTower::SdxlFirst; may be null
+  const EmbeddingVocabulary* embeddings_2 = nullptr;  // EmbeddingTower::SdxlSecond; null iff embeddings_1 is
+};
+
+// By default plain prompts in one 77-token window (the Flax pipeline's reading); errors name the prompt.
 SdxlTokenizedPrompts tokenize_sdxl_prompts(const ClipTokenizer& tokenizer_1, const ClipTokenizer& tokenizer_2,
                                            const std::vector<std::string>& prompts,
                                            const std::vector<std::string>& negative_prompts,
-                                           bool zero_empty_negative);
+                                           bool zero_empty_negative, const SdxlPromptOptions& options = {});
 
 // The six time ids of an image of height × width: (h, w, 0, 0, h, w) by default; the fields of
 // `size` that are set (non-zero, diffusers' original_size / crops_coords_top_left / target_size)
@@ -44,7 +60,7 @@ SdxlTokenizedPrompts tokenize_sdxl_prompts(const ClipTokenizer& tokenizer_1, con
 std::array<float, 6> sdxl_time_ids(const SdxlSizeConditioning& size, int height, int width);
 
 struct SdxlConditioning {
-  Tensor context;         // rows × 77 × (hidden_1 + hidden_2)
+  Tensor context;         // rows × 77k × (hidden_1 + hidden_2) (k chunks: 1 on the plain path)
   UNetTextTime text_time;  // text_embeds rows × projection_dim, time_ids rows × 6
 };
 

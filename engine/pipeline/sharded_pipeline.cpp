@@ -18,6 +18,7 @@
 #include "pipeline/latents.h"
 #include "pipeline/prompt_encoding.h"
 #include "pipeline/sdxl_pipeline.h"
+#include "pipeline/sdxl_prompt_chunks.h"
 #include "pipeline/tiled_decode.h"
 
 namespace octodiff {
@@ -455,9 +456,8 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
   const TokenizedPrompts tokens = m.is_sdxl() ? TokenizedPrompts{} : tokenize_request(r, m, result);
   std::optional<SdxlTokenizedPrompts> sdxl_tokens;  // pipeline/sdxl_prompt_encoding.h
   if (m.is_sdxl()) {
-    sdxl_tokens = tokenize_sdxl_prompts(m.tokenizer(), m.tokenizer_2(), r.prompts, r.negative_prompts,
-                                        sdxl_zeros_for_empty_negative(m, s.compat));
-    result.warnings = sdxl_tokens->warnings;
+    sdxl_tokens = tokenize_sdxl_request(m, r.request, r.prompts, r.negative_prompts,
+                                        sdxl_zeros_for_empty_negative(m, s.compat), result);
   }
   result.device_keys = r.request.device_keys.empty()
                            ? jax::split(jax::prng_key(r.request.seed), s.devices, r.request.rng)

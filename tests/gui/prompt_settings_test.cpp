@@ -1,6 +1,8 @@
 // The app's prompt-reading settings: A1111 syntax and chunking by default (the engine and CLI
-// default to plain/truncate), persisted with the form, and put into the request.
+// default to plain/truncate), persisted with the form, and put into the request; and the SDXL
+// size conditioning of a reopened PNG carried into the next request.
 #include "gui_test_support.h"
+#include "io/png.h"
 
 using namespace octodiff;
 using namespace octodiff::gui;
@@ -44,6 +46,33 @@ class PromptSettingsTest : public QObject {
     QCOMPARE(r.prompt_syntax, PromptSyntax::A1111);
     QCOMPARE(r.long_prompts, LongPrompts::Chunk);
     QCOMPARE(QString::fromStdString(r.embeddings_dir), folder);
+  }
+
+  void reopenedSdxlSizeOptionsGoIntoTheNextRequest() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath(QStringLiteral("sdxl.png"));
+    const std::string parameters =
+        "a cat\nSteps: 2, Sampler: Euler, CFG scale: 5, Seed: 7, Size: 32x32, Compat: diffusers, "
+        "Original size: 40x48, Crop top: 4, Crop left: 8, Target size: 32x32";
+    write_png(path.toStdString(), Image8{4, 4, std::vector<uint8_t>(4 * 4 * 3, 128)}, {{"parameters", parameters}});
+    auto w = openWindow();
+    QVERIFY(w->importPng(path));  // the app's reopen path
+    auto* s = w->settingsPanel();
+    GenerationRequest r;
+    s->applyTo(&r);
+    QCOMPARE(r.compat, Compat::Diffusers);
+    QCOMPARE(r.sdxl_size.original_height, 48);
+    QCOMPARE(r.sdxl_size.original_width, 40);
+    QCOMPARE(r.sdxl_size.crop_top, 4);
+    QCOMPARE(r.sdxl_size.crop_left, 8);
+    QCOMPARE(r.sdxl_size.target_height, 32);
+    QCOMPARE(r.sdxl_size.target_width, 32);
+    QVERIFY2(s->sdxlSizeLabel()->text().contains(QStringLiteral("40×48")), qPrintable(s->sdxlSizeLabel()->text()));
+    auto* clear = s->findChild<QPushButton*>(QStringLiteral("clearSdxlSize"));
+    QVERIFY(clear);
+    clear->click();
+    s->applyTo(&r);
+    QVERIFY(!r.sdxl_size.given());
   }
 };
 

@@ -61,10 +61,16 @@ class ClipTextReference:
         o = (w @ v).transpose(1, 2).reshape(n, L, C)
         return self._lin(o, l + "self_attn.out_proj")
 
+    def token_embeddings(self, ids):
+        return self._w("embeddings.token_embedding.weight")[ids]
+
     @torch.no_grad()
-    def __call__(self, ids):
+    def __call__(self, ids, inputs_embeds=None):
+        """inputs_embeds (transformers' argument): token embeddings to use instead of the ids' rows
+        (the ids still place the pooled EOS)."""
         n, L = ids.shape
-        x = self._w("embeddings.token_embedding.weight")[ids] + self._w("embeddings.position_embedding.weight")[:L]
+        tokens = self.token_embeddings(ids) if inputs_embeds is None else inputs_embeds
+        x = tokens + self._w("embeddings.position_embedding.weight")[:L]
         hidden_states = [x]
         for i in range(self.c["num_hidden_layers"]):
             l = f"encoder.layers.{i}."

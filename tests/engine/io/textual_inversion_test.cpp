@@ -63,10 +63,8 @@ TEST(TextualInversion, ReadsA1111AndDiffusersLayouts) {
   for (int64_t i = 0; i < 32; ++i) ASSERT_EQ(c.vectors.data()[i], raw.data()[i]);
 }
 
-TEST(TextualInversion, RefusesOtherArchitecturesAndOddTensors) {
+TEST(TextualInversion, RefusesOddTensors) {
   const fs::path dir = test::temp_dir("ti_refused");
-  write_safetensors_f32(dir / "sdxl.safetensors", {{"clip_g", filled({1, 1280}, 0.1f)}, {"clip_l", filled({1, 768}, 0.1f)}});
-  expect_refused(dir / "sdxl.safetensors", "SDXL");
   write_safetensors_f32(dir / "two.safetensors", {{"a", filled({1, 32}, 0.1f)}, {"b", filled({1, 32}, 0.1f)}});
   expect_refused(dir / "two.safetensors", "not a textual-inversion embedding");
   write_safetensors_f32(dir / "rank3.safetensors", {{"emb_params", filled({1, 2, 32}, 0.1f)}});
@@ -95,6 +93,57 @@ TEST(TextualInversion, RefusesTruncatedAndHostileFiles) {
   std::memcpy(huge_header.data(), &n, 8);
   write_file_atomic(dir / "hostile.safetensors", huge_header.data(), huge_header.size());
   EXPECT_NE(error_reading(dir / "hostile.safetensors").find("hostile.safetensors"), std::string::npos);
+}
+
+TEST(TextualInversion, ReadsTheSdxlLayout) {
+  // (Whether it fits the model is checked where it is used: pipeline/sdxl_prompt_test.cpp.)
+  const fs::path dir = test::temp_dir("ti_sdxl");
+  write_safetensors_f32(dir / "sdxl.safetensors", {{"clip_g", filled({2, 1280}, 0.25f)}, {"clip_l", filled({2, 768}, 0.5f)}});
+  const TextualInversion ti = read_textual_inversion(dir / "sdxl.safetensors");
+  EXPECT_TRUE(ti.is_sdxl());
+  EXPECT_EQ(ti.layout, "sdxl");
+  EXPECT_EQ(ti.vectors.shape(), (Shape{2, 768}));    // clip_l: the first tower's
+  EXPECT_EQ(ti.vectors_g.shape(), (Shape{2, 1280}));  // clip_g: the second tower's
+  EXPECT_EQ(ti.vectors.data()[0], 0.5f);
+  EXPECT_EQ(ti.vectors_g.data()[0], 0.25f);
+  const TextualInversion tiny = read_textual_inversion(test::data_dir() / "tiny-sdxl-prompts" / "embeddings" / "xl-mark.safetensors");
+  EXPECT_EQ(tiny.vectors.shape(), (Shape{1, 32}));
+  EXPECT_EQ(tiny.vectors_g.shape(), (Shape{1, 48}));
+  EXPECT_FALSE(read_textual_inversion(prompts_dir() / "tiny-style.safetensors").is_sdxl());
+}
+
+TEST(TextualInversion, RefusesBrokenAndHostileSdxlFiles) {
+  const fs::path dir = test::temp_dir("ti_sdxl_refused");
+  write_safetensors_f32(dir / "only-g.safetensors", {{"clip_g", filled({1, 1280}, 0.1f)}});
+  expect_refused(dir / "only-g.safetensors", "needs both tensors clip_l and clip_g");
+  write_safetensors_f32(dir / "extra.safetensors", {{"clip_g", filled({1, 48}, 0.1f)}, {"clip_l", filled({1, 32}, 0.1f)},
+                                                    {"emb_params", filled({1, 32}, 0.1f)}});
+  expect_refused(dir / "extra.safetensors", "unknown tensor 'emb_params'");
+  write_safetensors_f32(dir / "counts.safetensors", {{"clip_g", filled({1, 48}, 0.1f)}, {"clip_l", filled({2, 32}, 0.1f)}});
+  expect_refused(dir / "counts.safetensors", "'clip_l' has 2 vectors and tensor 'clip_g' 1");
+  write_safetensors_f32(dir / "nan-g.safetensors", {{"clip_g", filled({1, 48}, std::nanf(""))}, {"clip_l", filled({1, 32}, 0.1f)}});
+  expect_refused(dir / "nan-g.safetensors", "tensor 'clip_g' holds a NaN");
+  write_safetensors_f32(dir / "rank3.safetensors", {{"clip_g", filled({1, 1, 48}, 0.1f)}, {"clip_l", filled({1, 32}, 0.1f)}});
+  expect_refused(dir / "rank3.safetensors", "tensor 'clip_g' has shape");
+  write_safetensors_f32(dir / "many.safetensors", {{"clip_g", filled({76, 48}, 0.1f)}, {"clip_l", filled({76, 32}, 0.1f)}});
+  expect_refused(dir / "many.safetensors", "76 vectors");
+  const int64_t id = 7;
+  write_safetensors(dir / "int.safetensors",
+                    {{"clip_g", DType::I64, {1}, [&](uint8_t* dst, size_t n) { std::memcpy(dst, &id, n); }},
+                     {"clip_l", DType::F32, {1, 32}, [](uint8_t* dst, size_t n) { std::memset(dst, 0, n); }}});
+  expect_refused(dir / "int.safetensors", "dtype");
+  // A good SDXL file cut short, and one whose header claims more than the file holds.
+  write_safetensors_f32(dir / "good.safetensors", {{"clip_g", filled({2, 48}, 0.1f)}, {"clip_l", filled({2, 32}, 0.1f)}});
+  std::ifstream in(dir / "good.safetensors", std::ios::binary);
+  const std::string whole((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string cut = whole.substr(0, whole.size() - 16);
+  write_file_atomic(dir / "truncated-xl.safetensors", cut.data(), cut.size());
+  EXPECT_NE(error_reading(dir / "truncated-xl.safetensors").find("truncated-xl.safetensors"), std::string::npos);
+  std::string huge_header = whole;
+  const uint64_t n = 1ull << 40;
+  std::memcpy(huge_header.data(), &n, 8);
+  write_file_atomic(dir / "hostile-xl.safetensors", huge_header.data(), huge_header.size());
+  EXPECT_NE(error_reading(dir / "hostile-xl.safetensors").find("hostile-xl.safetensors"), std::string::npos);
 }
 
 TEST(TextualInversion, FolderKeepsUnreadableFilesWithTheirError) {

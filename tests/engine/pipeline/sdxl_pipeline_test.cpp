@@ -234,8 +234,6 @@ TEST(SdxlPipeline, RefusesWhatItDoesNotSupport) {
   req.sdxl_size.crop_top = 8;  // a diffusers option, refused under Flax
   EXPECT_THROW(pipe.resolve(req), Error);
   req.sdxl_size = {};
-  req.prompt_syntax = PromptSyntax::A1111;
-  EXPECT_THROW(pipe.resolve(req), Error);
   ShardedPipeline sd(StableDiffusionModel::load(test::tiny_sd_dir()));
   GenerationRequest sd_req;
   sd_req.prompts = {"a cat"};
