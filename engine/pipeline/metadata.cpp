@@ -51,6 +51,7 @@ ImageMetadata describe_image(const GenerationRequest& request, const GenerationR
   }
   m.width = s.width;
   m.height = s.height;
+  m.sdxl_size = request.sdxl_size;
   m.devices = s.devices;
   m.batch_per_device = s.batch;
   m.compat = s.compat;
@@ -186,6 +187,10 @@ std::string metadata_json(const ImageMetadata& m) {
     j["vae_tiling"] = {{"tile_px", t->tile_px}, {"overlap_px", t->overlap_px}, {"scale", t->scale}};
   j["width"] = m.width;
   j["height"] = m.height;
+  if (const SdxlSizeConditioning& z = m.sdxl_size; z.given())
+    j["sdxl_size"] = {{"original", {z.original_height, z.original_width}},
+                      {"crop_top_left", {z.crop_top, z.crop_left}},
+                      {"target", {z.target_height, z.target_width}}};
   j["devices"] = m.devices;
   j["batch_per_device"] = m.batch_per_device;
   if (m.device >= 0) {
@@ -258,6 +263,12 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
     }
     m.width = j.at("width").get<int>();
     m.height = j.at("height").get<int>();
+    if (j.contains("sdxl_size")) {
+      const json& z = j.at("sdxl_size");
+      m.sdxl_size = {z.at("original")[0].get<int>(),      z.at("original")[1].get<int>(),
+                     z.at("crop_top_left")[0].get<int>(), z.at("crop_top_left")[1].get<int>(),
+                     z.at("target")[0].get<int>(),        z.at("target")[1].get<int>()};
+    }
     m.devices = j.value("devices", 1);
     m.batch_per_device = j.value("batch_per_device", 1);
     m.device = j.value("device", -1);
@@ -423,6 +434,7 @@ GenerationRequest request_from_metadata(const ImageMetadata& m) {
   r.timestep_spacing = m.timestep_spacing;
   r.width = m.width;
   r.height = m.height;
+  r.sdxl_size = m.sdxl_size;
   r.compat = m.compat;
   r.rng = m.rng;
   r.dtype = m.dtype;

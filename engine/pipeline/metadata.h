@@ -48,6 +48,9 @@ struct ImageMetadata {
   };
   std::optional<VaeTiles> vae_tiles;
   int width = 0, height = 0;
+  // SDXL under --compat diffusers: the size conditioning when given (JSON "sdxl_size":
+  // {"original": [h, w], "crop_top_left": [top, left], "target": [h, w]}; not in the A1111 text).
+  SdxlSizeConditioning sdxl_size;
   int devices = 1, batch_per_device = 1;
   int device = -1, batch_index = -1;          // -1: a grid of all images
   std::optional<jax::Key> device_key;

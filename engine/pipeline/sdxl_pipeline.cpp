@@ -18,8 +18,6 @@ void check_sdxl_request(const StableDiffusionModel& m, const GenerationRequest& 
       !req.embeddings_dir.empty())
     fail("SDXL models read prompts as plain text in one 77-token window for now (no A1111 syntax, chunking or "
          "textual-inversion embeddings)");
-  if (!req.init_images.empty() || !req.masks.empty())
-    fail("image-to-image and inpainting are not supported for SDXL models yet");
   if (!req.controlnets.empty()) fail("ControlNets are not supported for SDXL models yet");
 }
 
