@@ -456,6 +456,7 @@ GenerationRequest request_from_metadata(const ImageMetadata& m) {
   r.timestep_spacing = m.timestep_spacing;
   r.width = m.width;
   r.height = m.height;
+  r.sdxl_size = m.sdxl_size;
   r.compat = m.compat;
   r.rng = m.rng;
   r.dtype = m.dtype;

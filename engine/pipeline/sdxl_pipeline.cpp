@@ -14,8 +14,6 @@ void check_sdxl_request(const StableDiffusionModel& m, const GenerationRequest& 
   if (req.sdxl_size.given() && req.compat != Compat::Diffusers)
     fail("original size, crop and target size are diffusers' SDXL options (--compat diffusers); the Flax SDXL "
          "pipeline always conditions on (height, width, 0, 0, height, width)");
-  if (!req.init_images.empty() || !req.masks.empty())
-    fail("image-to-image and inpainting are not supported for SDXL models yet");
 }
 
 bool sdxl_zeros_for_empty_negative(const StableDiffusionModel& m, Compat compat) {
