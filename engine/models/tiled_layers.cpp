@@ -14,6 +14,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "kernels/activations.h"
 
 namespace octodiff {
 
@@ -168,30 +169,36 @@ void paste(const Tensor& src, const Box& from, Tensor& dst, const Box& at, const
   }, 16);
 }
 
-// Hands a GroupNorm statistics computed beforehand (layers.h's GroupNormStatistics).
-class FixedStatistics final : public GroupNormStatistics {
- public:
-  explicit FixedStatistics(const GroupStatistics& s) : s_(s) {}
-  void statistics(const Tensor&, int64_t, float, std::vector<double>& mean, std::vector<double>& rstd) override {
-    mean = s_.mean;
-    rstd = s_.rstd;
-  }
-
- private:
-  const GroupStatistics& s_;
-};
+// SiLU(norm(x)) with the statistics `s` (of the whole tensor x is a crop of): the affine part per
+// channel, then the kernels' vectorised SiLU.
+Tensor norm_silu(const Tensor& x, const GroupNorm& norm, const GroupStatistics& s) {
+  const int64_t N = x.dim(0), C = norm.channels, pixels = x.numel() / N / C, cg = C / norm.groups;
+  Tensor y = Tensor::empty(x.shape());
+  std::vector<float> a(N * C), b(N * C);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t g = n * norm.groups + c / cg;
+      a[n * C + c] = static_cast<float>(s.rstd[g] * norm.gamma[c]);
+      b[n * C + c] = static_cast<float>(norm.beta[c] - s.mean[g] * s.rstd[g] * norm.gamma[c]);
+    }
+  parallel_for(N * pixels, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const float* an = a.data() + (p / pixels) * C;
+      const float* bn = b.data() + (p / pixels) * C;
+      const float* src = x.data() + p * C;
+      float* dst = y.data() + p * C;
+      for (int64_t c = 0; c < C; ++c) dst[c] = src[c] * an[c] + bn[c];
+    }
+  }, 64);
+  kernels::silu(y.data(), y.numel(), y.data());
+  return y;
+}
 
 // conv(SiLU(norm(x))) at the pixels of `b` (N × b.height × b.width × out).
 Tensor norm_silu_conv_tile(const Tensor& x, const GroupNorm& norm, const GroupStatistics& stats, const Conv2d& conv,
                            const Box& b) {
   const Box in = b.grown(conv.weight.kh / 2, x.dim(1), x.dim(2));
-  Tensor a;
-  {
-    FixedStatistics fixed(stats);
-    GroupNormStatisticsScope scope(&fixed);
-    a = norm(crop(x, in), /*silu=*/true);
-  }
-  const Tensor y = conv(a);  // same padding: exact at the pixels of b, which are ≥ the halo from a cut edge
+  const Tensor y = conv(norm_silu(crop(x, in), norm, stats));  // same padding: exact at the pixels of b, which are ≥ the halo from a cut edge
   return crop(y, {b.y0 - in.y0, b.y1 - in.y0, b.x0 - in.x0, b.x1 - in.x0});
 }
 
