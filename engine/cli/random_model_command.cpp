@@ -21,6 +21,7 @@
 #include "io/single_file.h"
 #include "models/configs.h"
 #include "models/parameter_catalog.h"
+#include "models/random_weights.h"
 
 namespace octodiff {
 namespace {
@@ -40,9 +41,10 @@ const char kUsage[] =
     "      SD 1.5, lllyasviel's sd-controlnet architecture; diffusers layout: DIR/config.json + weights);\n"
     "      controlnet-sdxl (the same for SDXL base: diffusers/controlnet-canny-sdxl-1.0's architecture);\n"
     "      sdxl (stable-diffusion-xl-base-1.0: both text towers, text_time UNet, EulerDiscreteScheduler;\n"
-    "      diffusers layout only, with text_encoder_2/ and tokenizer_2/).\n"
+    "      with text_encoder_2/ and tokenizer_2/, or conditioner.embedders.0/1 in a single file).\n"
     "      diffusers: DIR/{model_index.json,unet,vae,text_encoder,scheduler,tokenizer}/;\n"
-    "      single-file: DIR/model.safetensors (ldm keys) and DIR/tokenizer/. DIR must be new or empty.\n"
+    "      single-file: DIR/model.safetensors (ldm keys) and DIR/tokenizer/ (SDXL: and DIR/tokenizer_2/).\n"
+    "      DIR must be new or empty.\n"
     "      --dtype f32 (default) | f16 | bf16; --seed (default 0);\n"
     "      --tokenizer-from: a CLIP tokenizer folder to copy (default: the source tree's\n"
     "      tests/data/tiny-sd/tokenizer, a small vocabulary; no real CLIP vocabulary is shipped);\n"
@@ -181,9 +183,8 @@ std::vector<Arch> architectures() {
        false, std::nullopt},
       {"sd-turbo", F::SD2, ClipTextConfig::sd2(), UNetConfig::sd2(false), vae_at(512), turbo_euler_scheduler(),
        sd, "SD-Turbo (Stable Diffusion 2.1 architecture at 512x512, epsilon)", true, 875000},
-      // The single-file (ldm) layout of SDXL (conditioner.embedders.*) is not written yet.
-      {"sdxl", F::SD1, ClipTextConfig::sd1(), UNetConfig::sdxl(), VaeConfig::sdxl(), sdxl_euler_scheduler(),
-       "StableDiffusionXLPipeline", "Stable Diffusion XL base 1.0", false, std::nullopt, ClipTextConfig::sdxl_bigg()},
+      {"sdxl", F::SDXL, ClipTextConfig::sd1(), UNetConfig::sdxl(), VaeConfig::sdxl(), sdxl_euler_scheduler(),
+       "StableDiffusionXLPipeline", "Stable Diffusion XL base 1.0", true, std::nullopt, ClipTextConfig::sdxl_bigg()},
   };
 }
 
@@ -383,18 +384,6 @@ size_t copy_tokenizer(const fs::path& from, const fs::path& to, bool sd2, int64_
 
 // ---- Weights ----
 
-// Component seeds differ so that equal names in two components never share values.
-uint64_t component_seed(uint64_t seed, int component) {
-  return seed * 0x9e3779b97f4a7c15ull + component;
-}
-
-std::vector<DiffusersTensor> random_tensors(const std::vector<ParameterSpec>& specs, uint64_t seed) {
-  std::vector<DiffusersTensor> out;
-  for (const auto& s : specs)
-    out.push_back({s.name, s.shape, [s, seed](float* dst) { synthetic_parameter_values(s, seed, dst); }});
-  return out;
-}
-
 void write_component(const fs::path& path, const std::vector<DiffusersTensor>& tensors, DType dtype,
                      const std::map<std::string, std::string>& metadata) {
   std::vector<TensorToWrite> list;
@@ -406,38 +395,6 @@ void write_component(const fs::path& path, const std::vector<DiffusersTensor>& t
                       store_floats(values.data(), static_cast<int64_t>(values.size()), dtype, dst);
                     }});
   write_safetensors(path, list, metadata);
-}
-
-// Non-weight tensors of an original ldm checkpoint, so readers meet them as in real files.
-std::vector<TensorToWrite> ldm_extras(const Arch& a) {
-  std::vector<TensorToWrite> extra;
-  auto schedule = [](const char* name, int which) {
-    return TensorToWrite{name, DType::F32, {1000}, [which](uint8_t* dst, size_t) {
-                           float* out = reinterpret_cast<float*>(dst);
-                           double cumprod = 1.0, s0 = std::sqrt(0.00085), s1 = std::sqrt(0.012);
-                           for (int i = 0; i < 1000; ++i) {
-                             const double b = std::pow(s0 + (s1 - s0) * i / 999.0, 2.0);
-                             const double prev = cumprod;
-                             cumprod *= 1.0 - b;
-                             out[i] = static_cast<float>(which == 0 ? b : which == 1 ? cumprod : prev);
-                           }
-                         }};
-  };
-  extra.push_back(schedule("betas", 0));
-  extra.push_back(schedule("alphas_cumprod", 1));
-  extra.push_back(schedule("alphas_cumprod_prev", 2));
-  if (a.family == SingleFileCheckpoint::Family::SD1)
-    extra.push_back({"cond_stage_model.transformer.text_model.embeddings.position_ids",
-                     DType::I64,
-                     {1, 77},
-                     [](uint8_t* dst, size_t) {
-                       for (int64_t i = 0; i < 77; ++i) std::memcpy(dst + 8 * i, &i, 8);
-                     }});
-  if (a.ldm_global_step)
-    extra.push_back({"global_step", DType::I64, {}, [step = *a.ldm_global_step](uint8_t* dst, size_t) {
-                       std::memcpy(dst, &step, 8);
-                     }});
-  return extra;
 }
 
 std::string readme(const Arch& a, const std::string& layout, DType dtype, uint64_t seed,
@@ -466,7 +423,8 @@ std::string readme(const Arch& a, const std::string& layout, DType dtype, uint64
       "- Tokenizer: copied from `", tokenizer.string(), "` (", vocab, " entries). It is NOT the real CLIP ",
       "vocabulary (49408 entries), which is not shipped; its ids are valid rows of the 49408-row token "
       "embedding, so prompts tokenize, but to other ids than with real Stable Diffusion.\n",
-      a.text_2 ? "- Second text encoder (text_encoder_2/, CLIPTextModelWithProjection) and tokenizer_2/ (the same "
+      a.text_2 ? "- Second text encoder (CLIPTextModelWithProjection: text_encoder_2/, or conditioner.embedders.1 in "
+                 "the single file) and tokenizer_2/ (the same "
                  "vocabulary, padded with \"!\" as SDXL's).\n"
                : "",
       "- Made by: `", command, "`\n");
@@ -632,9 +590,7 @@ int run_make_random_model(const std::vector<std::string>& args) {
   const Arch arch = arch_named(opt["--arch"]);
   if (layout == "single-file" && !arch.single_file)
     fail("--arch ", arch.name, " has no single-file (ldm) layout",
-         arch.text_2 ? " in Octodiff yet (SDXL's conditioner.embedders.* keys are not written)"
-                     : ": diffusers' converter names no ldm key for its time_embedding.cond_proj",
-         "; use --layout diffusers");
+         ": diffusers' converter names no ldm key for its time_embedding.cond_proj", "; use --layout diffusers");
   const fs::path tokenizer_from =
       opt.count("--tokenizer-from") ? fs::path(opt["--tokenizer-from"]) : default_tokenizer_dir();
   check_tokenizer_dir(tokenizer_from);
@@ -645,17 +601,17 @@ int run_make_random_model(const std::vector<std::string>& args) {
   const auto unet_specs = unet_parameters(arch.unet);
   const auto vae_specs = vae_parameters(arch.vae);
   const auto text_specs = clip_text_parameters(arch.text);
-  const auto unet = random_tensors(unet_specs, component_seed(seed, 0));
-  const auto vae = random_tensors(vae_specs, component_seed(seed, 1));
-  const auto text = random_tensors(text_specs, component_seed(seed, 2));
-  const auto text_2_specs = arch.text_2 ? clip_text_projection_parameters(*arch.text_2) : std::vector<ParameterSpec>{};
-  const auto text_2 = random_tensors(text_2_specs, component_seed(seed, 4));
+  const RandomModelWeights weights =
+      random_model_weights(arch.unet, arch.vae, arch.text, arch.text_2 ? &*arch.text_2 : nullptr, seed);
+  const auto& [unet, vae, text, text_2] = weights;
   const std::map<std::string, std::string> metadata = {
       {"format", "pt"},
       {"octodiff", "random weights for benchmarks (make-random-model, seed " + std::to_string(seed) + ")"}};
 
   const size_t vocab = copy_tokenizer(tokenizer_from, out / "tokenizer",
                                       arch.family == SingleFileCheckpoint::Family::SD2, arch.text.vocab_size);
+  if (arch.text_2)  // beside tokenizer/ in both layouts (a single SDXL file's loader looks there)
+    copy_tokenizer(tokenizer_from, out / "tokenizer_2", /*sd2 ("!" padding)=*/true, arch.text_2->vocab_size);
   if (layout == "diffusers") {
     for (const char* dir : {"unet", "vae", "text_encoder", "scheduler"}) fs::create_directories(out / dir);
     write_json(out / "model_index.json", model_index(arch));
@@ -665,7 +621,6 @@ int run_make_random_model(const std::vector<std::string>& args) {
     write_json(out / "vae" / "config.json", vae_config(arch.vae));
     write_json(out / "text_encoder" / "config.json", text_encoder_config(arch.text, dtype));
     if (arch.text_2) {
-      copy_tokenizer(tokenizer_from, out / "tokenizer_2", /*sd2 ("!" padding)=*/true, arch.text_2->vocab_size);
       fs::create_directories(out / "text_encoder_2");
       write_json(out / "text_encoder_2" / "config.json", text_encoder_config(*arch.text_2, dtype, true));
     }
@@ -694,15 +649,7 @@ int run_make_random_model(const std::vector<std::string>& args) {
       std::fflush(stdout);
     }
   } else {
-    SingleFileContents contents;
-    contents.family = arch.family;
-    contents.unet = unet;
-    contents.vae = vae;
-    contents.text_encoder = text;
-    contents.fill_unused = [&](const std::string& name, const Shape& shape, float* dst) {
-      synthetic_values(name, shape, component_seed(seed, 3), dst);
-    };
-    contents.extra = ldm_extras(arch);
+    SingleFileContents contents = random_single_file_contents(weights, arch.family, seed, arch.ldm_global_step);
     contents.metadata = metadata;
     write_single_file(out / "model.safetensors", contents, dtype);
     std::printf("wrote model.safetensors %6.2f GB  (%.1f s)\n",

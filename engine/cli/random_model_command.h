@@ -1,4 +1,4 @@
-// `octodiff-cli make-random-model`: writes a full-size SD 1.5 / 2.1 model with deterministic random
+// `octodiff-cli make-random-model`: writes a full-size SD 1.5 / 2.1 / XL model with deterministic random
 // weights (benchmarks and load tests without downloading real weights).
 #pragma once
 

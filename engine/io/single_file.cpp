@@ -715,12 +715,24 @@ std::vector<LdmTensorPlan> plan_ldm_tensors(LdmComponent component,
       table = open_clip_rules(text_layers);
       prefix = kOpenClipPrefix;
       break;
+    case LdmComponent::SdxlClipText:
+      table = clip_rules();
+      prefix = kSdxlClipPrefix;
+      break;
+    case LdmComponent::SdxlOpenClipText:
+      table = open_clip_rules(count_of(names, {"text_model", "encoder", "layers", "#"}));
+      prefix = kSdxlOpenClipPrefix;
+      break;
   }
 
   std::vector<LdmTensorPlan> plans;
   std::map<std::string, size_t> index;
   std::map<std::string, Shape> part_shape;  // fused tensors: the shape every part must have
   for (const auto& d : diffusers) {
+    if (component == LdmComponent::SdxlOpenClipText && d.name == "text_projection.weight" && d.shape.size() == 2) {
+      plans.push_back({prefix + "text_projection", {d.shape[1], d.shape[0]}, {d.name}, /*transposed=*/true});
+      continue;
+    }
     std::optional<Mapped> m = table.to_ldm(d.name);
     if (!m) fail("diffusers tensor '", d.name, "' has no counterpart in a single-file checkpoint");
     const std::string key = prefix + m->name;
@@ -745,6 +757,7 @@ std::vector<LdmTensorPlan> plan_ldm_tensors(LdmComponent component,
     for (const auto& s : p.sources)
       if (s.empty()) fail("'", p.name, "' needs q, k and v projections; some are missing");
 
+  if (component == LdmComponent::SdxlOpenClipText) plans.push_back({prefix + "logit_scale", {}, {}});
   if (component == LdmComponent::OpenClipText && text_layers > 0) {
     // A faithful SD2 file has one more block (dropped when read) and the projection head.
     const std::string last = prefix + "transformer.resblocks." + str(text_layers - 1) + ".";
@@ -789,7 +802,7 @@ void write_single_file(const std::filesystem::path& path, const SingleFileConten
   std::vector<TensorToWrite> out;
   // Per component: diffusers name → tensor (names may repeat across components).
   std::vector<std::map<std::string, const DiffusersTensor*>> lookups;
-  lookups.reserve(3);
+  lookups.reserve(4);  // the fill callbacks keep references into it
   auto add = [&](LdmComponent component, const std::vector<DiffusersTensor>& tensors) {
     if (tensors.empty()) return;
     std::vector<NamedShape> shapes;
@@ -816,6 +829,12 @@ void write_single_file(const std::filesystem::path& path, const SingleFileConten
             contents.fill_unused(plan.name, plan.shape, values);
           else
             std::fill(values, values + n, 0.0f);
+        } else if (plan.transposed) {  // (rows, cols) source → (cols, rows)
+          const int64_t cols = plan.shape.at(0), rows = plan.shape.at(1);
+          std::vector<float> source(n);
+          lookup.at(plan.sources[0])->values(source.data());
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c) values[c * rows + r] = source[r * cols + c];
         } else {
           int64_t offset = 0;
           for (const auto& source : plan.sources) {
@@ -831,8 +850,13 @@ void write_single_file(const std::filesystem::path& path, const SingleFileConten
   };
   add(LdmComponent::UNet, contents.unet);
   add(LdmComponent::Vae, contents.vae);
-  add(contents.family == Family::SD2 ? LdmComponent::OpenClipText : LdmComponent::ClipText,
-      contents.text_encoder);
+  if (contents.family == Family::SDXL) {
+    add(LdmComponent::SdxlClipText, contents.text_encoder);
+    add(LdmComponent::SdxlOpenClipText, contents.text_encoder_2);
+  } else {
+    if (!contents.text_encoder_2.empty()) fail("a second text encoder is written in SDXL checkpoints only");
+    add(contents.family == Family::SD2 ? LdmComponent::OpenClipText : LdmComponent::ClipText, contents.text_encoder);
+  }
   for (const auto& e : contents.extra) out.push_back(e);
   write_safetensors(path, out, contents.metadata);
 }

@@ -39,7 +39,6 @@ namespace octodiff {
 struct SingleFileCheckpoint {
   // SDXL: CLIP under `conditioner.embedders.0.transformer.`, OpenCLIP bigG (all its blocks, and
   // text_projection) under `conditioner.embedders.1.model.`, the UNet's `label_emb.0.{0,2}`.
-  // Reading only: write_single_file writes SD1/SD2 layouts.
   enum class Family { SD1, SD2, SDXL };
   Family family = Family::SD1;
   // The scheduler's prediction type, by diffusers' rule for original checkpoints: SD1 → epsilon;
@@ -78,7 +77,10 @@ std::shared_ptr<WeightSource> open_controlnet_single_file(const std::filesystem:
 
 // ---- Writing -------------------------------------------------------------------------------
 
-enum class LdmComponent { UNet, Vae, ClipText, OpenClipText };
+// OpenClipText: SD2's (cond_stage_model.model., plus the block and projection SD2 drops);
+// SdxlClipText / SdxlOpenClipText: SDXL's two towers (conditioner.embedders.0.transformer. /
+// conditioner.embedders.1.model.: every block, text_projection stored (hidden, projection), logit_scale).
+enum class LdmComponent { UNet, Vae, ClipText, OpenClipText, SdxlClipText, SdxlOpenClipText };
 
 struct NamedShape {
   std::string name;
@@ -93,6 +95,7 @@ struct LdmTensorPlan {
   std::string name;  // full key, prefix included
   Shape shape;
   std::vector<std::string> sources;
+  bool transposed = false;  // the single source (rows, cols) stored as (cols, rows): SDXL's text_projection
 };
 
 // The ldm tensors for one component given its diffusers tensors (names decide the layout:
@@ -114,6 +117,7 @@ struct DiffusersTensor {
 struct SingleFileContents {
   SingleFileCheckpoint::Family family = SingleFileCheckpoint::Family::SD1;
   std::vector<DiffusersTensor> unet, vae, text_encoder;  // any may be empty
+  std::vector<DiffusersTensor> text_encoder_2;            // SDXL (family SDXL): CLIPTextModelWithProjection
   // Values for planned tensors without sources (see LdmTensorPlan); zeros when unset.
   std::function<void(const std::string& ldm_name, const Shape& shape, float* dst)> fill_unused;
   std::vector<TensorToWrite> extra;  // written as given (e.g. alphas_cumprod, global_step)

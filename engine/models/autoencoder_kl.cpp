@@ -3,6 +3,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "kernels/tensor_ops.h"
+#include "models/tiled_layers.h"
 
 namespace octodiff {
 namespace {
@@ -112,6 +113,20 @@ Tensor AutoencoderKL::decode_up_nhwc(const Tensor& mid) const {
     if (level.upsample) x = (*level.upsample)(x);
   }
   return decoder_.conv_out(decoder_.norm_out(x, /*silu=*/true));
+}
+
+Tensor AutoencoderKL::decode_up_in_tiles_nhwc(Tensor x, int64_t tile, const ActivationScratch* scratch) const {
+  if (x.rank() != 4 || x.dim(3) != config_.block_out_channels.back())
+    fail("VAE up blocks' input has shape ", shape_str(x.shape()), ", expected N × h × w × ",
+         config_.block_out_channels.back());
+  for (const Level& level : decoder_.levels) {
+    for (const auto& r : level.resnets) x = resnet_in_tiles(r, std::move(x), tile, scratch);
+    if (level.upsample) x = upsample_in_tiles(*level.upsample, x, tile, scratch);
+  }
+  const GroupNorm& norm = decoder_.norm_out;
+  const GroupStatistics stats = whole_group_statistics(x, norm.groups, norm.eps, scratch);
+  const Tensor image = norm_silu_conv_in_tiles(x, norm, stats, decoder_.conv_out, tile, scratch);
+  return scratch ? image.clone() : image;  // the image outlives the scratch files
 }
 
 Tensor AutoencoderKL::decode_nhwc(const Tensor& z) const { return decode_up_nhwc(decode_mid_nhwc(z)); }

@@ -15,6 +15,8 @@
 
 namespace octodiff {
 
+class ActivationScratch;  // models/tiled_layers.h
+
 class AutoencoderKL {
  public:
   // Loads the decoder (always) and the encoder (when `with_encoder` and present in the file);
@@ -31,6 +33,12 @@ class AutoencoderKL {
   // then the up blocks and conv_out (→ N × H × W × 3), which tiled decoding runs tile by tile.
   Tensor decode_mid_nhwc(const Tensor& z) const;
   Tensor decode_up_nhwc(const Tensor& x) const;
+  // decode_up_nhwc one layer at a time over the whole image, each layer computed in tiles of
+  // `tile` × `tile` of its own pixels (models/tiled_layers.h): the same image to float32
+  // rounding, with only the activations between layers at full size — in `scratch`'s
+  // file-backed mappings when given, released band by band. `mid` is consumed (its storage is
+  // reused): the caller must hold no other reference to it.
+  Tensor decode_up_in_tiles_nhwc(Tensor mid, int64_t tile, const ActivationScratch* scratch = nullptr) const;
 
   // image: N × 3 × H × W in [-1, 1] → moments N × 2·latent × h × w ([mean | logvar], unclamped).
   Tensor encode_moments(const Tensor& image) const;

@@ -23,6 +23,14 @@ class ResnetBlock2D {
   // temb_silu: N × temb_channels, already passed through SiLU (shared by every resnet).
   Tensor operator()(const Tensor& x, const Tensor* temb_silu) const;
   int64_t out_channels() const { return out_; }
+  // Its parts, for running the block in pieces (models/tiled_layers.h, VAE resnets only):
+  // conv2(SiLU(norm2(conv1(SiLU(norm1(x)))))) + (shortcut ? shortcut(x) : x).
+  const GroupNorm& norm1() const { return norm1_; }
+  const GroupNorm& norm2() const { return norm2_; }
+  const Conv2d& conv1() const { return conv1_; }
+  const Conv2d& conv2() const { return conv2_; }
+  const Linear* shortcut() const { return has_shortcut_ ? &shortcut_ : nullptr; }
+  bool has_time_embedding() const { return has_temb_; }
 
  private:
   int64_t in_ = 0, out_ = 0;
@@ -100,6 +108,7 @@ class Upsample2D {
   static Upsample2D load(WeightSource& w, const std::string& prefix, int64_t channels,
                          kernels::Precision precision);
   Tensor operator()(const Tensor& x) const;
+  const Conv2d& conv() const { return conv_; }
 
  private:
   Conv2d conv_;

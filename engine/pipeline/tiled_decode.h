@@ -1,34 +1,27 @@
-// Tiled VAE decoding: large latents decoded in overlapping square tiles, blended linearly across
-// each overlap, so that the up blocks' activations (most of an untiled decode's memory, growing
-// with the pixels) are those of one tile at a time.
+// Tiled VAE decoding: the decoder's up blocks run one layer at a time over the whole image, each
+// layer computed in square tiles (AutoencoderKL::decode_up_in_tiles_nhwc, models/tiled_layers.h),
+// so that a layer's temporaries are one tile's and only the activations between layers are whole.
 //
 //   z (N, h, w, latent) ─ post_quant_conv, conv_in, mid block on the whole latents (global
-//   attention; 1/64 of the pixels) ─ tiles of ≤ `tile` latent pixels, neighbours sharing ≥
-//   `overlap` ─ per tile: up blocks, conv_out ─ Σ weight · tile / Σ weight ─ N × H × W × 3.
+//   attention; 1/64 of the pixels) ─ per layer of the up blocks and conv_out: its GroupNorm's
+//   statistics summed (in double) over the whole input, then tile by tile, each convolution
+//   reading its input with the 1-pixel halo it needs ─ N × H × W × 3.
 //
-// Each tile owns the part of the image up to the middle of its overlaps (the owned parts
-// partition the image); its blend weight ramps linearly 0 → 1 across a band of overlap/4 latent
-// pixels centred on that boundary, so that no tile's pixels within (overlap − band)/2 of its edge
-// (changed by its zero padding) count, and two neighbours' weights sum to 1 across the band.
-//
-// GroupNorm needs the whole image's statistics, which no tile has (diffusers'
-// AutoencoderKL.tiled_decode normalises each tile by itself, which shows as tile-sized shifts).
-// Here a first pass over the tiles gathers every up-block GroupNorm's sums over the tiles' owned
-// parts (normalising with each tile's own statistics meanwhile), and the pass that makes the image
-// normalises every tile with those estimates of the whole image's statistics. The result is
-// close to, not equal to, the untiled decode: on the tests' tiny random VAE, whose convolutions
-// do not fade with distance as trained ones do, within 2–4e-2 with large overlaps (tiles of 60,
-// overlap 30) and ~0.15 with small ones; one tile (the whole latents) is exact. Exact statistics
-// would need a pass per GroupNorm (25 in SD's decoder) or every tile's activations kept at once
-// (the untiled memory). Cost: the up blocks run twice over the tiles plus their overlaps.
-//
-// The tile grid along a side: n = ⌈(L − overlap)/(tile − overlap)⌉ tiles of one size
-// ⌈(L − overlap)/n⌉ + overlap ≤ tile, spread evenly from 0 to L − size (sizes that do not divide
-// decode too; overlaps are ≥ `overlap`). One tile (the side itself) when L ≤ tile.
+// Every output pixel is the whole decode's to float32 rounding (measured: tiled_decode_test), so
+// tiles need no overlap and no blending and leave no seam; VaeTiling::overlap is accepted for
+// older settings and ignored. Tiles are `tile` × `tile` pixels of the layer they run in (the
+// setting's latent pixels: 64, i.e. `--vae-tile 512`, gives every layer 64-pixel tiles).
+// Cost: a 3×3 convolution's tile also computes its halo ((t+2)²/t², +6 % at 64), plus the
+// copies and one statistics pass per GroupNorm. Memory: the activations between layers are at
+// most the input and inner activation of the widest full-resolution resnet (SD: 256 + 128
+// channels, 1.5 kB per image pixel, against ~2.5 kB of a whole decode); they live in file-backed
+// scratch mappings of which a layer keeps only a band of tile rows in the process's memory, the
+// rest in the page cache (reclaimable: written to the disk under memory pressure).
 #pragma once
 
 #include <cstdint>
-#include <vector>
+#include <filesystem>
+#include <optional>
 
 #include "core/tensor.h"
 #include "models/autoencoder_kl.h"
@@ -41,15 +34,15 @@ namespace octodiff {
 bool vae_decode_uses_tiles(const VaeTiling& tiling, int64_t latent_height, int64_t latent_width, int scale,
                            int64_t batch = 1, double memory_bytes = 0);
 
-// The tiles along a side of `length` latent pixels (the rule above).
-struct VaeTileGrid {
-  int64_t size = 0;             // every tile's side
-  std::vector<int64_t> starts;  // ascending, the first 0, the last length − size
-};
-VaeTileGrid vae_tile_grid(int64_t length, int64_t max_tile, int64_t overlap);
+// Where tiled decodes keep the activations between layers: <cache dir>/vae-scratch (model_hash.h).
+std::filesystem::path vae_scratch_dir();
 
 // z: N × h × w × latent, already divided by the scaling factor → N × H × W × 3 (not clamped),
-// as AutoencoderKL::decode_nhwc. Checks `tiling` first.
-Tensor tiled_decode_nhwc(const AutoencoderKL& vae, const Tensor& z, const VaeTiling& tiling);
+// as AutoencoderKL::decode_nhwc. Checks `tiling` first. The activations between layers live in
+// unlinked files in `scratch_dir` (models/tiled_layers.h: ActivationScratch), each layer holding a
+// band of tile rows of them in memory at a time; on the heap without a folder (or where the
+// folder cannot hold them).
+Tensor tiled_decode_nhwc(const AutoencoderKL& vae, const Tensor& z, const VaeTiling& tiling,
+                         const std::optional<std::filesystem::path>& scratch_dir = vae_scratch_dir());
 
 }  // namespace octodiff
