@@ -29,7 +29,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 const char kUsage[] =
-    "  octodiff-cli make-random-model --arch sd15|sd21|sd21-base|lcm-sd15|sd-turbo|sdxl|taesd|controlnet-sd15\n"
+    "  octodiff-cli make-random-model --arch sd15|sd21|sd21-base|lcm-sd15|sd-turbo|sdxl|sdxl-turbo|taesd|\n"
+    "                                        controlnet-sd15\n"
     "                                 --layout diffusers|single-file --out DIR [--dtype f32|f16|bf16]\n"
     "                                 [--seed N] [--tokenizer-from DIR] [--configs-only]\n"
     "      write a full-size model with deterministic random weights (benchmarks only: it draws noise).\n"
@@ -38,7 +39,8 @@ const char kUsage[] =
     "      epsilon, EulerDiscreteScheduler with trailing timesteps); controlnet-sd15 (a ControlNetModel for\n"
     "      SD 1.5, lllyasviel's sd-controlnet architecture; diffusers layout: DIR/config.json + weights);\n"
     "      sdxl (stable-diffusion-xl-base-1.0: both text towers, text_time UNet, EulerDiscreteScheduler;\n"
-    "      diffusers layout only, with text_encoder_2/ and tokenizer_2/).\n"
+    "      diffusers layout only, with text_encoder_2/ and tokenizer_2/); sdxl-turbo (SDXL at 512x512,\n"
+    "      EulerAncestralDiscreteScheduler with trailing timesteps; diffusers layout only).\n"
     "      diffusers: DIR/{model_index.json,unet,vae,text_encoder,scheduler,tokenizer}/;\n"
     "      single-file: DIR/model.safetensors (ldm keys) and DIR/tokenizer/. DIR must be new or empty.\n"
     "      --dtype f32 (default) | f16 | bf16; --seed (default 0);\n"
@@ -132,6 +134,15 @@ json sdxl_euler_scheduler() {
           {"use_karras_sigmas", false}};
 }
 
+// stabilityai/sdxl-turbo's scheduler: Euler ancestral, epsilon, trailing timesteps, offset 1
+// (spec fast-sampling.md §2: 1-4 steps at guidance 0; one step adds no noise).
+json sdxl_turbo_scheduler() {
+  json j = sdxl_euler_scheduler();
+  j["_class_name"] = "EulerAncestralDiscreteScheduler";
+  j["timestep_spacing"] = "trailing";
+  return j;
+}
+
 // ---- Architectures ----
 
 struct Arch {
@@ -163,6 +174,19 @@ VaeConfig vae_at(int sample_size) {
   return c;
 }
 
+// SDXL-Turbo: SDXL's networks with a UNet sample size of 64 (512 × 512 images by default).
+UNetConfig sdxl_turbo_unet() {
+  UNetConfig c = UNetConfig::sdxl();
+  c.sample_size = 64;
+  return c;
+}
+
+VaeConfig sdxl_turbo_vae() {
+  VaeConfig c = VaeConfig::sdxl();
+  c.sample_size = 512;
+  return c;
+}
+
 std::vector<Arch> architectures() {
   using F = SingleFileCheckpoint::Family;
   const char* sd = "StableDiffusionPipeline";
@@ -182,6 +206,9 @@ std::vector<Arch> architectures() {
       // The single-file (ldm) layout of SDXL (conditioner.embedders.*) is not written yet.
       {"sdxl", F::SD1, ClipTextConfig::sd1(), UNetConfig::sdxl(), VaeConfig::sdxl(), sdxl_euler_scheduler(),
        "StableDiffusionXLPipeline", "Stable Diffusion XL base 1.0", false, std::nullopt, ClipTextConfig::sdxl_bigg()},
+      {"sdxl-turbo", F::SD1, ClipTextConfig::sd1(), sdxl_turbo_unet(), sdxl_turbo_vae(), sdxl_turbo_scheduler(),
+       "StableDiffusionXLPipeline", "SDXL-Turbo (Stable Diffusion XL architecture at 512x512, Euler ancestral)", false,
+       std::nullopt, ClipTextConfig::sdxl_bigg()},
   };
 }
 
