@@ -354,8 +354,9 @@ int run_generate(const std::vector<std::string>& argv) {
     std::fprintf(info, "controlnet: %s (%s) scale %g, steps %g..%g\n", c.name.c_str(), c.preprocessor.c_str(), c.scale,
                  c.guidance_start, c.guidance_end);
   for (const AppliedLora& l : model->loras())
-    std::fprintf(info, "lora: %s (%s) strength %g: %d UNet and %d text-encoder weights\n", l.spec.path.string().c_str(),
-                 l.format.c_str(), static_cast<double>(l.spec.strength), l.unet_layers, l.text_encoder_layers);
+    std::fprintf(info, "lora: %s (%s) strength %g: %d UNet and %d text-encoder weights%s\n", l.spec.path.string().c_str(),
+                 l.format.c_str(), static_cast<double>(l.spec.strength), l.unet_layers, l.text_encoder_layers,
+                 model->is_sdxl() ? cat(", ", l.text_encoder_2_layers, " of text_encoder_2").c_str() : "");
   std::fprintf(info, "signature: %s, seed %lld, rng %s\n", resolved.signature.str().c_str(),
                static_cast<long long>(req.seed), jax::rng_scheme_name(req.rng).c_str());
   const bool models_own_scheduler = resolved.signature.scheduler == model->default_scheduler();

@@ -30,8 +30,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 const char kUsage[] =
-    "  octodiff-cli make-random-model --arch sd15|sd21|sd21-base|lcm-sd15|sd-turbo|sdxl|taesd|controlnet-sd15|\n"
-    "                                 controlnet-sdxl\n"
+    "  octodiff-cli make-random-model --arch sd15|sd21|sd21-base|lcm-sd15|sd-turbo|sdxl|sdxl-turbo|taesd|\n"
+    "                                 controlnet-sd15|controlnet-sdxl\n"
     "                                 --layout diffusers|single-file --out DIR [--dtype f32|f16|bf16]\n"
     "                                 [--seed N] [--tokenizer-from DIR] [--configs-only]\n"
     "      write a full-size model with deterministic random weights (benchmarks only: it draws noise).\n"
@@ -41,7 +41,8 @@ const char kUsage[] =
     "      SD 1.5, lllyasviel's sd-controlnet architecture; diffusers layout: DIR/config.json + weights);\n"
     "      controlnet-sdxl (the same for SDXL base: diffusers/controlnet-canny-sdxl-1.0's architecture);\n"
     "      sdxl (stable-diffusion-xl-base-1.0: both text towers, text_time UNet, EulerDiscreteScheduler;\n"
-    "      with text_encoder_2/ and tokenizer_2/, or conditioner.embedders.0/1 in a single file).\n"
+    "      with text_encoder_2/ and tokenizer_2/, or conditioner.embedders.0/1 in a single file); sdxl-turbo\n"
+    "      (SDXL at 512x512, EulerAncestralDiscreteScheduler with trailing timesteps; diffusers layout only).\n"
     "      diffusers: DIR/{model_index.json,unet,vae,text_encoder,scheduler,tokenizer}/;\n"
     "      single-file: DIR/model.safetensors (ldm keys) and DIR/tokenizer/ (SDXL: and DIR/tokenizer_2/).\n"
     "      DIR must be new or empty.\n"
@@ -136,6 +137,15 @@ json sdxl_euler_scheduler() {
           {"use_karras_sigmas", false}};
 }
 
+// stabilityai/sdxl-turbo's scheduler: Euler ancestral, epsilon, trailing timesteps, offset 1
+// (spec fast-sampling.md §2: 1-4 steps at guidance 0; one step adds no noise).
+json sdxl_turbo_scheduler() {
+  json j = sdxl_euler_scheduler();
+  j["_class_name"] = "EulerAncestralDiscreteScheduler";
+  j["timestep_spacing"] = "trailing";
+  return j;
+}
+
 // ---- Architectures ----
 
 struct Arch {
@@ -167,6 +177,19 @@ VaeConfig vae_at(int sample_size) {
   return c;
 }
 
+// SDXL-Turbo: SDXL's networks with a UNet sample size of 64 (512 × 512 images by default).
+UNetConfig sdxl_turbo_unet() {
+  UNetConfig c = UNetConfig::sdxl();
+  c.sample_size = 64;
+  return c;
+}
+
+VaeConfig sdxl_turbo_vae() {
+  VaeConfig c = VaeConfig::sdxl();
+  c.sample_size = 512;
+  return c;
+}
+
 std::vector<Arch> architectures() {
   using F = SingleFileCheckpoint::Family;
   const char* sd = "StableDiffusionPipeline";
@@ -185,6 +208,9 @@ std::vector<Arch> architectures() {
        sd, "SD-Turbo (Stable Diffusion 2.1 architecture at 512x512, epsilon)", true, 875000},
       {"sdxl", F::SDXL, ClipTextConfig::sd1(), UNetConfig::sdxl(), VaeConfig::sdxl(), sdxl_euler_scheduler(),
        "StableDiffusionXLPipeline", "Stable Diffusion XL base 1.0", true, std::nullopt, ClipTextConfig::sdxl_bigg()},
+      {"sdxl-turbo", F::SDXL, ClipTextConfig::sd1(), sdxl_turbo_unet(), sdxl_turbo_vae(), sdxl_turbo_scheduler(),
+       "StableDiffusionXLPipeline", "SDXL-Turbo (Stable Diffusion XL architecture at 512x512, Euler ancestral)", false,
+       std::nullopt, ClipTextConfig::sdxl_bigg()},
   };
 }
 

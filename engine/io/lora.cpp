@@ -47,14 +47,32 @@ void refuse_lycoris(const std::string& file, const std::string& key) {
          "'); Octodiff merges plain LoRA only (lora_down/lora_up or lora_A/lora_B pairs)");
 }
 
-[[noreturn]] void no_parameter(const std::string& file, const std::string& key, LoraComponent c) {
-  fail("'", file, "': LoRA tensor '", key, "' changes a module this model's ", c == LoraComponent::UNet ? "UNet" : "text encoder",
-       " does not have (is it a LoRA for another architecture, e.g. SDXL or SD 2.x on SD 1.x?)");
+const char* component_title(LoraComponent c) {
+  switch (c) {
+    case LoraComponent::UNet: return "UNet";
+    case LoraComponent::TextEncoder: return "text encoder";
+    case LoraComponent::TextEncoder2: return "second text encoder (text_encoder_2)";
+  }
+  return "?";
+}
+
+// What a LoRA that does not fit most likely is, given the model it was loaded on.
+const char* architecture_hint(const LoraKeyMap& keys) {
+  return keys.sdxl() ? "is it a LoRA for another architecture, e.g. SD 1.x/2.x on this SDXL model?"
+                     : "is it a LoRA for another architecture, e.g. SDXL or SD 2.x on SD 1.x?";
+}
+
+[[noreturn]] void no_parameter(const std::string& file, const std::string& key, LoraComponent c, const LoraKeyMap& keys) {
+  fail("'", file, "': LoRA tensor '", key, "' changes a module this model's ", component_title(c), " does not have (",
+       architecture_hint(keys), ")");
+}
+
+[[noreturn]] void refuse_sdxl_on_sd(const std::string& file, const std::string& key) {
+  fail("'", file, "' is a LoRA for SDXL (tensor '", key, "' is for a second text encoder); this model is SD 1.x/2.x");
 }
 
 ParsedKey parse_kohya(const std::string& file, const std::string& key, const LoraKeyMap& keys) {
-  if (starts_with(key, "lora_te2_"))
-    fail("'", file, "' is a LoRA for SDXL (tensor '", key, "' is for a second text encoder); this model is SD 1.x/2.x");
+  if (starts_with(key, "lora_te2_") && !keys.sdxl()) refuse_sdxl_on_sd(file, key);
   const size_t dot = key.find('.');
   const std::string module = key.substr(0, dot);
   const std::string rest = dot == std::string::npos ? "" : key.substr(dot + 1);
@@ -65,7 +83,12 @@ ParsedKey parse_kohya(const std::string& file, const std::string& key, const Lor
   else fail("'", file, "': tensor '", key, "' is not part of a LoRA (expected <module>.lora_down.weight, .lora_up.weight or .alpha)");
   bool ldm = false;
   auto target = keys.kohya(module, &ldm);
-  if (!target) no_parameter(file, key, starts_with(key, "lora_unet_") ? LoraComponent::UNet : LoraComponent::TextEncoder);
+  if (!target)
+    no_parameter(file, key,
+                 starts_with(key, "lora_unet_")  ? LoraComponent::UNet
+                 : starts_with(key, "lora_te2_") ? LoraComponent::TextEncoder2
+                                                 : LoraComponent::TextEncoder,
+                 keys);
   p.target = *target;
   p.format = ldm ? "kohya (LDM names)" : "kohya";
   return p;
@@ -89,8 +112,7 @@ ParsedKey parse_diffusers(const std::string& file, const std::string& key, const
       {"_lora.up.weight", Role::Up, "diffusers (attention processors)"},
       {".alpha", Role::Alpha, "diffusers/PEFT"},
   };
-  if (starts_with(key, "text_encoder_2."))
-    fail("'", file, "' is a LoRA for SDXL (tensor '", key, "' is for a second text encoder); this model is SD 1.x/2.x");
+  if (starts_with(key, "text_encoder_2.") && !keys.sdxl()) refuse_sdxl_on_sd(file, key);
   LoraComponent component = LoraComponent::UNet;
   std::string rest = key;
   if (starts_with(key, "unet.")) {
@@ -98,6 +120,9 @@ ParsedKey parse_diffusers(const std::string& file, const std::string& key, const
   } else if (starts_with(key, "text_encoder.")) {
     component = LoraComponent::TextEncoder;
     rest = key.substr(13);
+  } else if (starts_with(key, "text_encoder_2.")) {
+    component = LoraComponent::TextEncoder2;
+    rest = key.substr(15);
   }
   for (const auto& s : kSuffixes) {
     if (!ends_with(rest, s.text)) continue;
@@ -107,7 +132,7 @@ ParsedKey parse_diffusers(const std::string& file, const std::string& key, const
     std::string format = s.format;
     if (module.find(".processor.") != std::string::npos) format = "diffusers (attention processors)";
     auto target = keys.diffusers(component, module);
-    if (!target) no_parameter(file, key, component);
+    if (!target) no_parameter(file, key, component, keys);
     return {*target, s.role, format};
   }
   fail("'", file, "': tensor '", key, "' is not part of a LoRA of any known format (kohya lora_unet_/lora_te_, "
@@ -131,7 +156,7 @@ Tensor read_float(const SafetensorsFile& f, const TensorRecord& r) {
 }
 
 // Checks the pair's shapes against its parameter and returns (down, up) as matrices.
-void check_shapes(const std::string& file, const Triple& t, const Shape& down, const Shape& up) {
+void check_shapes(const std::string& file, const Triple& t, const Shape& down, const Shape& up, const char* hint) {
   const Shape& target = t.target.shape;
   const int64_t out = target[0], fan_in = shape_numel(target) / out;
   const int64_t rank = down.empty() ? 0 : down[0];
@@ -142,7 +167,7 @@ void check_shapes(const std::string& file, const Triple& t, const Shape& down, c
     fail("'", file, "': LoRA tensor '", (down_ok ? t.up : t.down)->name, "' has shape ", shape_str(down_ok ? up : down),
          ", which does not fit ", lora_component_name(t.target.component), " parameter '", t.target.parameter, "' of shape ",
          shape_str(target), " (expected down (rank, ", fan_in, ") and up (", out,
-         ", rank); is this a LoRA for another architecture, e.g. SDXL on SD 1.5?)");
+         ", rank); ", hint, ")");
   if (up[1] != rank)
     fail("'", file, "': LoRA tensors '", t.down->name, "' ", shape_str(down), " and '", t.up->name, "' ", shape_str(up),
          " have different ranks");
@@ -151,12 +176,12 @@ void check_shapes(const std::string& file, const Triple& t, const Shape& down, c
          "' ", shape_str(target), " allows (at most ", std::min(out, fan_in), ")");
 }
 
-LoraPair read_pair(const SafetensorsFile& f, const Triple& t) {
+LoraPair read_pair(const SafetensorsFile& f, const Triple& t, const char* hint) {
   const std::string file = f.path().string();
   if (!t.down || !t.up)
     fail("'", file, "': LoRA tensor '", (t.down ? t.down : t.up ? t.up : t.alpha)->name, "' has no matching ",
          t.down ? "up" : "down", " tensor");
-  check_shapes(file, t, t.down->shape, t.up->shape);
+  check_shapes(file, t, t.down->shape, t.up->shape, hint);
   LoraPair p;
   p.target = t.target;
   p.origin = t.down->name;
@@ -195,7 +220,7 @@ LoraFile read_lora(const std::filesystem::path& path, const LoraKeyMap& keys) {
   LoraFile out;
   out.path = path;
   for (const auto& fmt : formats) out.format += (out.format.empty() ? "" : " + ") + fmt;
-  for (const auto& [key, t] : triples) out.pairs.push_back(read_pair(*f, t));
+  for (const auto& [key, t] : triples) out.pairs.push_back(read_pair(*f, t, architecture_hint(keys)));
   return out;
 }
 

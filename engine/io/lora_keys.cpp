@@ -53,7 +53,14 @@ std::string resolve_old_names(LoraComponent component, std::string module) {
 
 }  // namespace
 
-const char* lora_component_name(LoraComponent c) { return c == LoraComponent::UNet ? "unet" : "text_encoder"; }
+const char* lora_component_name(LoraComponent c) {
+  switch (c) {
+    case LoraComponent::UNet: return "unet";
+    case LoraComponent::TextEncoder: return "text_encoder";
+    case LoraComponent::TextEncoder2: return "text_encoder_2";
+  }
+  return "?";
+}
 
 LoraKeyMap::LoraKeyMap(const LoraTargets& targets) {
   std::set<std::string> ambiguous;
@@ -75,6 +82,11 @@ LoraKeyMap::LoraKeyMap(const LoraTargets& targets) {
     if (!is_matrix_weight(p)) continue;
     for (const char* prefix : {"lora_te_", "lora_te1_"})
       add(prefix + underscored(module_of(p.name)), {LoraComponent::TextEncoder, p.name, p.shape}, false);
+  }
+  for (const auto& p : targets.text_encoder_2) {  // SDXL (kohya's sdxl_train_network names)
+    text_encoder_2_[p.name] = p.shape;
+    if (is_matrix_weight(p))
+      add("lora_te2_" + underscored(module_of(p.name)), {LoraComponent::TextEncoder2, p.name, p.shape}, false);
   }
   // LDM names through the single-file loader's rule table. A UNet it cannot lay out (not an
   // SD-style block structure) simply has no LDM names.
@@ -103,7 +115,9 @@ std::optional<LoraTarget> LoraKeyMap::kohya(const std::string& module, bool* ldm
 }
 
 std::optional<LoraTarget> LoraKeyMap::diffusers(LoraComponent component, const std::string& module) const {
-  const auto& params = component == LoraComponent::UNet ? unet_ : text_encoder_;
+  const auto& params = component == LoraComponent::UNet          ? unet_
+                       : component == LoraComponent::TextEncoder ? text_encoder_
+                                                                 : text_encoder_2_;
   const std::string name = resolve_old_names(component, module) + std::string(kWeight);
   auto it = params.find(name);
   if (it == params.end() || !is_matrix_weight({it->first, it->second})) return std::nullopt;

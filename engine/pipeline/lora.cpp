@@ -70,8 +70,13 @@ void remove_tag(std::string& text, size_t begin, size_t end) {
 
 }  // namespace
 
-LoraTargets lora_targets(const UNetConfig& unet, const ClipTextConfig& text_encoder) {
-  return {named_shapes(unet_parameters(unet)), named_shapes(clip_text_parameters(text_encoder))};
+LoraTargets lora_targets(const UNetConfig& unet, const ClipTextConfig& text_encoder,
+                         const ClipTextConfig* text_encoder_2) {
+  LoraTargets t;
+  t.unet = named_shapes(unet_parameters(unet));
+  t.text_encoder = named_shapes(clip_text_parameters(text_encoder));
+  if (text_encoder_2) t.text_encoder_2 = named_shapes(clip_text_projection_parameters(*text_encoder_2));
+  return t;
 }
 
 Tensor merge_lora_terms(const Tensor& weight, const std::vector<LoraTerm>& terms) {
@@ -99,7 +104,8 @@ Tensor merge_lora_terms(const Tensor& weight, const std::vector<LoraTerm>& terms
 }
 
 std::vector<AppliedLora> patch_loras(const std::vector<LoraSpec>& loras, const LoraTargets& targets, WeightSource& unet,
-                                     WeightSource& text_encoder) {
+                                     WeightSource& text_encoder, WeightSource* text_encoder_2) {
+  if (!targets.text_encoder_2.empty() && !text_encoder_2) fail("internal: SDXL LoRA targets without text_encoder_2");
   if (loras.empty()) return {};
   const LoraKeyMap keys(targets);
   std::map<std::pair<int, std::string>, std::vector<LoraTerm>> terms;  // (component, parameter) → updates
@@ -109,7 +115,9 @@ std::vector<AppliedLora> patch_loras(const std::vector<LoraSpec>& loras, const L
     const LoraFile file = read_lora(spec.path, keys);
     AppliedLora a{spec, spec.path.stem().string(), file.format};
     for (const LoraPair& p : file.pairs) {
-      ++(p.target.component == LoraComponent::UNet ? a.unet_layers : a.text_encoder_layers);
+      ++(p.target.component == LoraComponent::UNet          ? a.unet_layers
+         : p.target.component == LoraComponent::TextEncoder ? a.text_encoder_layers
+                                                            : a.text_encoder_2_layers);
       if (spec.strength == 0.0f) continue;  // validated, changes nothing: the base's layers stay
       terms[{static_cast<int>(p.target.component), p.target.parameter}].push_back(
           {p.down, p.up, spec.strength * p.scale});
@@ -117,7 +125,10 @@ std::vector<AppliedLora> patch_loras(const std::vector<LoraSpec>& loras, const L
     applied.push_back(std::move(a));
   }
   for (auto& [key, list] : terms) {
-    WeightSource& source = key.first == static_cast<int>(LoraComponent::UNet) ? unet : text_encoder;
+    const auto component = static_cast<LoraComponent>(key.first);
+    WeightSource& source = component == LoraComponent::UNet          ? unet
+                           : component == LoraComponent::TextEncoder ? text_encoder
+                                                                     : *text_encoder_2;
     source.patch(key.second, [list = std::move(list)](const Tensor& w) { return merge_lora_terms(w, list); });
   }
   return applied;

@@ -11,7 +11,8 @@
 // How switching LoRAs avoids repacking (StableDiffusionModel::with_loras, pipeline/model.h): a
 // model loaded without LoRAs is the *base*; it remembers, per UNet and text-encoder layer, the
 // packed weights it made or mapped from its weight cache (models/layers.h, PackedLayers) and
-// keeps its weight sources. Applying a LoRA set loads those two components again from the same
+// keeps its weight sources. Applying a LoRA set loads those components (SDXL: the second text
+// encoder too) again from the same
 // sources with the LoRA's parameters patched (WeightSource::patch): a layer with no patched
 // tensor shares the base's packed weights (nothing read, nothing packed), only the layers a LoRA
 // touches are read, merged and packed, onto the heap (never into the base's weight cache, which
@@ -40,15 +41,19 @@ struct AppliedLora {
   std::string name;    // file stem, as the prompt syntax names it
   std::string format;  // LoraFile::format
   int unet_layers = 0, text_encoder_layers = 0;  // parameters it changes
+  int text_encoder_2_layers = 0;                  // SDXL's second text encoder
 };
 
-// The parameters of our UNet and text encoder a LoRA may change (models/parameter_catalog.h).
-LoraTargets lora_targets(const UNetConfig& unet, const ClipTextConfig& text_encoder);
+// The parameters of our UNet and text encoder(s) a LoRA may change (models/parameter_catalog.h);
+// `text_encoder_2`: SDXL's second tower (CLIPTextModelWithProjection), null for SD 1.x/2.x.
+LoraTargets lora_targets(const UNetConfig& unet, const ClipTextConfig& text_encoder,
+                         const ClipTextConfig* text_encoder_2 = nullptr);
 
-// Reads every file (io/lora.h) and patches the parameters they change in the two sources so that
-// taking them yields the merged weights. Errors name the file and the tensor.
+// Reads every file (io/lora.h) and patches the parameters they change in the sources so that
+// taking them yields the merged weights (`text_encoder_2`: SDXL's, null otherwise). Errors name
+// the file and the tensor.
 std::vector<AppliedLora> patch_loras(const std::vector<LoraSpec>& loras, const LoraTargets& targets, WeightSource& unet,
-                                     WeightSource& text_encoder);
+                                     WeightSource& text_encoder, WeightSource* text_encoder_2 = nullptr);
 
 // W + Σ strength · scale · (up @ down) for one parameter (W's shape; the updates as matrices).
 struct LoraTerm {

@@ -146,9 +146,12 @@ int StableDiffusionModel::load_sdxl_second_text_encoder(const fs::path& root, co
                                                       options.variant, options.prefer_flax);
   const ClipTextConfig cfg =
       ClipTextConfig::from_json(read_config(te2_dir, "config.json"), (te2_dir / "config.json").string());
+  text_encoder_2_source_ = std::make_shared<const WeightSource>(*te2.source);  // for with_loras()
   text_encoder_2_ = std::make_shared<ClipTextModelWithProjection>(
-      load_component(options, ModelComponent::TextEncoder2, te2.files, *te2.source,
-                     [&] { return ClipTextModelWithProjection::load(*te2.source, cfg); }));
+      load_component(options, ModelComponent::TextEncoder2, te2.files, *te2.source, [&] {
+        const PackedLayersScope record(recorder(ModelComponent::TextEncoder2));
+        return ClipTextModelWithProjection::load(*te2.source, cfg);
+      }));
   for (const auto& f : te2.files) weights_bytes_ += static_cast<int64_t>(fs::file_size(f));
   if (const fs::path index = root / "model_index.json"; fs::exists(index)) {
     const auto j = nlohmann::json::parse(read_text_file(index), nullptr, /*allow_exceptions=*/false);
@@ -259,48 +262,65 @@ PackedLayersScope StableDiffusionModel::recorder(ModelComponent c) {
 }
 
 PackedLayerStats StableDiffusionModel::packed_layer_stats(ModelComponent c) const {
-  if (c == ModelComponent::Vae || c == ModelComponent::TextEncoder2) return {};  // recorded for LoRAs only
+  if (c == ModelComponent::Vae) return {};  // recorded for the LoRA'd networks only
   return layer_stats_[static_cast<int>(c)];
+}
+
+void StableDiffusionModel::share_base_parts(const StableDiffusionModel& base) {
+  path_ = base.path_;
+  single_file_ = base.single_file_;
+  description_ = base.description_;
+  dtype_ = base.dtype_;
+  hash_file_ = base.hash_file_;
+  weights_bytes_ = base.weights_bytes_;
+  tokenizer_ = base.tokenizer_;
+  tokenizer_2_ = base.tokenizer_2_;
+  force_zeros_for_empty_prompt_ = base.force_zeros_for_empty_prompt_;
+  vae_ = base.vae_;
+  scheduler_json_ = base.scheduler_json_;
+  scheduler_source_ = base.scheduler_source_;
+  default_scheduler_ = base.default_scheduler_;
+  tiny_autoencoder_ = base.tiny_autoencoder_;
+  safety_checker_ = base.safety_checker_;
+  for (int i = 0; i < 4; ++i) {
+    caches_[i] = base.caches_[i];  // release()/prefetch() reach the shared layers
+    from_cache_[i] = base.from_cache_[i];
+  }
+  load_notes_ = base.load_notes_;
+  resident_ = base.resident_;
 }
 
 std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::with_loras(
     const std::shared_ptr<const StableDiffusionModel>& model, const std::vector<LoraSpec>& loras) {
   const std::shared_ptr<const StableDiffusionModel> base = model->base_ ? model->base_ : model;
   if (loras.empty()) return base;
-  if (!base->unet_source_ || !base->text_encoder_source_) fail("internal: the model keeps no weight sources");
-  if (base->is_sdxl()) fail("LoRAs for SDXL models are not supported yet ('", base->path_.string(), "')");
+  if (!base->unet_source_ || !base->text_encoder_source_ || (base->is_sdxl() && !base->text_encoder_2_source_))
+    fail("internal: the model keeps no weight sources");
   auto m = std::make_shared<StableDiffusionModel>();
-  m->path_ = base->path_;
-  m->single_file_ = base->single_file_;
-  m->description_ = base->description_;
-  m->dtype_ = base->dtype_;
-  m->hash_file_ = base->hash_file_;
-  m->weights_bytes_ = base->weights_bytes_;
-  m->tokenizer_ = base->tokenizer_;
-  m->vae_ = base->vae_;
-  m->scheduler_json_ = base->scheduler_json_;
-  m->scheduler_source_ = base->scheduler_source_;
-  m->default_scheduler_ = base->default_scheduler_;
-  m->tiny_autoencoder_ = base->tiny_autoencoder_;
-  m->safety_checker_ = base->safety_checker_;
-  for (int i = 0; i < 4; ++i) {
-    m->caches_[i] = base->caches_[i];  // release()/prefetch() reach the shared layers
-    m->from_cache_[i] = base->from_cache_[i];
-  }
-  m->load_notes_ = base->load_notes_;
-  m->resident_ = base->resident_;
+  m->share_base_parts(*base);
   m->base_ = base;
   WeightSource unet_w = *base->unet_source_, te_w = *base->text_encoder_source_;
-  m->loras_ = patch_loras(loras, lora_targets(base->unet_->config(), base->text_encoder_->config()), unet_w, te_w);
+  std::optional<WeightSource> te2_w;
+  if (base->is_sdxl()) te2_w.emplace(*base->text_encoder_2_source_);
+  const ClipTextConfig* te2_config = base->is_sdxl() ? &base->text_encoder_2_->config() : nullptr;
+  m->loras_ = patch_loras(loras, lora_targets(base->unet_->config(), base->text_encoder_->config(), te2_config), unet_w,
+                          te_w, te2_w ? &*te2_w : nullptr);
+  // Each network again, sharing every packed layer no LoRA touched with the base's.
+  auto reusing = [&](ModelComponent c) {
+    const int slot = static_cast<int>(c);
+    return PackedLayersScope(nullptr, &base->packed_layers_[slot], &m->layer_stats_[slot]);
+  };
   {
-    const int slot = static_cast<int>(ModelComponent::UNet);
-    const PackedLayersScope reuse(nullptr, &base->packed_layers_[slot], &m->layer_stats_[slot]);
+    const PackedLayersScope reuse = reusing(ModelComponent::UNet);
     m->unet_ = std::make_shared<UNet2DCondition>(UNet2DCondition::load(unet_w, base->unet_->config(), base->unet_->precision()));
   }
   {
-    const int slot = static_cast<int>(ModelComponent::TextEncoder);
-    const PackedLayersScope reuse(nullptr, &base->packed_layers_[slot], &m->layer_stats_[slot]);
+    const PackedLayersScope reuse = reusing(ModelComponent::TextEncoder);
     m->text_encoder_ = std::make_shared<ClipTextModel>(ClipTextModel::load(te_w, base->text_encoder_->config()));
+  }
+  if (te2_w) {
+    const PackedLayersScope reuse = reusing(ModelComponent::TextEncoder2);
+    m->text_encoder_2_ = std::make_shared<ClipTextModelWithProjection>(ClipTextModelWithProjection::load(*te2_w, *te2_config));
   }
   release_packing_scratch();
   release_freed_heap();
@@ -445,8 +465,10 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
         }));
     if (parts.text_encoder_2) {  // SDXL
       model->tokenizer_2_ = std::make_shared<ClipTokenizer>(ClipTokenizer::from_folder(parts.tokenizer_2_dir));
+      model->text_encoder_2_source_ = std::make_shared<const WeightSource>(*parts.text_encoder_2);  // with_loras()
       model->text_encoder_2_ = std::make_shared<ClipTextModelWithProjection>(
           model->load_component(options, ModelComponent::TextEncoder2, files, *parts.text_encoder_2, [&] {
+            const PackedLayersScope record(model->recorder(ModelComponent::TextEncoder2));
             return ClipTextModelWithProjection::load(*parts.text_encoder_2, parts.text_2_config);
           }));
     }

@@ -68,7 +68,7 @@ struct ModelLoadOptions {
   // Whether the pipeline drops a network's weights from memory after its phase (weights in cache
   // files only; see WeightResidency). $OCTODIFF_WEIGHT_RESIDENCY=auto|minimal|resident overrides.
   WeightResidency residency = WeightResidency::Auto;
-  // LoRAs merged into the UNet and text encoder (pipeline/lora.h), in order. load() loads the
+  // LoRAs merged into the UNet and text encoder(s) (pipeline/lora.h; SDXL: both towers), in order. load() loads the
   // model without them first (its base, through the weight cache as usual), then with_loras().
   std::vector<LoraSpec> loras;
   // A tiny autoencoder (TAESD: a diffusers AutoencoderTiny folder or madebyollin's
@@ -194,6 +194,7 @@ class StableDiffusionModel {
   // Sets scheduler_json_ and default_scheduler_ from a scheduler_config.json text read from `where`.
   void set_scheduler_config(std::string json_text, const std::string& where);
   void keep_sources(const WeightSource& unet, const WeightSource& text_encoder);
+  void share_base_parts(const StableDiffusionModel& base);  // with_loras(): all but the LoRA'd networks
   PackedLayersScope recorder(ModelComponent c);  // records a component's packed layers as it loads
   template <typename Load>
   auto load_component(const ModelLoadOptions& o, ModelComponent c, const std::vector<std::filesystem::path>& files,
@@ -217,11 +218,12 @@ class StableDiffusionModel {
   std::string scheduler_json_;
   std::string scheduler_source_;  // where scheduler_json_ came from, for errors
   SchedulerKind default_scheduler_ = SchedulerKind::Pndm;
-  // What with_loras() needs to load the UNet and text encoder again: their weight sources as
+  // What with_loras() needs to load the UNet and text encoder(s) again: their weight sources as
   // they were before loading (nothing taken), and the packed layers the first load made.
   std::shared_ptr<const WeightSource> unet_source_, text_encoder_source_;
-  PackedLayers packed_layers_[2];    // by ModelComponent: TextEncoder, UNet
-  PackedLayerStats layer_stats_[2];  // by ModelComponent: TextEncoder, UNet
+  std::shared_ptr<const WeightSource> text_encoder_2_source_;  // SDXL only
+  PackedLayers packed_layers_[4];    // by ModelComponent: TextEncoder, UNet, (Vae: unused), TextEncoder2
+  PackedLayerStats layer_stats_[4];  // by ModelComponent, as packed_layers_
   std::vector<AppliedLora> loras_;
   std::shared_ptr<const StableDiffusionModel> base_;
   std::shared_ptr<WeightCacheFile> caches_[4];  // by ModelComponent

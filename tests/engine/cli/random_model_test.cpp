@@ -157,7 +157,7 @@ TEST(RandomModel, RefusesWhatItCannotWrite) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("cond_proj"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(dir / "single" / "model.safetensors"));
-  r = make_random_model({"--arch", "sdxl-turbo", "--layout", "diffusers", "--out", "x"}, dir);
+  r = make_random_model({"--arch", "sd3", "--layout", "diffusers", "--out", "x"}, dir);
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("lcm-sd15, sd-turbo"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("taesd"), std::string::npos) << r.err;
@@ -197,4 +197,35 @@ TEST(RandomModel, SdxlDeclaresBothTextTowersAndTheTextTimeUNet) {
   EXPECT_DOUBLE_EQ(vae.scaling_factor, 0.13025);
   // The single-file layout is written too (full size: 10+ GB, not here; models/
   // sdxl_random_single_file_test.cpp writes a small one through the same functions).
+}
+
+// SDXL-Turbo: SDXL's networks at 512 × 512 with stabilityai/sdxl-turbo's scheduler (Euler
+// ancestral, trailing timesteps), which a model loaded from the folder takes as its own.
+TEST(RandomModel, SdxlTurboIsSdxlAt512WithTrailingEulerAncestral) {
+  const fs::path out = configs_of("sdxl-turbo", test::temp_dir("random_model_sdxl_turbo"));
+  const UNetConfig unet = UNetConfig::from_json(read_text_file(out / "unet" / "config.json"), "unet/config.json");
+  EXPECT_TRUE(unet.text_time());
+  EXPECT_EQ(unet.sample_size, 64);  // 512 × 512 images
+  EXPECT_EQ(unet.transformer_layers_per_block, (std::vector<int>{1, 2, 10}));
+  EXPECT_EQ(unet.cross_attention_dim, 2048);
+  EXPECT_EQ(parameter_count(unet_parameters(unet)), 2'567'463'684);  // SDXL's UNet
+  EXPECT_EQ(read_json(out / "vae" / "config.json")["sample_size"], 512);
+  EXPECT_DOUBLE_EQ(VaeConfig::from_json(read_text_file(out / "vae" / "config.json"), "vae").scaling_factor, 0.13025);
+  EXPECT_EQ(read_json(out / "text_encoder_2" / "config.json")["architectures"][0], "CLIPTextModelWithProjection");
+  const std::string sched_text = read_text_file(out / "scheduler" / "scheduler_config.json");
+  EXPECT_EQ(scheduler_config_class_name(sched_text).value_or(""), "EulerAncestralDiscreteScheduler");
+  EXPECT_EQ(scheduler_kind_from_class_name("EulerAncestralDiscreteScheduler"), SchedulerKind::EulerAncestral);
+  const SchedulerConfig c = SchedulerConfig::from_json(sched_text, SchedulerKind::EulerAncestral);
+  EXPECT_EQ(c.timestep_spacing, TimestepSpacing::Trailing);
+  EXPECT_EQ(c.prediction_type, PredictionType::Epsilon);
+  EXPECT_EQ(c.steps_offset, 1);
+  EXPECT_DOUBLE_EQ(c.beta_start, 0.00085);
+  EXPECT_DOUBLE_EQ(c.beta_end, 0.012);
+  const json index = read_json(out / "model_index.json");
+  EXPECT_EQ(index["_class_name"], "StableDiffusionXLPipeline");
+  EXPECT_EQ(index["scheduler"], json({"diffusers", "EulerAncestralDiscreteScheduler"}));
+  const CliResult r = make_random_model({"--arch", "sdxl-turbo", "--layout", "single-file", "--out", "sf"},
+                                        test::temp_dir("random_model_sdxl_turbo_single"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("single-file"), std::string::npos) << r.err;
 }

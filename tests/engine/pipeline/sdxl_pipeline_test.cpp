@@ -86,7 +86,8 @@ TEST(SdxlModel, LoadsTheFolderAsSdxl) {
   EXPECT_EQ(m->tokenizer_2().pad_id(), 0);  // "!" pads, as SDXL's tokenizer_2
   EXPECT_NE(m->tokenizer().pad_id(), 0);
   EXPECT_EQ(m->text_encoder_2().config().projection_dim, 40);
-  EXPECT_EQ(m->packed_layer_stats(ModelComponent::TextEncoder2).packed, 0);  // (LoRA bookkeeping: none)
+  const PackedLayerStats te2 = m->packed_layer_stats(ModelComponent::TextEncoder2);  // recorded for LoRAs
+  EXPECT_GT(te2.packed + te2.from_cache, 0);
   m->release(ModelComponent::TextEncoder);   // both text towers
   m->prefetch(ModelComponent::TextEncoder);
   EXPECT_FALSE(StableDiffusionModel::load(test::tiny_sd_dir())->is_sdxl());
