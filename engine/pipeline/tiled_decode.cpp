@@ -37,10 +37,9 @@ void check_vae_tiling(const VaeTiling& t) {
 // The measured activation memory behind kVaeDecodeBytesPerPixel (full-size random SD 1.5 VAE, f32, 2
 // threads, `/usr/bin/time -v octodiff-bench --vae-tiling off|on --height 1024 --width 1024`, the
 // VAE loaded alone): a whole 1024 × 1024 decode peaked at 2943 MB with 344 MB resident before it,
-// i.e. ~2.6 GB of activations, ~2.5 kB per image pixel and growing with the pixels. (The blended
-// tiles this file made before the exact layer-by-layer ones peaked at 861 MB; the exact tiles'
-// full-size figure is the lead's to measure: their activations between layers are in scratch
-// files, of which the process holds a band of tile rows per layer.)
+// i.e. ~2.6 GB of activations, ~2.5 kB per image pixel and growing with the pixels. The exact
+// layer-by-layer tiles peak at 633 MB (344 MB before the decode: ~290 MB for the activations;
+// 2026-11-26, build 39d9777; the blended tiles they replaced peaked at 861 MB).
 bool vae_decode_uses_tiles(const VaeTiling& t, int64_t latent_height, int64_t latent_width, int scale,
                            int64_t batch, double memory_bytes) {
   check_vae_tiling(t);
