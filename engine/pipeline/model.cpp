@@ -437,8 +437,7 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
   auto model = std::make_shared<StableDiffusionModel>();
   model->path_ = path;
   model->dtype_ = options.dtype;
-  const kernels::Precision precision =
-      options.dtype == ComputeDType::BF16 ? kernels::Precision::BF16 : kernels::Precision::F32;
+  const kernels::Precision precision = precision_of(options);
 
   if (fs::is_regular_file(path)) {
     SingleFileParts parts = load_single_file_parts(path, options);
