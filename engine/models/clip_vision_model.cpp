@@ -7,6 +7,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "io/json_numbers.h"
 
 namespace octodiff {
 
@@ -16,7 +17,7 @@ template <typename T>
 void read_field(const nlohmann::json& j, const char* key, T* out, const std::string& what) {
   if (!j.contains(key) || j[key].is_null()) return;
   try {
-    *out = j[key].get<T>();
+    *out = checked_get<T>(j[key]);
   } catch (const nlohmann::json::exception&) {
     fail("'", what, "': \"", key, "\" has the wrong type");
   }

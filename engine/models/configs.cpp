@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_numbers.h"
 
 namespace octodiff {
 namespace {
@@ -25,7 +26,7 @@ void read(const json& j, const char* key, T* out, const std::string& what) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return;
   try {
-    *out = it->get<T>();
+    *out = checked_get<T>(*it);
   } catch (const json::exception&) {
     fail("'", what, "': key '", key, "' has an unexpected value ", it->dump());
   }
@@ -36,8 +37,10 @@ void read_int_or_list(const json& j, const char* key, std::vector<int>* out, siz
                       const std::string& what) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return;
-  if (it->is_number_integer()) {
-    out->assign(n, it->get<int>());
+  if (it->is_number()) {
+    int v = 0;
+    read(j, key, &v, what);
+    out->assign(n, v);
     return;
   }
   std::vector<int> v;

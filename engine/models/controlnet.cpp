@@ -6,6 +6,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "io/json_numbers.h"
 #include "kernels/activations.h"
 #include "models/distinct_samples.h"
 
@@ -39,7 +40,7 @@ T value_or(const json& j, const char* key, T fallback, const std::string& what) 
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
   try {
-    return it->get<T>();
+    return checked_get<T>(*it);
   } catch (const json::exception&) {
     fail("'", what, "': key '", key, "' has an unexpected value ", it->dump());
   }

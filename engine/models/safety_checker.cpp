@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_numbers.h"
 
 namespace octodiff {
 
@@ -27,7 +28,11 @@ SafetyCheckerConfig SafetyCheckerConfig::from_json(const std::string& text, cons
   c.vision = ClipVisionConfig::from_json(vision.dump(), what);
   if (j.contains("projection_dim")) {
     if (!j["projection_dim"].is_number_integer()) fail("'", what, "': \"projection_dim\" is not an integer");
-    c.projection_dim = j["projection_dim"].get<int>();
+    try {
+      c.projection_dim = checked_get<int>(j["projection_dim"]);
+    } catch (const nlohmann::json::exception&) {
+      fail("'", what, "': projection_dim ", j["projection_dim"].dump(), " is out of range");
+    }
   }
   if (c.projection_dim <= 0 || c.projection_dim > (1 << 16))
     fail("'", what, "': projection_dim ", c.projection_dim, " is out of range");

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_numbers.h"
 #include "pipeline/a1111_fields.h"
 #include "pipeline/inpaint.h"
 #include "pipeline/model.h"
@@ -259,14 +260,16 @@ namespace {
 
 std::optional<ImageMetadata> from_json(const std::string& text) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || j.value("generator", "") != "octodiff") return std::nullopt;
+  if (!j.is_object()) return std::nullopt;
+  const auto generator = j.find("generator");  // a non-string "generator" is someone else's JSON too
+  if (generator == j.end() || !generator->is_string() || *generator != "octodiff") return std::nullopt;
   try {
     ImageMetadata m;
     m.version = j.value("version", "");
     m.prompts = j.at("prompts").get<std::vector<std::string>>();
     m.negative_prompts = j.value("negative_prompts", std::vector<std::string>(m.prompts.size(), ""));
-    m.seed = j.at("seed").get<int64_t>();
-    m.steps = j.at("steps").get<int>();
+    m.seed = checked_get<int64_t>(j.at("seed"));
+    m.steps = checked_get<int>(j.at("steps"));
     m.guidance_scale = j.at("guidance_scale").get<double>();
     m.scheduler = parse_scheduler_kind(j.at("scheduler").get<std::string>());
     m.scheduler_is_models_own = j.value("scheduler_is_models_own", false);
@@ -276,22 +279,22 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
     if (j.contains("denoising_strength")) m.denoising_strength = j.at("denoising_strength").get<double>();
     if (j.contains("inpaint")) {
       const json& ip = j.at("inpaint");
-      m.inpaint = ImageMetadata::Inpaint{ip.value("mask_blur", 0), ip.value("area", "whole") == "masked",
-                                         ip.value("padding", 32), ip.value("masked_content", "original"),
+      m.inpaint = ImageMetadata::Inpaint{checked_value(ip, "mask_blur", 0), ip.value("area", "whole") == "masked",
+                                         checked_value(ip, "padding", 32), ip.value("masked_content", "original"),
                                          ip.value("mode", "")};
     }
     if (j.contains("vae_tiling")) {
       const json& t = j.at("vae_tiling");
-      m.vae_tiles = ImageMetadata::VaeTiles{t.at("tile_px").get<int>(), t.at("overlap_px").get<int>(),
-                                            t.value("scale", 8)};
+      m.vae_tiles = ImageMetadata::VaeTiles{checked_get<int>(t.at("tile_px")), checked_get<int>(t.at("overlap_px")),
+                                            checked_value(t, "scale", 8)};
     }
-    m.width = j.at("width").get<int>();
-    m.height = j.at("height").get<int>();
-    m.devices = j.value("devices", 1);
-    m.batch_per_device = j.value("batch_per_device", 1);
-    m.device = j.value("device", -1);
-    m.batch_index = j.value("batch_index", -1);
-    if (j.contains("device_key")) m.device_key = jax::Key{j["device_key"][0].get<uint32_t>(), j["device_key"][1].get<uint32_t>()};
+    m.width = checked_get<int>(j.at("width"));
+    m.height = checked_get<int>(j.at("height"));
+    m.devices = checked_value(j, "devices", 1);
+    m.batch_per_device = checked_value(j, "batch_per_device", 1);
+    m.device = checked_value(j, "device", -1);
+    m.batch_index = checked_value(j, "batch_index", -1);
+    if (j.contains("device_key")) m.device_key = jax::Key{checked_get<uint32_t>(j["device_key"][0]), checked_get<uint32_t>(j["device_key"][1])};
     m.compat = parse_compat(j.value("compat", "flax"));
     m.rng = jax::parse_rng_scheme(j.value("rng", "classic"));
     m.dtype = parse_dtype_name(j.value("dtype", "f32"));
@@ -302,14 +305,14 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
     m.injected_latents = j.value("latents", "seeded") == "injected";
     if (j.contains("sdxl_size")) {
       const json& z = j.at("sdxl_size");
-      m.sdxl_size = {z.at("original_size")[0].get<int>(), z.at("original_size")[1].get<int>(),
-                     z.at("crops_coords_top_left")[0].get<int>(), z.at("crops_coords_top_left")[1].get<int>(),
-                     z.at("target_size")[0].get<int>(), z.at("target_size")[1].get<int>()};
+      m.sdxl_size = {checked_get<int>(z.at("original_size")[0]), checked_get<int>(z.at("original_size")[1]),
+                     checked_get<int>(z.at("crops_coords_top_left")[0]), checked_get<int>(z.at("crops_coords_top_left")[1]),
+                     checked_get<int>(z.at("target_size")[0]), checked_get<int>(z.at("target_size")[1])};
     }
     if (j.contains("nsfw_flagged")) m.nsfw_flagged = j.at("nsfw_flagged").get<std::vector<bool>>();
     m.prompt_syntax = parse_prompt_syntax(j.value("prompt_syntax", "plain"));
     m.long_prompts = parse_long_prompts(j.value("long_prompts", "truncate"));
-    m.comma_backtrack = j.value("comma_backtrack", 0);
+    m.comma_backtrack = checked_value(j, "comma_backtrack", 0);
     if (j.contains("embeddings"))
       for (const auto& e : j.at("embeddings")) m.embeddings.push_back({e.at("name").get<std::string>(), e.value("hash", "")});
     if (j.contains("controlnets"))
@@ -319,7 +322,7 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
                                  c.value("threshold_a", 100.0), c.value("threshold_b", 200.0)});
     if (j.contains("loras"))
       for (const auto& l : j.at("loras"))
-        m.loras.push_back({l.at("name").get<std::string>(), l.at("strength").get<float>(), l.value("hash", "")});
+        m.loras.push_back({l.at("name").get<std::string>(), checked_get<float>(l.at("strength")), l.value("hash", "")});
     return m;
   } catch (const std::exception&) {
     return std::nullopt;  // a damaged chunk: fall back to the A1111 text

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_numbers.h"
 
 namespace octodiff {
 namespace {
@@ -13,11 +14,18 @@ using json = nlohmann::json;
 
 // "size": 224 or {"shortest_edge": 224}; "crop_size": 224 or {"height": 224, "width": 224}.
 void read_sizes(const json& j, ClipImageProcessor& p, const std::string& what) {
+  const auto size = [&](const json& v) -> int {
+    try {
+      return checked_get<int>(v);
+    } catch (const json::exception&) {
+      fail("'", what, "': image size ", v.dump(), " is out of range");
+    }
+  };
   if (j.contains("size")) {
     const json& s = j["size"];
-    if (s.is_number_integer()) p.shortest_edge = s.get<int>();
+    if (s.is_number_integer()) p.shortest_edge = size(s);
     else if (s.is_object() && s.contains("shortest_edge") && s["shortest_edge"].is_number_integer())
-      p.shortest_edge = s["shortest_edge"].get<int>();
+      p.shortest_edge = size(s["shortest_edge"]);
     else
       fail("'", what, "': \"size\" must be a number or {\"shortest_edge\": N} (Octodiff implements the "
            "CLIP resize of the shortest side only)");
@@ -25,11 +33,11 @@ void read_sizes(const json& j, ClipImageProcessor& p, const std::string& what) {
   if (j.contains("crop_size")) {
     const json& s = j["crop_size"];
     if (s.is_number_integer()) {
-      p.crop_height = p.crop_width = s.get<int>();
+      p.crop_height = p.crop_width = size(s);
     } else if (s.is_object() && s.contains("height") && s.contains("width") && s["height"].is_number_integer() &&
                s["width"].is_number_integer()) {
-      p.crop_height = s["height"].get<int>();
-      p.crop_width = s["width"].get<int>();
+      p.crop_height = size(s["height"]);
+      p.crop_width = size(s["width"]);
     } else {
       fail("'", what, "': \"crop_size\" must be a number or {\"height\": H, \"width\": W}");
     }
@@ -44,7 +52,11 @@ void read_statistics(const json& j, const char* key, std::array<float, 3>* out, 
   if (!v.is_array() || v.size() != 3) fail("'", what, "': \"", key, "\" must be a list of 3 numbers");
   for (int c = 0; c < 3; ++c) {
     if (!v[c].is_number()) fail("'", what, "': \"", key, "\" must be a list of 3 numbers");
-    (*out)[c] = static_cast<float>(v[c].get<double>());
+    try {
+      (*out)[c] = checked_get<float>(v[c]);
+    } catch (const json::exception&) {
+      fail("'", what, "': \"", key, "\" holds ", v[c].dump(), ", beyond a float's range");
+    }
   }
 }
 
@@ -52,7 +64,7 @@ template <typename T>
 void read_value(const json& j, const char* key, T* out, const std::string& what) {
   if (!j.contains(key) || j[key].is_null()) return;
   try {
-    *out = j[key].get<T>();
+    *out = checked_get<T>(j[key]);
   } catch (const json::exception&) {
     fail("'", what, "': \"", key, "\" has the wrong type");
   }
