@@ -49,11 +49,12 @@ GenerationController::~GenerationController() {
   hash_pool_.waitForDone();
 }
 
-bool GenerationController::loadModel(const QString& path, const QString& tokenizerDir, const QString& taesd) {
+bool GenerationController::loadModel(const QString& path, const QString& tokenizerDir, const QString& taesd,
+                                     ComputeDType dtype) {
   if (isBusy()) return false;
   const std::string p = path.toStdString(), tok = tokenizerDir.trimmed().toStdString(),
                     tiny = taesd.trimmed().toStdString();
-  load_watcher_.setFuture(QtConcurrent::run(&pool_, [p, tok, tiny, path] {
+  load_watcher_.setFuture(QtConcurrent::run(&pool_, [p, tok, tiny, path, dtype] {
     LoadOutcome out;
     out.path = path;
     const auto t0 = Clock::now();
@@ -61,6 +62,7 @@ bool GenerationController::loadModel(const QString& path, const QString& tokeniz
       if (p.empty()) fail("no model chosen: pick a diffusers folder or a .safetensors file");
       ModelLoadOptions options;
       options.load_vae_encoder = true;  // image to image (Vary, init images) encodes with it
+      options.dtype = dtype;
       if (!tok.empty()) options.tokenizer_dir = tok;
       if (!tiny.empty()) {
         // A bad TAESD must not cost the model: try it alone first (it is small).

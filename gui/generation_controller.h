@@ -54,7 +54,10 @@ class GenerationController : public QObject {
   // decoder's 49 M; its packed weights live in the weight cache like the rest).
   // `taesd`: a tiny autoencoder to load beside it (ModelLoadOptions::tiny_autoencoder); when it
   // cannot be loaded the model loads without it and loadWarning() says why.
-  bool loadModel(const QString& path, const QString& tokenizerDir = {}, const QString& taesd = {});
+  // `dtype`: the weights are packed for it (a load-time property, ModelLoadOptions::dtype); a run
+  // in another dtype needs the model loaded again.
+  bool loadModel(const QString& path, const QString& tokenizerDir = {}, const QString& taesd = {},
+                 ComputeDType dtype = ComputeDType::F32);
   // What the last successful load could not do (empty: nothing).
   QString loadWarning() const { return load_warning_; }
   // Replaces the model by its base with `loras` merged (StableDiffusionModel::with_loras: only

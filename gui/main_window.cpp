@@ -194,6 +194,7 @@ void MainWindow::connectController() {
   connect(c, &GenerationController::modelLoaded, this, &MainWindow::onModelLoaded);
   connect(c, &GenerationController::modelLoadFailed, this,
           [this](const QString& path, const QString& message) {
+            pending_run_ = {};
             model_chooser_->showFailed(message);
             reportError(tr("Could not load the model %1:\n%2").arg(path, message));
           });
@@ -287,6 +288,7 @@ bool MainWindow::generateFromForm(bool live) {
       reportError(error);
     return false;
   }
+  if (reloadModelForDtypeThen(request->dtype, [this, live] { generateFromForm(live); })) return true;
   if (!controller_->hasLoras(loras))  // merge them first, then read the form again
     return applyLorasThen(loras, [this, live] { generateFromForm(live); });
   if (!ControlNetPanel::modelsLoaded(*request))
@@ -304,6 +306,7 @@ bool MainWindow::runSeedComparison(JobKind kind, const std::vector<int64_t>& see
     reportError(error);
     return false;
   }
+  if (reloadModelForDtypeThen(request->dtype, [this, kind, seeds] { runSeedComparison(kind, seeds); })) return true;
   if (!controller_->hasLoras(loras))
     return applyLorasThen(loras, [this, kind, seeds] { runSeedComparison(kind, seeds); });
   if (!ControlNetPanel::modelsLoaded(*request))
@@ -345,7 +348,20 @@ void MainWindow::loadModel(const QString& path, const QString& tokenizerDir) {
     reportError(tr("Wait for the current run to finish (or cancel it) before loading another model."));
     return;
   }
-  controller_->loadModel(path, tokenizerDir, decoder_panel_->taesdPath());
+  controller_->loadModel(path, tokenizerDir, decoder_panel_->taesdPath(), settings_panel_->dtype());
+}
+
+bool MainWindow::reloadModelForDtypeThen(ComputeDType dtype, std::function<void()> then) {
+  const ModelPtr m = controller_->model();
+  if (!m || m->dtype() == dtype || model_path_.isEmpty()) return false;
+  // The LoRAs are merged again by the run that follows (the reloaded model has none).
+  if (!controller_->loadModel(model_path_, model_chooser_->tokenizerDir(), decoder_panel_->taesdPath(), dtype))
+    return false;
+  banner_->dismiss();
+  statusBar()->showMessage(tr("Loading the model again for %1…").arg(dtype == ComputeDType::BF16 ? tr("bfloat16")
+                                                                                                   : tr("float32")));
+  pending_run_ = std::move(then);
+  return true;
 }
 
 void MainWindow::onModelLoaded(const QString& path, double seconds) {
@@ -371,7 +387,10 @@ void MainWindow::onModelLoaded(const QString& path, double seconds) {
   shown_load_notes_ = notes.size();
   statusBar()->showMessage(status);
   showModelExtras(*m);
+  model_path_ = path;
   emit modelReady(path);
+  if (auto run = std::exchange(pending_run_, {}))  // a run that waited for this (re)load
+    QMetaObject::invokeMethod(this, run, Qt::QueuedConnection);
 }
 
 void MainWindow::onRunStarted(int index, int runs, int devices, int batch) {

@@ -170,6 +170,9 @@ class MainWindow : public QMainWindow {
   // (`then` runs once they are in), its settings restored from an image's metadata.
   void buildControlNetPanel();
   bool loadControlNetsThen(ComputeDType dtype, std::function<void()> then);
+  // The model loaded again for `dtype` (its weights are packed for one dtype), then `then`: runs
+  // in the other dtype reload it first. False when the model is already loaded for `dtype`.
+  bool reloadModelForDtypeThen(ComputeDType dtype, std::function<void()> then);
   void restoreControlNets(const ImageMetadata& metadata, QStringList* notes);
 
   AppSettings settings_;
@@ -194,7 +197,8 @@ class MainWindow : public QMainWindow {
   InitImagePanel* init_panel_ = nullptr;
   ControlNetPanel* controlnet_panel_ = nullptr;
   QTimer lora_apply_timer_;           // a LoRA check or strength changed: merge after a pause
-  std::function<void()> pending_run_;  // what waits for the LoRAs being merged
+  std::function<void()> pending_run_;  // what waits for the LoRAs being merged or the model reloaded
+  QString model_path_;  // the path the current model was loaded from (as given to loadModel)
   bool retrying_after_merge_ = false;  // pending_run_ is running: the LoRAs were just merged
   std::vector<LoraSpec> merged_loras_;  // what the last merge asked for
   QTimer progress_timer_;

@@ -50,6 +50,7 @@ bool MainWindow::runSheet(const SheetSpec& spec) {
     reportError(error);
     return false;
   }
+  if (reloadModelForDtypeThen(request->dtype, [this, spec] { runSheet(spec); })) return true;
   if (!controller_->hasLoras(loras)) return applyLorasThen(loras, [this, spec] { runSheet(spec); });
   if (!ControlNetPanel::modelsLoaded(*request))
     return loadControlNetsThen(request->dtype, [this, spec] { runSheet(spec); });

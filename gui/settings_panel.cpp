@@ -141,7 +141,8 @@ QWidget* SettingsPanel::buildAdvanced() {
   dtype_->addItem(tr("bfloat16"), static_cast<int>(ComputeDType::BF16));
   dtype_->setToolTip(tr("bfloat16 halves the UNet's and VAE's weight memory and, on CPUs with AVX-512 BF16, "
                         "nearly halves their time. Images stay within 1 % of float32's; the first step takes "
-                        "about twice as long as the others, because it keeps more precision."));
+                        "about twice as long as the others, because it keeps more precision. The weights are packed "
+                        "for one dtype: the next run after a change loads the model again."));
   threads_ = new QSpinBox;
   threads_->setObjectName(QStringLiteral("threads"));
   threads_->setRange(0, 1024);
@@ -225,7 +226,7 @@ void SettingsPanel::applyTo(GenerationRequest* r) const {
   r->batch_per_device = batch_->value();
   r->rng = static_cast<jax::RngScheme>(rng_->currentData().toInt());
   r->compat = static_cast<Compat>(compat_->currentData().toInt());
-  r->dtype = static_cast<ComputeDType>(dtype_->currentData().toInt());
+  r->dtype = dtype();
   r->threads = threads_->value();
   r->prompt_syntax = static_cast<PromptSyntax>(prompt_syntax_->currentData().toInt());
   r->long_prompts = static_cast<LongPrompts>(long_prompts_->currentData().toInt());
@@ -292,5 +293,7 @@ void SettingsPanel::setAdvancedVisible(bool visible) {
   advanced_toggle_->setArrowType(visible ? Qt::DownArrow : Qt::RightArrow);
   advanced_->setVisible(visible);
 }
+
+ComputeDType SettingsPanel::dtype() const { return static_cast<ComputeDType>(dtype_->currentData().toInt()); }
 
 }  // namespace octodiff::gui

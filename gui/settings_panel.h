@@ -55,6 +55,8 @@ class SettingsPanel : public QWidget {
   QComboBox* rngBox() const { return rng_; }
   QComboBox* compatBox() const { return compat_; }
   QComboBox* dtypeBox() const { return dtype_; }
+  // The dtype chosen in the form (the model is loaded for it before a run).
+  ComputeDType dtype() const;
   QSpinBox* threadsBox() const { return threads_; }
   QComboBox* promptSyntaxBox() const { return prompt_syntax_; }
   QComboBox* longPromptsBox() const { return long_prompts_; }

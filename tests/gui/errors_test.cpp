@@ -66,10 +66,6 @@ class ErrorsTest : public QObject {
     expectRunError(*w, "larger than the maximum");
     w->settingsPanel()->heightBox()->setValue(0);
 
-    w->settingsPanel()->dtypeBox()->setCurrentIndex(1);  // bf16: not available yet
-    expectRunError(*w, "bf16");
-    w->settingsPanel()->dtypeBox()->setCurrentIndex(0);
-
     w->promptPanel()->setPrompts({"one", "two", "three"});
     w->settingsPanel()->batchBox()->setValue(2);
     expectRunError(*w, "cannot be split");
