@@ -19,6 +19,7 @@
 #include "pipeline/controlnet.h"
 #include "pipeline/metadata.h"
 #include "pipeline/sharded_pipeline.h"
+#include "controlnet_cases.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -127,7 +128,7 @@ nlohmann::json prompts_json() {
   return nlohmann::json::parse(read_text_file(test::tiny_sd_dir() / "goldens" / "prompts.json"));
 }
 
-Image8 control_png(int k) { return read_png(cn_dir() / cat("control_", k, ".png")); }
+Image8 control_png(int k) { return test::control_png(cn_dir(), k); }
 
 GenerationRequest pipeline_request(ComputeDType dtype) {
   auto pj = prompts_json();
@@ -145,35 +146,11 @@ GenerationRequest pipeline_request(ComputeDType dtype) {
   return req;
 }
 
-void add_single(GenerationRequest& req, ComputeDType dtype) {
-  ControlNetUse a;
-  a.model = load_controlnet(cn_dir() / "controlnet_a", dtype);
-  a.name = "controlnet_a";
-  a.scale = 0.8;
-  a.images = {control_png(0), control_png(1)};  // one per device
-  req.controlnets.push_back(a);
-}
 
-void add_multi(GenerationRequest& req, ComputeDType dtype) {
-  ControlNetUse a, b;
-  a.model = load_controlnet(cn_dir() / "controlnet_a", dtype);
-  a.scale = 1.0;
-  a.guidance_end = 0.9;
-  a.images = {control_png(2)};  // 96×80: resized to 64×64
-  b.model = load_controlnet(cn_dir() / "controlnet_b", dtype);
-  b.scale = 0.6;
-  b.guidance_start = 0.2;
-  b.guidance_end = 0.7;
-  b.images = {control_png(0)};
-  req.controlnets = {a, b};
-}
 
 GenerationResult run_case(const std::string& name, ComputeDType dtype) {
   GenerationRequest req = pipeline_request(dtype);
-  if (name == "single")
-    add_single(req, dtype);
-  else
-    add_multi(req, dtype);
+  test::add_controlnet_case(req, name, cn_dir(), dtype);
   ShardedPipeline pipe(tiny_model(dtype));
   return pipe.run(req);
 }
@@ -208,12 +185,12 @@ TEST(ControlNetPipeline, WithoutControlNetsTheRunIsUnchangedAndResidualsMatter) 
   ShardedPipeline pipe(tiny_model());
   const GenerationResult base = pipe.run(plain);
   GenerationRequest zero = plain;
-  add_single(zero, ComputeDType::F32);
+  test::add_single_controlnet(zero, cn_dir(), ComputeDType::F32);
   zero.controlnets[0].scale = 0.0;  // residuals × 0: the UNet adds zeros
   const test::Diff same = test::diff(pipe.run(zero).images, base.images);
   EXPECT_EQ(same.max_abs, 0.0);
   GenerationRequest on = plain;
-  add_single(on, ComputeDType::F32);
+  test::add_single_controlnet(on, cn_dir(), ComputeDType::F32);
   EXPECT_GT(test::diff(pipe.run(on).images, base.images).max_abs, 1e-2);
 }
 
@@ -222,7 +199,7 @@ TEST(ControlNetPipeline, FlaxTakesTheSizeFromTheImageFlooredTo64) {
   req.compat = Compat::Flax;
   req.height = req.width = 0;
   req.latents.reset();
-  add_single(req, ComputeDType::F32);
+  test::add_single_controlnet(req, cn_dir(), ComputeDType::F32);
   req.controlnets[0].images = {control_png(2)};  // 96×80 → 64×64
   ShardedPipeline pipe(tiny_model());
   const ResolvedRequest r = pipe.resolve(req);
@@ -294,7 +271,7 @@ TEST(ControlNetBadInput, AnotherArchitectureIsRefusedAtResolve) {
   ShardedPipeline pipe(StableDiffusionModel::load(StableDiffusionModel::default_model_path(), o));
   GenerationRequest req;
   req.prompts = {"a red circle"};
-  add_single(req, ComputeDType::F32);
+  test::add_single_controlnet(req, cn_dir(), ComputeDType::F32);
   req.controlnets[0].images = {control_png(0)};
   const std::string e = error_of([&] { pipe.resolve(req); });
   EXPECT_TRUE(contains(e, "another architecture")) << e;
@@ -312,7 +289,7 @@ TEST(ControlNetBadInput, AnotherArchitectureIsRefusedAtResolve) {
 TEST(ControlNetBadInput, ImageCountsRangesAndDtypeAreChecked) {
   ShardedPipeline pipe(tiny_model());
   GenerationRequest req = pipeline_request(ComputeDType::F32);
-  add_single(req, ComputeDType::F32);
+  test::add_single_controlnet(req, cn_dir(), ComputeDType::F32);
   req.controlnets[0].images.push_back(control_png(2));  // 3 images, 2 devices
   EXPECT_TRUE(contains(error_of([&] { pipe.resolve(req); }), "3 control images for 2 devices"));
   req.controlnets[0].images.pop_back();
@@ -324,7 +301,7 @@ TEST(ControlNetBadInput, ImageCountsRangesAndDtypeAreChecked) {
   req.controlnets[0].images = {};
   EXPECT_TRUE(contains(error_of([&] { pipe.resolve(req); }), "0 control images"));
   GenerationRequest bf = pipeline_request(ComputeDType::F32);
-  add_single(bf, ComputeDType::BF16);
+  test::add_single_controlnet(bf, cn_dir(), ComputeDType::BF16);
   EXPECT_TRUE(contains(error_of([&] { pipe.resolve(bf); }), "another dtype"));
 }
 

@@ -19,6 +19,7 @@
 #include "models/parameter_catalog.h"
 #include "pipeline/controlnet.h"
 #include "pipeline/sharded_pipeline.h"
+#include "controlnet_cases.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -192,7 +193,7 @@ namespace {
 
 nlohmann::json settings() { return nlohmann::json::parse(read_text_file(sdxl_dir() / "goldens" / "prompts.json")); }
 
-Image8 control_png(int k) { return read_png(cn_dir() / cat("control_", k, ".png")); }
+Image8 control_png(int k) { return test::control_png(cn_dir(), k); }
 
 // tiny-sdxl's `cfg` pipeline golden's request: two prompts (one per device), a negative prompt,
 // 5 Euler steps, guidance 5, 32 × 32, the goldens' initial latents.
@@ -211,35 +212,11 @@ GenerationRequest pipeline_request(ComputeDType dtype) {
   return req;
 }
 
-void add_single(GenerationRequest& req, ComputeDType dtype) {
-  ControlNetUse a;
-  a.model = load_controlnet(cn_dir() / "controlnet_a", dtype);
-  a.name = "controlnet_a";
-  a.scale = 0.8;
-  a.images = {control_png(0), control_png(1)};  // one per device
-  req.controlnets.push_back(a);
-}
 
-void add_multi(GenerationRequest& req, ComputeDType dtype) {
-  ControlNetUse a, b;
-  a.model = load_controlnet(cn_dir() / "controlnet_a", dtype);
-  a.scale = 1.0;
-  a.guidance_end = 0.9;
-  a.images = {control_png(2)};  // 48×40: resized to 32×32
-  b.model = load_controlnet(cn_dir() / "controlnet_b", dtype);
-  b.scale = 0.6;
-  b.guidance_start = 0.2;
-  b.guidance_end = 0.7;
-  b.images = {control_png(0)};
-  req.controlnets = {a, b};
-}
 
 GenerationResult run_case(const std::string& name, ComputeDType dtype) {
   GenerationRequest req = pipeline_request(dtype);
-  if (name == "single")
-    add_single(req, dtype);
-  else
-    add_multi(req, dtype);
+  test::add_controlnet_case(req, name, cn_dir(), dtype);
   ShardedPipeline pipe(tiny_sdxl(dtype));
   return pipe.run(req);
 }
