@@ -10,20 +10,29 @@
 
 using namespace octodiff;
 
+namespace {
+
+// tests/data/fuzz-regressions/FILE read as a VAE config must fail with an error naming `key`.
+void expect_vae_config_error(const std::string& file, const std::string& key) {
+  std::ifstream in(test::data_dir() / "fuzz-regressions" / file);
+  std::stringstream text;
+  text << in.rdbuf();
+  ASSERT_FALSE(text.str().empty()) << file;
+  try {
+    (void)VaeConfig::from_json(text.str(), "vae/config.json");
+    FAIL() << "no error for " << file;
+  } catch (const Error& e) {
+    std::printf("[error] %s\n", e.what());
+    EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << file;
+  }
+}
+
+}  // namespace
+
 // The tiny VAE's config with "norm_num_groups": 0: the channel check divided by it (UBSan:
 // division by zero in configs.cpp) before the positivity check ran.
 TEST(ConfigFuzzRegression, VaeWithZeroNormGroupsIsAClearError) {
-  std::ifstream in(test::data_dir() / "fuzz-regressions" / "vae_config_zero_norm_groups.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  ASSERT_FALSE(text.str().empty());
-  try {
-    (void)VaeConfig::from_json(text.str(), "vae/config.json");
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    std::printf("[error] %s\n", e.what());
-    EXPECT_NE(std::string(e.what()).find("norm_num_groups"), std::string::npos);
-  }
+  expect_vae_config_error("vae_config_zero_norm_groups.json", "norm_num_groups");
 }
 
 // The tiny VAE's config with "in_channels": 8888…883 (113 digits, so a JSON float 8.9e110): the
@@ -31,17 +40,7 @@ TEST(ConfigFuzzRegression, VaeWithZeroNormGroupsIsAClearError) {
 // representable values of type 'int'"). Now every integer setting must be a JSON integer that
 // fits, else a clear error naming the key.
 TEST(ConfigFuzzRegression, VaeWithAnOutOfRangeIntegerIsAClearError) {
-  std::ifstream in(test::data_dir() / "fuzz-regressions" / "vae_config_huge_in_channels.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  ASSERT_FALSE(text.str().empty());
-  try {
-    (void)VaeConfig::from_json(text.str(), "vae/config.json");
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    std::printf("[error] %s\n", e.what());
-    EXPECT_NE(std::string(e.what()).find("in_channels"), std::string::npos);
-  }
+  expect_vae_config_error("vae_config_huge_in_channels.json", "in_channels");
 }
 
 // An integer beyond int's range used to wrap (2^32 + 4 became 4, a valid channel count) and a
