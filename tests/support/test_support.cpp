@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "io/weight_source.h"
+
 namespace octodiff::test {
 
 std::filesystem::path data_dir() { return OCTODIFF_TEST_DATA_DIR; }
@@ -67,6 +69,19 @@ void expect_close_abs(const std::string& label, const Tensor& actual, const Tens
   std::fflush(stdout);
   EXPECT_LE(d.max_abs, abs_tol) << label << ": worst element " << d.worst_index << " actual "
                                 << actual[d.worst_index] << " reference " << reference[d.worst_index];
+}
+
+std::vector<NamedShape> tensor_shapes_of(const std::filesystem::path& file) {
+  auto w = weights_from_safetensors({file}, file.string());
+  std::vector<NamedShape> out;
+  for (const auto& name : w->names()) out.push_back({name, w->shape_of(name)});
+  return out;
+}
+
+std::string param_name(std::string golden) {
+  for (char& ch : golden)
+    if (ch == '.') ch = '_';
+  return golden;
 }
 
 }  // namespace octodiff::test

@@ -3,10 +3,12 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "core/tensor.h"
+#include "io/single_file.h"
 
 namespace octodiff::test {
 
@@ -17,6 +19,10 @@ std::filesystem::path tiny_sd_dir();
 // A fresh empty directory for this test's outputs (removed at the next run), under a folder of
 // the running gtest test's own (suite.name), so tests in parallel processes never share one.
 std::filesystem::path temp_dir(const std::string& name);
+// The names and shapes of the tensors in a .safetensors file, in the file's order.
+std::vector<NamedShape> tensor_shapes_of(const std::filesystem::path& file);
+// A golden's name as a gtest parameter name ('.' is not allowed there: "pndm_s0.5" → "pndm_s0_5").
+std::string param_name(std::string golden);
 
 struct Diff {
   double max_abs = 0;       // max |a - b|

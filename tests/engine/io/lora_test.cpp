@@ -17,17 +17,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<NamedShape> tensors_of(const fs::path& file) {
-  auto w = weights_from_safetensors({file}, file.string());
-  std::vector<NamedShape> out;
-  for (const auto& name : w->names()) out.push_back({name, w->shape_of(name)});
-  return out;
-}
-
 const LoraKeyMap& tiny_keys() {
   static const LoraKeyMap keys(LoraTargets{
-      tensors_of(test::tiny_sd_dir() / "unet" / "diffusion_pytorch_model.safetensors"),
-      tensors_of(test::tiny_sd_dir() / "text_encoder" / "model.safetensors")});
+      test::tensor_shapes_of(test::tiny_sd_dir() / "unet" / "diffusion_pytorch_model.safetensors"),
+      test::tensor_shapes_of(test::tiny_sd_dir() / "text_encoder" / "model.safetensors")});
   return keys;
 }
 

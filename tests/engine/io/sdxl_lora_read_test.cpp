@@ -15,20 +15,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<NamedShape> tensors_of(const fs::path& file) {
-  auto w = weights_from_safetensors({file}, file.string());
-  std::vector<NamedShape> out;
-  for (const auto& name : w->names()) out.push_back({name, w->shape_of(name)});
-  return out;
-}
-
 const LoraKeyMap& sdxl_keys() {
   static const LoraKeyMap keys = [] {
     const fs::path d = test::data_dir() / "tiny-sdxl";
     LoraTargets t;
-    t.unet = tensors_of(d / "unet" / "diffusion_pytorch_model.safetensors");
-    t.text_encoder = tensors_of(d / "text_encoder" / "model.safetensors");
-    t.text_encoder_2 = tensors_of(d / "text_encoder_2" / "model.safetensors");
+    t.unet = test::tensor_shapes_of(d / "unet" / "diffusion_pytorch_model.safetensors");
+    t.text_encoder = test::tensor_shapes_of(d / "text_encoder" / "model.safetensors");
+    t.text_encoder_2 = test::tensor_shapes_of(d / "text_encoder_2" / "model.safetensors");
     return LoraKeyMap(t);
   }();
   return keys;

@@ -87,12 +87,7 @@ INSTANTIATE_TEST_SUITE_P(StepsAndGuidance, LcmPipelineParity,
                          ::testing::Values(LcmCase{1, 8.0, "n1_g8"}, LcmCase{1, 1.5, "n1_g1.5"},
                                            LcmCase{2, 8.0, "n2_g8"}, LcmCase{2, 1.5, "n2_g1.5"},
                                            LcmCase{4, 8.0, "n4_g8"}, LcmCase{4, 1.5, "n4_g1.5"}),
-                         [](const auto& info) {
-                           std::string s = info.param.golden;
-                           for (char& ch : s)
-                             if (ch == '.') ch = '_';
-                           return s;
-                         });
+                         [](const auto& info) { return test::param_name(info.param.golden); });
 
 // Without injected noise each step draws normal(fold_in(key_d, i)) (schedulers/scheduler.h):
 // injecting exactly that noise changes nothing, and so does the thread count.

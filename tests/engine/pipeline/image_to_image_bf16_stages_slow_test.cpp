@@ -294,12 +294,7 @@ TEST_P(ImageToImageBf16Stages, ErrorOfEachStageAlone) {
 INSTANTIATE_TEST_SUITE_P(PndmAndEuler, ImageToImageBf16Stages,
                          ::testing::Values(Case{"pndm_s0.5", SchedulerKind::Pndm, 0.5},
                                            Case{"euler_s0.5", SchedulerKind::Euler, 0.5}),
-                         [](const auto& info) {
-                           std::string n = info.param.golden;
-                           for (char& ch : n)
-                             if (ch == '.') ch = '_';
-                           return n;
-                         });
+                         [](const auto& info) { return test::param_name(info.param.golden); });
 
 }  // namespace
 

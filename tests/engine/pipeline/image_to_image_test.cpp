@@ -85,12 +85,7 @@ INSTANTIATE_TEST_SUITE_P(PndmAndEuler, ImageToImageParity,
                                            Case{"pndm_s0.75", SchedulerKind::Pndm, 0.75},
                                            Case{"euler_s0.5", SchedulerKind::Euler, 0.5},
                                            Case{"euler_s0.75", SchedulerKind::Euler, 0.75}),
-                         [](const auto& info) {
-                           std::string n = info.param.golden;
-                           for (char& ch : n)
-                             if (ch == '.') ch = '_';
-                           return n;
-                         });
+                         [](const auto& info) { return test::param_name(info.param.golden); });
 
 // bf16 (weights and activations) against f32 on the goldens' request. Strength 0.75 meets the 1e-2
 // of every other bf16 pipeline test (measured 6.7e-3 / 8.7e-3); strength 0.5 does NOT (1.24e-2 PNDM,

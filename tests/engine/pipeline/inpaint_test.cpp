@@ -84,12 +84,7 @@ struct Case {
   bool nine;  // the 9-channel UNet, else tiny-sd's 4-channel one
 };
 
-std::string case_name(const Case& c) {
-  std::string n = c.golden;
-  for (char& ch : n)
-    if (ch == '.') ch = '_';
-  return n;
-}
+std::string case_name(const Case& c) { return test::param_name(c.golden); }
 
 class InpaintParity : public ::testing::TestWithParam<Case> {};
 

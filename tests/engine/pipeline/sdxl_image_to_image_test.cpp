@@ -97,12 +97,7 @@ void expect_matches(const GenerationResult& res, const std::string& name, const 
   test::expect_parity(label + " images", res.images.reshaped({2, kH, kW, 3}), goldens().to_f32(name + ".images"));
 }
 
-std::string case_name(const Case& c) {
-  std::string n = c.golden;
-  for (char& ch : n)
-    if (ch == '.') ch = '_';
-  return n;
-}
+std::string case_name(const Case& c) { return test::param_name(c.golden); }
 
 class SdxlImageToImageParity : public ::testing::TestWithParam<Case> {};
 

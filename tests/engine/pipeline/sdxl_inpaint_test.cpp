@@ -89,12 +89,7 @@ GenerationRequest golden_request(const Case& c) {
   return req;
 }
 
-std::string case_name(const Case& c) {
-  std::string n = c.golden;
-  for (char& ch : n)
-    if (ch == '.') ch = '_';
-  return n;
-}
+std::string case_name(const Case& c) { return test::param_name(c.golden); }
 
 // (B, h, w, C) NHWC → (B, C, h, w).
 Tensor nchw(const Tensor& x) {
