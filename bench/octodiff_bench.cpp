@@ -39,23 +39,19 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "io/files.h"
-#include "kernels/gemm.h"
-#include "models/flop_count.h"
 #include "bench_timing.h"
 #include "controlnet.h"
 #include "few_step.h"
+#include "guided_step.h"
 #include "peak_flops.h"
 #include "vae_tiling.h"
 #include "pipeline/controlnet.h"
 #include "pipeline/model_hash.h"
-#include "pipeline/sdxl_prompt_encoding.h"
 #include "pipeline/sharded_pipeline.h"
 
 namespace fs = std::filesystem;
 using namespace octodiff;
 using bench::Clock;
-using bench::pseudo_random;
-using bench::steady_median_seconds;
 
 namespace {
 
@@ -335,18 +331,22 @@ void print_load(const nlohmann::json& j) {
                 j["weight_cache_write_seconds"].get<double>());
 }
 
+// The fp32 and bf16 peaks measured at start-up (zero for --load-only, which has no use for them).
+struct Peaks {
+  double fp32 = 0, bf16 = 0;
+};
+
 // The fp32 and bf16 peaks measured again at the end, the larger of each kept (j gets both
 // measurements); returns the peak that fractions of peak are taken against for `dtype`.
-double measure_peaks_again(nlohmann::json& j, int threads, double peak_start, double bf16_peak_start,
-                           ComputeDType dtype) {
+double measure_peaks_again(nlohmann::json& j, int threads, const Peaks& start, ComputeDType dtype) {
   std::fprintf(stderr, "measuring the peak again...\n");
   const double peak_end = bench::measure_fp32_peak_gflops(threads);
   const double bf16_peak_end = bench::measure_bf16_peak_gflops(threads);
-  const double peak = std::max(peak_start, peak_end), bf16_peak = std::max(bf16_peak_start, bf16_peak_end);
+  const double peak = std::max(start.fp32, peak_end), bf16_peak = std::max(start.bf16, bf16_peak_end);
   j["fp32_peak_gflops"] = peak;
-  j["fp32_peak_gflops_start_end"] = {peak_start, peak_end};
+  j["fp32_peak_gflops_start_end"] = {start.fp32, peak_end};
   j["bf16_peak_gflops"] = bf16_peak;
-  j["bf16_peak_gflops_start_end"] = {bf16_peak_start, bf16_peak_end};
+  j["bf16_peak_gflops_start_end"] = {start.bf16, bf16_peak_end};
   return dtype == ComputeDType::BF16 && bf16_peak > 0 ? bf16_peak : peak;
 }
 
@@ -358,31 +358,6 @@ void print_machine(const nlohmann::json& j, const StableDiffusionModel& model) {
   std::printf("times: %s; weights %s\n", j["seconds_statistic"].get<std::string>().c_str(),
               model.weights_stay_resident() ? "stay resident" : "dropped after each phase");
 }
-
-// --img2img: the pipeline's request again from an init image (the text-to-image run's first image,
-// so that the encoder sees a picture) at `strength`: first and second call, and the second call's
-// time over text-to-image's second call at the same steps (issue 22: about the strength's share).
-nlohmann::json img2img_report(ShardedPipeline& pipe, GenerationRequest req, const GenerationResult& text_to_image,
-                              double strength) {
-  req.init_images = {to_uint8(text_to_image.images.data(), req.height, req.width)};
-  req.strength = strength;
-  std::fprintf(stderr, "pipeline: image to image at strength %g, first call...\n", strength);
-  const GenerationResult first = pipe.run(req);
-  std::fprintf(stderr, "pipeline: image to image, second call...\n");
-  const GenerationResult second = pipe.run(req);
-  return {{"strength", strength},
-          {"steps", req.steps},
-          {"model_calls", second.model_calls},
-          {"text_to_image_model_calls", text_to_image.model_calls},
-          {"first_call_seconds", first.timings.total},
-          {"second_call_seconds", second.timings.total},
-          {"encode_image_seconds", second.timings.encode_image},
-          {"text_to_image_second_call_seconds", text_to_image.timings.total},
-          {"ratio_to_text_to_image", second.timings.total / text_to_image.timings.total},
-          {"peak_rss_mb", second.peak_rss_bytes / 1048576.0}};
-}
-
-}  // namespace
 
 // --vae-tiling: the VAE decode's memory alone (vae_tiling.h), no peak measurement, nothing timed.
 int run_vae_tiling_mode(const Options& o) {
@@ -403,330 +378,215 @@ int run_vae_tiling_mode(const Options& o) {
   return 0;
 }
 
+// The report's first keys: the machine and how the times are taken.
+nlohmann::json machine_json(const Options& o, int threads, ComputeDType dtype) {
+  nlohmann::json j;
+  j["threads"] = threads;
+  j["dtype"] = dtype_display_name(dtype);
+  j["isa"] = isa_name(best_isa());
+  j["cpu"] = cpu_json();
+  j["repeats"] = o.repeats;
+  j["seconds_statistic"] = o.repeats == 1 ? "the one call"
+                                          : "median of the calls after the first (the first: *_first_call_seconds)";
+  return j;
+}
+
+// Measured again at the end, and the larger value kept: a short measurement taken while
+// something else held a core (e.g. the kernel writing back a previous run's weight cache)
+// would halve the peak and double every fraction. A --load-only run has no use for it.
+Peaks measure_start_peaks(const Options& o, int threads) {
+  Peaks start;
+  if (!o.load_only) {
+    std::fprintf(stderr, "measuring the fp32 FMA peak on %d threads...\n", threads);
+    start.fp32 = bench::measure_fp32_peak_gflops(threads);
+    start.bf16 = bench::measure_bf16_peak_gflops(threads);
+  }
+  return start;
+}
+
+// --taesd, --dtype, --img2img (the VAE's encoder) and --residency as the load's options.
+ModelLoadOptions bench_load_options(const Options& o, ComputeDType dtype, nlohmann::json& j) {
+  ModelLoadOptions load_options;
+  if (!o.taesd.empty()) {
+    load_options.tiny_autoencoder = o.taesd == "random" ? random_model("taesd") : fs::path(o.taesd);
+    j["taesd"] = load_options.tiny_autoencoder->string();
+  }
+  load_options.dtype = dtype;  // UNet and VAE weights packed as bf16 for --dtype bf16
+  load_options.load_vae_encoder = o.img2img.has_value();
+  load_options.residency = parse_weight_residency(o.residency);
+  return load_options;
+}
+
+// --first-load: an empty weight-cache folder for the load, and the checkpoint's read alone, timed:
+// from the disk (cold, then dropped again so that the load reads it from the disk too) or from
+// the page cache (warm, where it stays for the load).
+void prepare_first_load(const Options& o, const fs::path& model_path, ModelLoadOptions& load_options,
+                        std::optional<ScratchWeightCache>& scratch_cache, nlohmann::json& j) {
+  j["first_load"] = o.first_load.empty() ? "no" : o.first_load;
+  if (o.first_load.empty()) return;
+  scratch_cache.emplace();
+  load_options.weight_cache_dir = scratch_cache->dir;
+  if (o.first_load == "cold") drop_from_page_cache(model_path);
+  j["checkpoint_cached_fraction_before_read"] = page_cache_fraction(model_path);
+  const auto r0 = Clock::now();
+  const uint64_t bytes = read_checkpoint(model_path);
+  const double read_s = std::chrono::duration<double>(Clock::now() - r0).count();
+  j["checkpoint_bytes"] = bytes;
+  j["checkpoint_read_seconds"] = read_s;
+  j["checkpoint_read_gb_per_s"] = bytes / 1e9 / read_s;
+  if (o.first_load == "cold") drop_from_page_cache(model_path);
+}
+
+// The model of --model (default: a random full-size one of --arch), loaded and timed; j gets the
+// load's figures. scratch_cache: the --first-load weight cache, which must outlive the model.
+std::shared_ptr<const StableDiffusionModel> load_model(const Options& o, ComputeDType dtype,
+                                                       std::optional<ScratchWeightCache>& scratch_cache,
+                                                       nlohmann::json& j) {
+  const fs::path model_path = o.model.empty() ? random_model(o.arch) : o.model;
+  j["arch"] = o.arch;
+  ModelLoadOptions load_options = bench_load_options(o, dtype, j);
+  prepare_first_load(o, model_path, load_options, scratch_cache, j);
+  j["checkpoint_cached_fraction_before_load"] = page_cache_fraction(model_path);
+  auto t0 = Clock::now();
+  auto model = StableDiffusionModel::load(model_path, load_options);
+  j["model"] = model_path.string();
+  j["load_seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
+  j["load_from_cache"] = model->loaded_from_cache(ModelComponent::UNet);
+  j["weight_residency"] = {{"asked", o.residency},
+                           {"weights_stay_resident", model->weights_stay_resident()},
+                           {"cached_weight_mb", model->cached_weight_bytes() / 1048576.0}};
+  // A first load writes its weight cache in the background; wait for it so that the disk
+  // writes do not share the timed runs' cores, and report that time on its own.
+  j["weight_cache_write_seconds"] = model->wait_for_weight_caches();
+  for (const auto& note : model->load_notes()) std::fprintf(stderr, "note: %s\n", note.c_str());
+  j["rss_after_load_mb"] = current_rss_bytes() / 1048576.0;
+  j["peak_rss_after_load_mb"] = peak_rss_bytes() / 1048576.0;
+  std::fprintf(stderr, "loaded %s in %.1f s (%s; %.0f %% of its weight files were in the page cache)\n",
+               model_path.c_str(), j["load_seconds"].get<double>(),
+               j["load_from_cache"].get<bool>() ? "packed weights from the weight cache" : "packed now",
+               100.0 * j["checkpoint_cached_fraction_before_load"].get<double>());
+  return model;
+}
+
+// --load-only: the load's figures alone.
+int report_load_only(const Options& o, nlohmann::json& j) {
+  j["peak_rss_mb"] = peak_rss_bytes() / 1048576.0;
+  if (o.json) std::printf("%s\n", j.dump(2).c_str());
+  else print_load(j);
+  return 0;
+}
+
+// --controlnet: the ControlNet report (controlnet.h) in j's "controlnet" section.
+int run_controlnet_mode(const Options& o, const StableDiffusionModel& model, int threads, ComputeDType dtype,
+                        nlohmann::json& j) {
+  const fs::path cn_path = o.controlnet == "random" ? random_model("controlnet-" + o.arch) : fs::path(o.controlnet);
+  const auto cn = load_controlnet(cn_path, dtype);
+  j["controlnet"] = bench::run_controlnet_bench(model, *cn, {o.height, o.width, threads, o.repeats});
+  j["controlnet"]["model"] = cn_path.string();
+  j["peak_rss_mb"] = peak_rss_bytes() / 1048576.0;
+  if (o.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    print_load(j);
+    bench::print_controlnet_bench(j["controlnet"]);
+    std::printf("peak RSS: %.0f MB\n", j["peak_rss_mb"].get<double>());
+  }
+  return 0;
+}
+
+// --arch sd-turbo|lcm-sd15: the few-step report (few_step.h) in j's "few_step" section.
+int run_few_step_mode(const Options& o, const std::shared_ptr<const StableDiffusionModel>& model, int threads,
+                      ComputeDType dtype, const Peaks& start, nlohmann::json& j) {
+  bench::FewStepOptions f = bench::few_step_defaults(o.arch);
+  if (o.steps_given) f.steps = o.steps;
+  if (o.guidance) f.guidance = *o.guidance;
+  f.height = o.height;
+  f.width = o.width;
+  f.threads = threads;
+  f.repeats = o.repeats;
+  f.dtype = dtype;
+  f.grid = !o.skip_grid;
+  f.image_vae = !o.skip_vae;
+  j["few_step"] = bench::run_few_step(model, f);
+  j["peak_rss_mb"] = peak_rss_bytes() / 1048576.0;
+  const double ref_peak = measure_peaks_again(j, threads, start, dtype);
+  for (const char* k : {"unet_b1", "vae_decode", "taesd_decode"}) {
+    nlohmann::json& n = j["few_step"]["networks"];
+    n[std::string(k) + "_fraction_of_peak"] = n[std::string(k) + "_gflops"].get<double>() / ref_peak;
+  }
+  if (o.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    print_machine(j, *model);
+    print_load(j);
+    bench::print_few_step(j["few_step"]);
+    std::printf("peak RSS: %.0f MB\n", j["peak_rss_mb"].get<double>());
+  }
+  return 0;
+}
+
+// The default report (--arch sd15|sdxl, guided_step.h) on j's top level, as text or JSON.
+void print_guided_report(const Options& o, const nlohmann::json& j, const StableDiffusionModel& model) {
+  if (o.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  print_machine(j, model);
+  if (j.contains("compile_seconds"))
+    std::printf("compile: %.3f s first call, %.3f s cached\n", j["compile_seconds"].get<double>(),
+                j["cached_compile_seconds"].get<double>());
+  print_load(j);
+  if (j.contains("compile_with_packing_seconds"))
+    std::printf("compile including weight packing: %.2f s\n", j["compile_with_packing_seconds"].get<double>());
+  bench::print_networks(j);
+  std::printf("peak RSS: %.0f MB\n", j["peak_rss_mb"].get<double>());
+}
+
+// --arch sd15|sdxl: the pipeline (unless --skip-pipeline), then the networks alone (guided_step.h).
+int run_guided_mode(const Options& o, const std::shared_ptr<const StableDiffusionModel>& model, int threads,
+                    ComputeDType dtype, const Peaks& start, nlohmann::json& j) {
+  bench::GuidedStepOptions g;
+  g.height = o.height;
+  g.width = o.width;
+  g.threads = threads;
+  g.repeats = o.repeats;
+  g.devices = o.devices;
+  g.steps = o.steps;
+  g.dtype = dtype;
+  g.skip_vae = o.skip_vae;
+  g.img2img = o.img2img;
+  DeviceScope scope(DeviceContext{0, threads, nullptr});
+  if (!o.skip_pipeline) bench::time_pipeline(model, g, j);
+  // Activations come from a caching arena, as in a compiled pipeline plan: after the first call
+  // no memory is requested from the system (the median excludes that first call's page faults
+  // only when --repeats >= 3).
+  CachingArena arena;
+  AllocatorScope arena_scope(&arena);
+  bench::time_networks(*model, g, arena, j);
+  const double ref_peak = measure_peaks_again(j, threads, start, dtype);
+  for (const char* k : {"unet_b2", "unet_b1", "vae_decode"})
+    if (j.contains(std::string(k) + "_gflops"))
+      j[std::string(k) + "_fraction_of_peak"] = j[std::string(k) + "_gflops"].get<double>() / ref_peak;
+  print_guided_report(o, j, *model);
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
   try {
     if (!o.vae_tiling.empty()) return run_vae_tiling_mode(o);
     const int threads = o.threads > 0 ? o.threads : hardware_threads();
     const ComputeDType dtype = parse_dtype_name(o.dtype);
-    nlohmann::json j;
-    j["threads"] = threads;
-    j["dtype"] = dtype_display_name(dtype);
-    j["isa"] = isa_name(best_isa());
-    j["cpu"] = cpu_json();
-    j["repeats"] = o.repeats;
-    j["seconds_statistic"] = o.repeats == 1 ? "the one call"
-                                            : "median of the calls after the first (the first: *_first_call_seconds)";
-    // Measured again at the end, and the larger value kept: a short measurement taken while
-    // something else held a core (e.g. the kernel writing back a previous run's weight cache)
-    // would halve the peak and double every fraction. A --load-only run has no use for it.
-    double peak_start = 0, bf16_peak_start = 0;
-    if (!o.load_only) {
-      std::fprintf(stderr, "measuring the fp32 FMA peak on %d threads...\n", threads);
-      peak_start = bench::measure_fp32_peak_gflops(threads);
-      bf16_peak_start = bench::measure_bf16_peak_gflops(threads);
-    }
-
-    const fs::path model_path = o.model.empty() ? random_model(o.arch) : o.model;
-    j["arch"] = o.arch;
-    ModelLoadOptions load_options;
-    if (!o.taesd.empty()) {
-      load_options.tiny_autoencoder = o.taesd == "random" ? random_model("taesd") : fs::path(o.taesd);
-      j["taesd"] = load_options.tiny_autoencoder->string();
-    }
-    load_options.dtype = dtype;  // UNet and VAE weights packed as bf16 for --dtype bf16
-    load_options.load_vae_encoder = o.img2img.has_value();
-    load_options.residency = parse_weight_residency(o.residency);
-    std::optional<ScratchWeightCache> scratch_cache;
-    j["first_load"] = o.first_load.empty() ? "no" : o.first_load;
-    if (!o.first_load.empty()) {
-      scratch_cache.emplace();
-      load_options.weight_cache_dir = scratch_cache->dir;
-      // The checkpoint's read alone, timed: from the disk (cold, then dropped again so that the
-      // load reads it from the disk too) or from the page cache (warm, where it stays for the load).
-      if (o.first_load == "cold") drop_from_page_cache(model_path);
-      j["checkpoint_cached_fraction_before_read"] = page_cache_fraction(model_path);
-      const auto r0 = Clock::now();
-      const uint64_t bytes = read_checkpoint(model_path);
-      const double read_s = std::chrono::duration<double>(Clock::now() - r0).count();
-      j["checkpoint_bytes"] = bytes;
-      j["checkpoint_read_seconds"] = read_s;
-      j["checkpoint_read_gb_per_s"] = bytes / 1e9 / read_s;
-      if (o.first_load == "cold") drop_from_page_cache(model_path);
-    }
-    j["checkpoint_cached_fraction_before_load"] = page_cache_fraction(model_path);
-    auto t0 = Clock::now();
-    auto model = StableDiffusionModel::load(model_path, load_options);
-    j["model"] = model_path.string();
-    j["load_seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
-    j["load_from_cache"] = model->loaded_from_cache(ModelComponent::UNet);
-    j["weight_residency"] = {{"asked", o.residency},
-                             {"weights_stay_resident", model->weights_stay_resident()},
-                             {"cached_weight_mb", model->cached_weight_bytes() / 1048576.0}};
-    // A first load writes its weight cache in the background; wait for it so that the disk
-    // writes do not share the timed runs' cores, and report that time on its own.
-    j["weight_cache_write_seconds"] = model->wait_for_weight_caches();
-    for (const auto& note : model->load_notes()) std::fprintf(stderr, "note: %s\n", note.c_str());
-    j["rss_after_load_mb"] = current_rss_bytes() / 1048576.0;
-    j["peak_rss_after_load_mb"] = peak_rss_bytes() / 1048576.0;
-    std::fprintf(stderr, "loaded %s in %.1f s (%s; %.0f %% of its weight files were in the page cache)\n",
-                 model_path.c_str(), j["load_seconds"].get<double>(),
-                 j["load_from_cache"].get<bool>() ? "packed weights from the weight cache" : "packed now",
-                 100.0 * j["checkpoint_cached_fraction_before_load"].get<double>());
-    if (o.load_only) {
-      j["peak_rss_mb"] = peak_rss_bytes() / 1048576.0;
-      if (o.json) std::printf("%s\n", j.dump(2).c_str());
-      else print_load(j);
-      return 0;
-    }
-
-    if (!o.controlnet.empty()) {
-      const fs::path cn_path =
-          o.controlnet == "random" ? random_model("controlnet-" + o.arch) : fs::path(o.controlnet);
-      const auto cn = load_controlnet(cn_path, dtype);
-      j["controlnet"] = bench::run_controlnet_bench(*model, *cn, {o.height, o.width, threads, o.repeats});
-      j["controlnet"]["model"] = cn_path.string();
-      j["peak_rss_mb"] = peak_rss_bytes() / 1048576.0;
-      if (o.json) {
-        std::printf("%s\n", j.dump(2).c_str());
-      } else {
-        print_load(j);
-        bench::print_controlnet_bench(j["controlnet"]);
-        std::printf("peak RSS: %.0f MB\n", j["peak_rss_mb"].get<double>());
-      }
-      return 0;
-    }
-
-    if (o.arch != "sd15" && o.arch != "sdxl") {
-      bench::FewStepOptions f = bench::few_step_defaults(o.arch);
-      if (o.steps_given) f.steps = o.steps;
-      if (o.guidance) f.guidance = *o.guidance;
-      f.height = o.height;
-      f.width = o.width;
-      f.threads = threads;
-      f.repeats = o.repeats;
-      f.dtype = dtype;
-      f.grid = !o.skip_grid;
-      f.image_vae = !o.skip_vae;
-      j["few_step"] = bench::run_few_step(model, f);
-      j["peak_rss_mb"] = peak_rss_bytes() / 1048576.0;
-      const double ref_peak = measure_peaks_again(j, threads, peak_start, bf16_peak_start, dtype);
-      for (const char* k : {"unet_b1", "vae_decode", "taesd_decode"}) {
-        nlohmann::json& n = j["few_step"]["networks"];
-        n[std::string(k) + "_fraction_of_peak"] = n[std::string(k) + "_gflops"].get<double>() / ref_peak;
-      }
-      if (o.json) {
-        std::printf("%s\n", j.dump(2).c_str());
-      } else {
-        print_machine(j, *model);
-        print_load(j);
-        bench::print_few_step(j["few_step"]);
-        std::printf("peak RSS: %.0f MB\n", j["peak_rss_mb"].get<double>());
-      }
-      return 0;
-    }
-
-    const int vsf = model->vae_scale_factor();
-    const int64_t h = o.height / vsf, w = o.width / vsf;
-    const auto& uc = model->unet().config();
-    const Numerics numerics{Flavour::Flax};
-    DeviceScope scope(DeviceContext{0, threads, nullptr});
-
-    // The pipeline: first call compiles, second reuses the plan.
-    if (!o.skip_pipeline) {
-      ShardedPipeline pipe(model);
-      GenerationRequest req;
-      req.prompts = {"a photograph of an astronaut riding a horse"};
-      req.devices = o.devices;
-      req.height = o.height;
-      req.width = o.width;
-      req.steps = o.steps;
-      req.threads = threads;
-      req.dtype = dtype;
-      std::fprintf(stderr, "pipeline: %d device(s), %d step(s), first call...\n", o.devices, o.steps);
-      GenerationResult first = pipe.run(req);
-      std::fprintf(stderr, "pipeline: second call...\n");
-      GenerationResult second = pipe.run(req);
-      j["compile_seconds"] = first.timings.compile;
-      j["cached_compile_seconds"] = second.timings.compile;
-      // What a model's first use costs before its first step: packing every weight (the load,
-      // when it packed) and the plan. With the weight cache, later loads pack nothing.
-      if (!j["load_from_cache"].get<bool>())
-        j["compile_with_packing_seconds"] = j["load_seconds"].get<double>() + first.timings.compile;
-      j["pipeline"] = {{"devices", o.devices},
-                       {"steps", o.steps},
-                       {"first_call_seconds", first.timings.total},
-                       {"second_call_seconds", second.timings.total},
-                       {"text_encode_seconds", second.timings.text_encode},
-                       {"mean_step_seconds", second.timings.mean_step},
-                       {"step_seconds", second.timings.step},
-                       {"decode_seconds", second.timings.decode},
-                       {"concurrent_devices", second.concurrent_devices},
-                       {"threads_per_device", second.threads_per_device}};
-      if (o.img2img) j["img2img"] = img2img_report(pipe, req, second, *o.img2img);
-    }
-
-    // Activations come from a caching arena, as in a compiled pipeline plan: after the first call
-    // no memory is requested from the system (the median excludes that first call's page faults
-    // only when --repeats >= 3).
-    CachingArena arena;
-    AllocatorScope arena_scope(&arena);
-
-    // Text encoder: [uncond; cond] = 2 sequences of 77 tokens, the empty prompt and a prompt.
-    std::vector<int32_t> ids = model->tokenizer().encode("").ids;
-    const std::vector<int32_t> cond = model->tokenizer().encode("a photograph of an astronaut riding a horse").ids;
-    ids.insert(ids.end(), cond.begin(), cond.end());
-    Tensor context;
-    UNetTextTime text_time;  // SDXL: pooled embeddings and time ids of the same two rows
-    // Phases as the pipeline runs them: each network's weights are mapped in before it runs and
-    // dropped (with the arena's free blocks) after, so only one network is resident at a time.
-    auto end_phase = [&](ModelComponent c) {
-      model->release(c);
-      arena.trim();
-    };
-    model->prefetch(ModelComponent::TextEncoder);
-    j["text_encode_seconds"] = steady_median_seconds(o.repeats, [&] {
-      if (!model->is_sdxl()) {
-        context = model->text_encoder().forward(ids, 2, 77).last_hidden_state;
-        return;
-      }
-      const SdxlTokenizedPrompts tokens = tokenize_sdxl_prompts(
-          model->tokenizer(), model->tokenizer_2(), {"a photograph of an astronaut riding a horse"}, {""}, false);
-      SdxlConditioning c = encode_sdxl_device_prompts(model->text_encoder(), model->text_encoder_2(), tokens, 0, 1,
-                                                      true, sdxl_time_ids({}, o.height, o.width));
-      context = std::move(c.context);
-      text_time = std::move(c.text_time);
-    });
-    end_phase(ModelComponent::TextEncoder);
-    model->prefetch(ModelComponent::UNet);
-
-    // UNet at batch 2 (a guided step) and batch 1.
-    for (int batch : {2, 1}) {
-      // Batch 2 is a guided step: the same latents with the negative and the positive prompt.
-      const Tensor latents = pseudo_random({1, h, w, uc.in_channels}, 7);
-      Tensor x = Tensor::empty({batch, h, w, uc.in_channels});
-      for (int n = 0; n < batch; ++n) std::copy(latents.begin(), latents.end(), x.data() + n * latents.numel());
-      Tensor ctx = context.slice0(0, batch);
-      const UNetTextTime tt{model->is_sdxl() ? text_time.text_embeds.slice0(0, batch) : Tensor(),
-                            model->is_sdxl() ? text_time.time_ids.slice0(0, batch) : Tensor()};
-      const UNetTextTime* tt_arg = model->is_sdxl() ? &tt : nullptr;
-      std::fprintf(stderr, "UNet batch %d at %lldx%lld latents...\n", batch, static_cast<long long>(h),
-                   static_cast<long long>(w));
-      std::vector<size_t> misses;  // blocks the arena had to get from the system, per call
-      std::vector<double> calls;
-      const double s = steady_median_seconds(
-          o.repeats,
-          [&] {
-            const size_t before = arena.system_allocations();
-            model->unet().forward_nhwc(x, std::vector<double>(batch, 500.0), ctx, nullptr, numerics, nullptr,
-                                       nullptr, tt_arg);
-            misses.push_back(arena.system_allocations() - before);
-          },
-          &calls);
-      const double gflop = unet_flops(uc, batch, h, w) / 1e9;
-      const std::string k = "unet_b" + std::to_string(batch);
-      j[k + "_seconds"] = s;
-      j[k + "_call_seconds"] = calls;
-      j[k + "_first_call_seconds"] = calls.front();
-      j[k + "_gflop"] = gflop;
-      j[k + "_gflops"] = gflop / s;
-      // The figures above count the whole network for every sample. The guided step's second
-      // half shares the text-free first layers with the first (UNet2DCondition::forward_nhwc), so
-      // fewer products are executed: reported too, so that neither reads as the other.
-      const double executed = gflop - (batch - 1) * unet_text_free_flops(uc, h, w) / 1e9;
-      j[k + "_executed_gflop"] = executed;
-      j[k + "_executed_gflops"] = executed / s;
-      j[k + "_arena_misses_per_call"] = misses;
-      if (batch == 2 && dtype == ComputeDType::BF16) {
-        // A bf16 run's first call, as the pipeline makes it: activations split in two bf16
-        // halves (kernels/gemm.h), twice the products.
-        const kernels::ScopedBf16Activations split(kernels::Bf16Activations::Split);
-        std::vector<double> split_calls;
-        j["unet_b2_split_seconds"] = steady_median_seconds(
-            o.repeats,
-            [&] {
-              model->unet().forward_nhwc(x, std::vector<double>(batch, 500.0), ctx, nullptr, numerics, nullptr,
-                                         nullptr, tt_arg);
-            },
-            &split_calls);
-        j["unet_b2_split_call_seconds"] = split_calls;
-      }
-    }
-    j["peak_rss_after_unet_mb"] = peak_rss_bytes() / 1048576.0;
-    {
-      // Resident memory while the UNet's weights are still mapped: file-backed (the weights, from
-      // the weight cache) and anonymous (activations, everything else).
-      std::ifstream st("/proc/self/status");
-      std::string line;
-      while (std::getline(st, line)) {
-        if (line.rfind("RssAnon:", 0) == 0) j["rss_anon_after_unet_mb"] = std::stod(line.substr(8)) / 1024.0;
-        if (line.rfind("RssFile:", 0) == 0) j["rss_file_after_unet_mb"] = std::stod(line.substr(8)) / 1024.0;
-      }
-    }
-    j["arena_peak_after_unet_mb"] = arena.peak_bytes_reserved() / 1048576.0;
-    j["arena_peak_in_use_after_unet_mb"] = arena.peak_bytes_in_use() / 1048576.0;
-    end_phase(ModelComponent::UNet);
-
-    if (!o.skip_vae) {
-      Tensor z = pseudo_random({1, h, w, model->vae().config().latent_channels}, 11);
-      std::fprintf(stderr, "VAE decode %dx%d...\n", o.width, o.height);
-      model->prefetch(ModelComponent::Vae);
-      std::vector<double> calls;
-      const double s = steady_median_seconds(o.repeats, [&] { model->vae().decode_nhwc(z); }, &calls);
-      const double gflop = vae_decode_flops(model->vae().config(), 1, h, w) / 1e9;
-      j["vae_decode_seconds"] = s;
-      j["vae_decode_call_seconds"] = calls;
-      j["vae_decode_first_call_seconds"] = calls.front();
-      j["vae_decode_gflop"] = gflop;
-      j["vae_decode_gflops"] = gflop / s;
-      end_phase(ModelComponent::Vae);
-    }
-    j["peak_rss_mb"] = peak_rss_bytes() / 1048576.0;
-    j["arena_peak_mb"] = arena.peak_bytes_reserved() / 1048576.0;
-
-    const double ref_peak = measure_peaks_again(j, threads, peak_start, bf16_peak_start, dtype);
-    for (const char* k : {"unet_b2", "unet_b1", "vae_decode"})
-      if (j.contains(std::string(k) + "_gflops"))
-        j[std::string(k) + "_fraction_of_peak"] = j[std::string(k) + "_gflops"].get<double>() / ref_peak;
-
-    if (o.json) {
-      std::printf("%s\n", j.dump(2).c_str());
-    } else {
-      print_machine(j, *model);
-      if (j.contains("compile_seconds"))
-        std::printf("compile: %.3f s first call, %.3f s cached\n", j["compile_seconds"].get<double>(),
-                    j["cached_compile_seconds"].get<double>());
-      print_load(j);
-      if (j.contains("compile_with_packing_seconds"))
-        std::printf("compile including weight packing: %.2f s\n", j["compile_with_packing_seconds"].get<double>());
-      std::printf("text encoding (2×77): %.3f s\n", j["text_encode_seconds"].get<double>());
-      for (const char* k : {"unet_b2", "unet_b1", "vae_decode"}) {
-        if (!j.contains(std::string(k) + "_seconds")) continue;
-        std::string calls;  // every call, for the spread around the median
-        for (const auto& c : j[std::string(k) + "_call_seconds"]) {
-          char t[32];
-          std::snprintf(t, sizeof t, "%s%.2f", calls.empty() ? "" : " ", c.get<double>());
-          calls += t;
-        }
-        std::printf("%-11s %8.2f s  %7.1f GFLOP  %6.1f GFLOP/s  %5.1f %% of peak  (first call %.2f s; calls: %s s)\n",
-                    k, j[std::string(k) + "_seconds"].get<double>(), j[std::string(k) + "_gflop"].get<double>(),
-                    j[std::string(k) + "_gflops"].get<double>(),
-                    100 * j[std::string(k) + "_fraction_of_peak"].get<double>(),
-                    j[std::string(k) + "_first_call_seconds"].get<double>(), calls.c_str());
-      }
-      if (j.contains("unet_b2_split_seconds"))
-        std::printf("unet_b2 with split bf16 activations (a bf16 run's first call): %.2f s\n",
-                    j["unet_b2_split_seconds"].get<double>());
-      if (j.contains("img2img")) {
-        const nlohmann::json& i = j["img2img"];
-        std::printf("img2img strength %g, %d steps (%d UNet calls vs %d): %.2f s, %.2f x text-to-image (%.2f s)\n",
-                    i["strength"].get<double>(), i["steps"].get<int>(), i["model_calls"].get<int>(),
-                    i["text_to_image_model_calls"].get<int>(), i["second_call_seconds"].get<double>(),
-                    i["ratio_to_text_to_image"].get<double>(), i["text_to_image_second_call_seconds"].get<double>());
-      }
-      std::printf("peak RSS: %.0f MB\n", j["peak_rss_mb"].get<double>());
-    }
-    return 0;
+    nlohmann::json j = machine_json(o, threads, dtype);
+    const Peaks start = measure_start_peaks(o, threads);
+    std::optional<ScratchWeightCache> scratch_cache;  // --first-load's weight cache, removed at exit
+    const auto model = load_model(o, dtype, scratch_cache, j);
+    if (o.load_only) return report_load_only(o, j);
+    if (!o.controlnet.empty()) return run_controlnet_mode(o, *model, threads, dtype, j);
+    if (o.arch != "sd15" && o.arch != "sdxl") return run_few_step_mode(o, model, threads, dtype, start, j);
+    return run_guided_mode(o, model, threads, dtype, start, j);
   } catch (const Error& e) {
     std::fprintf(stderr, "octodiff-bench: error: %s\n", e.what());
     return 1;

@@ -15,11 +15,11 @@
 #include "args.h"
 #include "commands.h"
 #include "controlnet_options.h"
+#include "generate_outputs.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "io/npy.h"
 #include "io/png.h"
-#include "pipeline/export.h"
 #include "pipeline/lora.h"
 #include "pipeline/metadata.h"
 #include "pipeline/sharded_pipeline.h"
@@ -251,34 +251,23 @@ void vae_tiling_options(const Args& args, GenerationRequest& req, int scale) {
   check_vae_tiling(req.vae_tiling);
 }
 
-}  // namespace
+// The command line: every option `generate` takes, for the grid, a sheet and a sweep.
+Args generate_args(const std::vector<std::string>& argv) {
+  return Args(argv,
+              {"negative-prompt", "model", "tokenizer", "seed", "steps", "guidance", "scheduler", "timestep-spacing",
+               "height", "width",
+               "devices", "batch-per-device", "compat", "rng", "dtype", "threads", "latents", "save-latents",
+               "save-array", "out", "out-dir", "repeat", "scale", "lora-dir", "taesd", "decoder", "strength", "noise",
+               "posterior-noise", "prompt-syntax", "long-prompts", "comma-backtrack", "embeddings", "mask-blur",
+               "inpaint-area", "inpaint-padding", "masked-posterior-noise", "control-preprocess", "control-start",
+               "control-end", "x", "y", "z", "seeds", "prompts-file", "mpi-timeout", "vae-tiling", "vae-tile",
+               "vae-tile-overlap", "original-size", "crop-top-left", "target-size"},
+              {"json", "quiet", "help", "no-safety-checker"}, {"prompt", "lora", "init-image", "mask", "controlnet", "control-image"});
+}
 
-int run_generate(const std::vector<std::string>& argv) {
-  Args args(argv,
-            {"negative-prompt", "model", "tokenizer", "seed", "steps", "guidance", "scheduler", "timestep-spacing",
-             "height", "width",
-             "devices", "batch-per-device", "compat", "rng", "dtype", "threads", "latents", "save-latents",
-             "save-array", "out", "out-dir", "repeat", "scale", "lora-dir", "taesd", "decoder", "strength", "noise",
-             "posterior-noise", "prompt-syntax", "long-prompts", "comma-backtrack", "embeddings", "mask-blur",
-             "inpaint-area", "inpaint-padding", "masked-posterior-noise", "control-preprocess", "control-start",
-             "control-end", "x", "y", "z", "seeds", "prompts-file", "mpi-timeout", "vae-tiling", "vae-tile",
-             "vae-tile-overlap", "original-size", "crop-top-left", "target-size"},
-            {"json", "quiet", "help", "no-safety-checker"}, {"prompt", "lora", "init-image", "mask", "controlnet", "control-image"});
-  if (args.flag("help")) {
-    std::printf("%s%s%s%s", kGenerateUsage, kControlNetUsage, kSheetUsage, kSweepUsage);
-    return 0;
-  }
-  if (!args.positional().empty()) fail("unexpected argument '", args.positional()[0], "' (prompts go after --prompt)");
-  const std::optional<SheetSpec> sheet = sheet_from_args(args);  // --x/--y/--z: sheet_command.h
-  const bool json_out = args.flag("json");
-  const bool quiet = args.flag("quiet");
-  Ranks ranks;  // under mpirun: one of K processes (ranks.h); rank 0 alone prints and writes
-  ranks.timeout_seconds = args.get_double("mpi-timeout", 120);
-  if (!(ranks.timeout_seconds > 0)) fail("--mpi-timeout must be a positive number of seconds");
-  FILE* info = json_out ? stderr : stdout;
-  if (!ranks.leader()) info = std::fopen("/dev/null", "w");
-  const bool sweep = sweep_requested(args);
-
+// The request the options describe, before the model loads (its LoRA tags are still in the
+// prompts: load_options_from_args takes them out; the VAE tiling needs the model's scale factor).
+GenerationRequest request_from_args(const Args& args, Ranks& ranks, bool sweep) {
   GenerationRequest req;
   req.prompts = sweep ? sweep_prompt_list(ranks, args) : args.all("prompt");
   if (req.prompts.empty()) fail("give at least one --prompt");
@@ -309,9 +298,12 @@ int run_generate(const std::vector<std::string>& argv) {
   inpaint_options(args, req);
   controlnet_options(args, req);  // after --dtype: the ControlNets are packed in it
   req.safety_checker = !args.flag("no-safety-checker");
-  const int repeat = args.get_int("repeat", 1, 1, 1000);
-  const int scale = args.get_int("scale", 1, 1, 16);
+  return req;
+}
 
+// How the model loads: --tokenizer, the request's dtype and safety checker, --lora and the
+// prompts' LoRA tags (removed from req.prompts), --taesd; sets req.decoder (--decoder).
+ModelLoadOptions load_options_from_args(const Args& args, GenerationRequest& req) {
   ModelLoadOptions load;
   load.load_vae_encoder = !req.init_images.empty();
   if (auto t = args.get("tokenizer")) load.tokenizer_dir = *t;
@@ -320,161 +312,165 @@ int run_generate(const std::vector<std::string>& argv) {
   load.loras = lora_options(args, req);
   if (auto t = args.get("taesd")) load.tiny_autoencoder = *t;
   req.decoder = parse_decoder_name(args.get_or("decoder", load.tiny_autoencoder ? "taesd" : "vae"));
-  const std::filesystem::path model_path = args.get_or("model", StableDiffusionModel::default_model_path().string());
-  double load_seconds = 0;
-  auto model = load_model_on_ranks(ranks, model_path, load, &load_seconds);
-  // Some rank could not load it: rank 0 says which and exits with 1; the others end quietly with
-  // 0 (mpirun would end the job on a non-zero exit before rank 0 has printed its error).
-  if (!model) return 0;
-  const size_t notes_at_load = [&] {
-    const auto notes = model->load_notes();
-    for (const auto& note : notes) std::fprintf(stderr, "octodiff-cli: note: %s\n", note.c_str());
-    return notes.size();
-  }();
-  if (sheet && ranks.many()) fail("comparison sheets run in one process (not under mpirun)");
-  vae_tiling_options(args, req, model->vae_scale_factor());
-  if (sheet) return run_sheet(args, *sheet, req, model, info);
-  if (sweep) {
-    const SweepPlan plan = sweep_plan_from_args(args, req.prompts, req.seed, req.threads ? req.threads : hardware_threads());
-    return run_sweep(ranks, args, plan, req, model, info, load_seconds);
-  }
-  if (ranks.many() && repeat > 1) fail("--repeat times one process; under mpirun give it without");
-  // The metadata needs the weights' SHA-256 (seconds for a 4 GB file, cached afterwards): hash
-  // while the pipeline runs.
-  auto hashing = std::async(std::launch::async, [model, &ranks] { return ranks.leader() ? model->model_hash() : ""; });
-  ShardedPipeline pipe(model);
-  const ResolvedRequest resolved = pipe.resolve(req);  // fail fast, before any output
-  const std::string out = args.get_or("out", "octodiff-" + std::to_string(req.seed) + ".png");
+  return load;
+}
 
-  std::fprintf(info, "model: %s (%s), loaded in %.2f s\n", model->path().string().c_str(),
-               model->description().c_str(), load_seconds);
-  if (const auto& checker = model->safety_checker())
+// The model's notes from notes[from] on, on stderr; returns how many notes it has.
+size_t print_load_notes(const StableDiffusionModel& model, size_t from) {
+  const auto notes = model.load_notes();
+  for (size_t i = from; i < notes.size(); ++i) std::fprintf(stderr, "octodiff-cli: note: %s\n", notes[i].c_str());
+  return notes.size();
+}
+
+// What the grid run takes beside the request and the model.
+struct GridRun {
+  FILE* info = stdout;        // progress and summaries (stderr with --json, /dev/null on ranks > 0)
+  bool json_out = false, quiet = false;
+  int repeat = 1, scale = 1;  // --repeat, --scale
+  double load_seconds = 0;
+  size_t notes_at_load = 0;   // the load notes already printed
+};
+
+// The model, its safety checker, ControlNets and LoRAs, and the run's signature and scheduler.
+void print_run_header(FILE* info, const StableDiffusionModel& model, const GenerationRequest& req,
+                      const ResolvedRequest& resolved, double load_seconds, bool models_own_scheduler) {
+  std::fprintf(info, "model: %s (%s), loaded in %.2f s\n", model.path().string().c_str(),
+               model.description().c_str(), load_seconds);
+  if (const auto& checker = model.safety_checker())
     std::fprintf(info, "safety checker: %s (%s)\n", checker->files.front().string().c_str(), checker->format.c_str());
   for (const ControlNetUse& c : req.controlnets)
     std::fprintf(info, "controlnet: %s (%s) scale %g, steps %g..%g\n", c.name.c_str(), c.preprocessor.c_str(), c.scale,
                  c.guidance_start, c.guidance_end);
-  for (const AppliedLora& l : model->loras())
+  for (const AppliedLora& l : model.loras())
     std::fprintf(info, "lora: %s (%s) strength %g: %d UNet and %d text-encoder weights%s\n", l.spec.path.string().c_str(),
                  l.format.c_str(), static_cast<double>(l.spec.strength), l.unet_layers, l.text_encoder_layers,
-                 model->is_sdxl() ? cat(", ", l.text_encoder_2_layers, " of text_encoder_2").c_str() : "");
+                 model.is_sdxl() ? cat(", ", l.text_encoder_2_layers, " of text_encoder_2").c_str() : "");
   std::fprintf(info, "signature: %s, seed %lld, rng %s\n", resolved.signature.str().c_str(),
                static_cast<long long>(req.seed), jax::rng_scheme_name(req.rng).c_str());
-  const bool models_own_scheduler = resolved.signature.scheduler == model->default_scheduler();
   std::fprintf(info, "scheduler: %s (%s)%s, timestep spacing %s\n", scheduler_name(resolved.signature.scheduler).c_str(),
                scheduler_class_name(resolved.signature.scheduler).c_str(),
                models_own_scheduler ? ", the model's own" : "",
                timestep_spacing_name(resolved.signature.timestep_spacing).c_str());
+}
 
+// Call k's summary: compile, the phases' times, warnings and the safety checker's verdict.
+void print_call(FILE* info, int k, const GenerationResult& result, const ResolvedRequest& resolved) {
+  const Timings& t = result.timings;
+  if (result.compiled)
+    std::fprintf(info, "call %d: compiled the plan in %.3f s, then ran\n", k + 1, t.compile);
+  else
+    std::fprintf(info, "call %d: cached plan, no compile\n", k + 1);
+  std::fprintf(info,
+               "  inference %.2f s: text encoding %.2f s, denoising %.2f s (%d UNet calls × %d device%s, %.3f "
+               "s/step), decoding %.2f s\n",
+               t.total - t.compile, t.text_encode, t.denoise, result.model_calls, resolved.signature.devices,
+               resolved.signature.devices == 1 ? "" : "s", t.mean_step, t.decode);
+  for (const auto& w : result.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  print_safety_verdict(info, result);
+}
+
+// The pipeline called --repeat times (under mpirun the devices split over the ranks; rank 0
+// gathers, ranks.h); *runs gets every call's timings. The last call's result; nullopt on ranks > 0.
+std::optional<GenerationResult> run_calls(Ranks& ranks, ShardedPipeline& pipe, const GenerationRequest& req,
+                                          const ResolvedRequest& resolved, const GridRun& g, nlohmann::json* runs,
+                                          nlohmann::json* rank_json) {
   // A live progress line on a terminal; logs and pipes get the summaries only.
   ProgressCallback progress;
-  if (!quiet && isatty(STDERR_FILENO)) {
+  if (!g.quiet && isatty(STDERR_FILENO)) {
     progress = [&](const ProgressEvent& e) {
       if (e.phase == Phase::Denoise)
         std::fprintf(stderr, "\r  device %d/%d  step %d/%d  %.2f s/step   ", e.device + 1,
                      resolved.signature.devices, e.step, e.total_steps, e.seconds);
     };
   }
-
-  nlohmann::json runs = nlohmann::json::array(), rank_json;
   GenerationResult result;
-  for (int k = 0; k < repeat; ++k) {
-    if (ranks.many()) {  // the devices split over the ranks; rank 0 gathers (ranks.h)
-      std::optional<GenerationResult> gathered = run_devices_on_ranks(ranks, pipe, resolved, quiet, &rank_json);
-      if (!gathered) return 0;
+  for (int k = 0; k < g.repeat; ++k) {
+    if (ranks.many()) {
+      std::optional<GenerationResult> gathered = run_devices_on_ranks(ranks, pipe, resolved, g.quiet, rank_json);
+      if (!gathered) return std::nullopt;
       result = std::move(*gathered);
     } else {
       result = pipe.run(req, progress);
     }
     if (progress) std::fprintf(stderr, "\r%60s\r", "");
-    const Timings& t = result.timings;
-    if (result.compiled)
-      std::fprintf(info, "call %d: compiled the plan in %.3f s, then ran\n", k + 1, t.compile);
-    else
-      std::fprintf(info, "call %d: cached plan, no compile\n", k + 1);
-    std::fprintf(info,
-                 "  inference %.2f s: text encoding %.2f s, denoising %.2f s (%d UNet calls × %d device%s, %.3f "
-                 "s/step), decoding %.2f s\n",
-                 t.total - t.compile, t.text_encode, t.denoise, result.model_calls, resolved.signature.devices,
-                 resolved.signature.devices == 1 ? "" : "s", t.mean_step, t.decode);
-    for (const auto& w : result.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
-    print_safety_verdict(info, result);
-    runs.push_back(timings_json(result));
+    print_call(g.info, k, result, resolved);
+    runs->push_back(timings_json(result));
   }
+  return result;
+}
+
+// One generation (--repeat calls) written as a grid PNG (and --out-dir, --save-latents,
+// --save-array), with --json's report.
+int run_grid(const Args& args, Ranks& ranks, const GenerationRequest& req,
+             const std::shared_ptr<const StableDiffusionModel>& model, const GridRun& g) {
+  // The metadata needs the weights' SHA-256 (seconds for a 4 GB file, cached afterwards): hash
+  // while the pipeline runs.
+  auto hashing = std::async(std::launch::async, [model, &ranks] { return ranks.leader() ? model->model_hash() : ""; });
+  ShardedPipeline pipe(model);
+  const ResolvedRequest resolved = pipe.resolve(req);  // fail fast, before any output
+  const std::string out = args.get_or("out", "octodiff-" + std::to_string(req.seed) + ".png");
+  const bool models_own_scheduler = resolved.signature.scheduler == model->default_scheduler();
+  print_run_header(g.info, *model, req, resolved, g.load_seconds, models_own_scheduler);
+
+  nlohmann::json runs = nlohmann::json::array(), rank_json;
+  const std::optional<GenerationResult> result = run_calls(ranks, pipe, req, resolved, g, &runs, &rank_json);
+  if (!result) return 0;
 
   hashing.wait();
-  save_grid_png(out, req, result, *model, scale);
-  std::fprintf(info, "wrote %s\n", out.c_str());
-  nlohmann::json outputs = {{"grid", out}};
-  if (auto dir = args.get("out-dir")) {
-    auto paths = save_image_pngs(*dir, req, result, *model, "octodiff", scale);
-    std::fprintf(info, "wrote %zu images to %s\n", paths.size(), dir->c_str());
-    nlohmann::json list = nlohmann::json::array();
-    for (const auto& p : paths) list.push_back(p.string());
-    outputs["images"] = list;
-  }
-  if (auto p = args.get("save-latents")) {
-    write_npy(*p, result.initial_latents);
-    std::fprintf(info, "wrote initial latents %s to %s\n", shape_str(result.initial_latents.shape()).c_str(), p->c_str());
-    outputs["latents"] = *p;
-  }
-  if (auto p = args.get("save-array")) {
-    write_npy(*p, result.images);
-    std::fprintf(info, "wrote images %s to %s\n", shape_str(result.images.shape()).c_str(), p->c_str());
-    outputs["array"] = *p;
-  }
+  const nlohmann::json outputs = write_generate_outputs(args, out, req, *result, *model, g.scale, g.info);
   // A first load's weight cache is written in the background: let it finish (the next run then
   // maps it), and report what went wrong with it after the load's own notes.
   const double cache_wait = model->wait_for_weight_caches();
-  if (cache_wait > 0.05) std::fprintf(info, "finished writing the weight cache (%.2f s more)\n", cache_wait);
-  const auto notes = model->load_notes();
-  for (size_t i = notes_at_load; i < notes.size(); ++i)
-    std::fprintf(stderr, "octodiff-cli: note: %s\n", notes[i].c_str());
+  if (cache_wait > 0.05) std::fprintf(g.info, "finished writing the weight cache (%.2f s more)\n", cache_wait);
+  print_load_notes(*model, g.notes_at_load);
 
-  if (json_out) {
-    const Signature& s = result.signature;
-    nlohmann::json keys = nlohmann::json::array();
-    for (const auto& k : result.device_keys) keys.push_back({k.k0, k.k1});
-    nlohmann::json controlnets = nlohmann::json::array();
-    for (const ControlNetUse& c : req.controlnets)
-      controlnets.push_back({{"name", c.name}, {"module", c.preprocessor}, {"scale", c.scale},
-                             {"guidance_start", c.guidance_start}, {"guidance_end", c.guidance_end}});
-    nlohmann::json j = {
-        {"settings",
-         {{"model", model->path().string()},
-          {"model_hash", model->model_hash()},
-          {"prompts", result.prompts},
-          {"negative_prompts", result.negative_prompts},
-          {"seed", req.seed},
-          {"steps", s.steps},
-          {"guidance_scale", req.guidance_scale},
-          {"scheduler", scheduler_name(s.scheduler)},
-          {"scheduler_class", scheduler_class_name(s.scheduler)},
-          {"scheduler_is_models_own", models_own_scheduler},
-          {"timestep_spacing", timestep_spacing_name(s.timestep_spacing)},
-          {"height", s.height},
-          {"width", s.width},
-          {"devices", s.devices},
-          {"batch_per_device", s.batch},
-          {"compat", compat_name(s.compat)},
-          {"rng", jax::rng_scheme_name(req.rng)},
-          {"dtype", dtype_display_name(s.dtype)},
-          {"decoder", decoder_name(s.decoder)},
-          {"vae_tiling", vae_tiling_mode_name(req.vae_tiling.mode)},
-          {"vae_tiled", result.vae_tiles.has_value()},
-          {"prompt_syntax", prompt_syntax_name(req.prompt_syntax)},
-          {"long_prompts", long_prompts_name(req.long_prompts)},
-          {"context_tokens", result.context_tokens},
-          {"device_keys", keys},
-          {"controlnets", controlnets}}},
-        {"nsfw_flagged", result.nsfw_flagged},
-        {"load_seconds", load_seconds},
-        {"runs", runs},
-        {"warnings", result.warnings},
-        {"outputs", outputs}};
+  if (g.json_out) {
+    nlohmann::json j = generate_json(req, *result, *model, models_own_scheduler, g.load_seconds, runs, outputs);
     if (ranks.many()) j["ranks"] = rank_json;  // per rank: host, devices, load and busy seconds
     std::printf("%s\n", j.dump(2).c_str());
   }
   return 0;
+}
+
+}  // namespace
+
+int run_generate(const std::vector<std::string>& argv) {
+  const Args args = generate_args(argv);
+  if (args.flag("help")) {
+    std::printf("%s%s%s%s", kGenerateUsage, kControlNetUsage, kSheetUsage, kSweepUsage);
+    return 0;
+  }
+  if (!args.positional().empty()) fail("unexpected argument '", args.positional()[0], "' (prompts go after --prompt)");
+  const std::optional<SheetSpec> sheet = sheet_from_args(args);  // --x/--y/--z: sheet_command.h
+  GridRun g;
+  g.json_out = args.flag("json");
+  g.quiet = args.flag("quiet");
+  Ranks ranks;  // under mpirun: one of K processes (ranks.h); rank 0 alone prints and writes
+  ranks.timeout_seconds = args.get_double("mpi-timeout", 120);
+  if (!(ranks.timeout_seconds > 0)) fail("--mpi-timeout must be a positive number of seconds");
+  g.info = g.json_out ? stderr : stdout;
+  if (!ranks.leader()) g.info = std::fopen("/dev/null", "w");
+  const bool sweep = sweep_requested(args);
+
+  GenerationRequest req = request_from_args(args, ranks, sweep);
+  g.repeat = args.get_int("repeat", 1, 1, 1000);
+  g.scale = args.get_int("scale", 1, 1, 16);
+  const ModelLoadOptions load = load_options_from_args(args, req);
+  const std::filesystem::path model_path = args.get_or("model", StableDiffusionModel::default_model_path().string());
+  auto model = load_model_on_ranks(ranks, model_path, load, &g.load_seconds);
+  // Some rank could not load it: rank 0 says which and exits with 1; the others end quietly with
+  // 0 (mpirun would end the job on a non-zero exit before rank 0 has printed its error).
+  if (!model) return 0;
+  g.notes_at_load = print_load_notes(*model, 0);
+  if (sheet && ranks.many()) fail("comparison sheets run in one process (not under mpirun)");
+  vae_tiling_options(args, req, model->vae_scale_factor());
+  if (sheet) return run_sheet(args, *sheet, req, model, g.info);
+  if (sweep) {
+    const SweepPlan plan = sweep_plan_from_args(args, req.prompts, req.seed, req.threads ? req.threads : hardware_threads());
+    return run_sweep(ranks, args, plan, req, model, g.info, g.load_seconds);
+  }
+  if (ranks.many() && g.repeat > 1) fail("--repeat times one process; under mpirun give it without");
+  return run_grid(args, ranks, req, model, g);
 }
 
 }  // namespace octodiff::cli

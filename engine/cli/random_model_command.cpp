@@ -410,6 +410,12 @@ size_t copy_tokenizer(const fs::path& from, const fs::path& to, bool sd2, int64_
 
 // ---- Weights ----
 
+// The metadata of every weights file make-random-model writes.
+std::map<std::string, std::string> weights_metadata(uint64_t seed) {
+  return {{"format", "pt"},
+          {"octodiff", "random weights for benchmarks (make-random-model, seed " + std::to_string(seed) + ")"}};
+}
+
 void write_component(const fs::path& path, const std::vector<DiffusersTensor>& tensors, DType dtype,
                      const std::map<std::string, std::string>& metadata) {
   std::vector<TensorToWrite> list;
@@ -489,9 +495,7 @@ int write_random_taesd(const fs::path& out, DType dtype, uint64_t seed, bool con
   const auto specs = autoencoder_tiny_parameters(config, /*with_encoder=*/true);
   const fs::path file = out / "diffusion_pytorch_model.safetensors";
   if (!configs_only)
-    write_component(file, random_tensors(specs, component_seed(seed, 4)), dtype,
-                    {{"format", "pt"},
-                     {"octodiff", "random weights for benchmarks (make-random-model, seed " + std::to_string(seed) + ")"}});
+    write_component(file, random_tensors(specs, component_seed(seed, 4)), dtype, weights_metadata(seed));
   const std::string notes = cat(
       configs_only ? "**Configs only: no weights were written; this folder does not load.**\n\n" : "",
       "# Random-weight tiny autoencoder (TAESD architecture)\n\n",
@@ -529,8 +533,7 @@ int write_random_controlnet(const fs::path& out, DType dtype, uint64_t seed, boo
   const auto specs = controlnet_parameters(config);
   if (!configs_only)
     write_component(out / "diffusion_pytorch_model.safetensors", random_tensors(specs, component_seed(seed, 5)), dtype,
-                    {{"format", "pt"},
-                     {"octodiff", "random weights for benchmarks (make-random-model, seed " + std::to_string(seed) + ")"}});
+                    weights_metadata(seed));
   const std::string notes = cat(
       configs_only ? "**Configs only: no weights were written; this folder does not load.**\n\n" : "",
       "# Random-weight ControlNet (", family, " architecture)\n\n**Random weights, for benchmarks only.**\n\n",
@@ -543,21 +546,23 @@ int write_random_controlnet(const fs::path& out, DType dtype, uint64_t seed, boo
   return 0;
 }
 
-}  // namespace
-
-const char* make_random_model_usage() {
-  return kUsage;
-}
-
-int run_make_random_model(const std::vector<std::string>& args) {
+// The command line as given: option → value (--dtype and --seed defaulted), and the command
+// again for the README.
+struct GivenOptions {
   std::map<std::string, std::string> opt = {{"--dtype", "f32"}, {"--seed", "0"}};
   std::string command = "octodiff-cli make-random-model";
   bool configs_only = false;
+};
+
+// Reads --key value, --key=value and --configs-only; a value missing, an unknown option or a
+// required one absent is said with the usage on stderr, and gives nullopt (exit status 2).
+std::optional<GivenOptions> read_options(const std::vector<std::string>& args) {
+  GivenOptions g;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string key = args[i], value;
     if (key == "--configs-only") {
-      configs_only = true;
-      command += " " + key;
+      g.configs_only = true;
+      g.command += " " + key;
       continue;
     }
     const size_t eq = key.find('=');
@@ -568,127 +573,179 @@ int run_make_random_model(const std::vector<std::string>& args) {
       value = args[++i];
     } else {
       std::fprintf(stderr, "make-random-model: %s needs a value\n\nusage:\n%s", key.c_str(), kUsage);
-      return 2;
+      return std::nullopt;
     }
     if (key != "--arch" && key != "--layout" && key != "--out" && key != "--dtype" && key != "--seed" &&
         key != "--tokenizer-from") {
       std::fprintf(stderr, "make-random-model: unknown option '%s'\n\nusage:\n%s", key.c_str(), kUsage);
-      return 2;
+      return std::nullopt;
     }
-    opt[key] = value;
-    command += " " + key + " " + value;
+    g.opt[key] = value;
+    g.command += " " + key + " " + value;
   }
   for (const char* required : {"--arch", "--layout", "--out"})
-    if (!opt.count(required)) {
+    if (!g.opt.count(required)) {
       std::fprintf(stderr, "make-random-model: %s is required\n\nusage:\n%s", required, kUsage);
-      return 2;
+      return std::nullopt;
     }
-  const std::string layout = opt["--layout"];
-  if (layout != "diffusers" && layout != "single-file")
-    fail("unknown --layout '", layout, "' (use diffusers or single-file)");
-  const bool taesd = opt["--arch"] == "taesd", controlnet_xl = opt["--arch"] == "controlnet-sdxl",
-             controlnet = opt["--arch"] == "controlnet-sd15" || controlnet_xl;
-  if (taesd && layout != "diffusers")
-    fail("--arch taesd writes a diffusers AutoencoderTiny folder only; use --layout diffusers");
-  if (controlnet && layout != "diffusers")
-    fail("--arch ", opt["--arch"], " writes a diffusers ControlNetModel folder only; use --layout diffusers");
-  if (layout == "single-file" && configs_only) fail("--configs-only writes a diffusers folder's configs; use --layout diffusers");
-  const DType dtype = dtype_named(opt["--dtype"]);
+  return g;
+}
+
+// What to write, checked (make-random-model's options).
+struct RandomModelRequest {
+  std::string arch;    // --arch: an Arch's name, taesd, controlnet-sd15 or controlnet-sdxl
+  std::string layout;  // diffusers or single-file
+  fs::path out;        // a new or empty folder
+  DType dtype = DType::F32;
   uint64_t seed = 0;
+  std::optional<fs::path> tokenizer_from;  // --tokenizer-from (default: default_tokenizer_dir())
+  bool configs_only = false;
+  std::string command;  // the command line, for the README
+  bool taesd() const { return arch == "taesd"; }
+  bool controlnet_xl() const { return arch == "controlnet-sdxl"; }
+  bool controlnet() const { return arch == "controlnet-sd15" || controlnet_xl(); }
+};
+
+// --seed as a non-negative integer.
+uint64_t parse_seed(const std::string& text) {
   try {
-    if (opt["--seed"].empty() || opt["--seed"][0] == '-') throw std::invalid_argument("negative");
+    if (text.empty() || text[0] == '-') throw std::invalid_argument("negative");
     size_t used = 0;
-    seed = std::stoull(opt["--seed"], &used);
-    if (used != opt["--seed"].size()) throw std::invalid_argument("trailing characters");
+    const uint64_t seed = std::stoull(text, &used);
+    if (used != text.size()) throw std::invalid_argument("trailing characters");
+    return seed;
   } catch (const std::exception&) {
-    fail("--seed must be a non-negative integer, got '", opt["--seed"], "'");
+    fail("--seed must be a non-negative integer, got '", text, "'");
   }
-  const fs::path out = opt["--out"];
-  if (fs::exists(out) && (!fs::is_directory(out) || !fs::is_empty(out)))
-    fail("'", out.string(), "' already exists and is not an empty folder; choose a new --out");
-  if (taesd || controlnet) {
-    OutputFolder folder(out);  // a model that fails part-way (full disk) leaves nothing behind
-    const int status = taesd ? write_random_taesd(out, dtype, seed, configs_only, command)
-                             : write_random_controlnet(out, dtype, seed, configs_only, command, controlnet_xl);
-    folder.keep();
-    return status;
+}
+
+// The layouts each --arch has, --dtype, --seed and --out checked (Error for the user).
+RandomModelRequest checked_request(GivenOptions g) {
+  RandomModelRequest r;
+  r.arch = g.opt["--arch"];
+  r.layout = g.opt["--layout"];
+  r.configs_only = g.configs_only;
+  r.command = g.command;
+  if (r.layout != "diffusers" && r.layout != "single-file")
+    fail("unknown --layout '", r.layout, "' (use diffusers or single-file)");
+  if (r.taesd() && r.layout != "diffusers")
+    fail("--arch taesd writes a diffusers AutoencoderTiny folder only; use --layout diffusers");
+  if (r.controlnet() && r.layout != "diffusers")
+    fail("--arch ", r.arch, " writes a diffusers ControlNetModel folder only; use --layout diffusers");
+  if (r.layout == "single-file" && r.configs_only)
+    fail("--configs-only writes a diffusers folder's configs; use --layout diffusers");
+  r.dtype = dtype_named(g.opt["--dtype"]);
+  r.seed = parse_seed(g.opt["--seed"]);
+  r.out = g.opt["--out"];
+  if (fs::exists(r.out) && (!fs::is_directory(r.out) || !fs::is_empty(r.out)))
+    fail("'", r.out.string(), "' already exists and is not an empty folder; choose a new --out");
+  if (g.opt.count("--tokenizer-from")) r.tokenizer_from = g.opt["--tokenizer-from"];
+  return r;
+}
+
+// A diffusers folder's configs: model_index.json and each component's config.
+void write_diffusers_configs(const fs::path& out, const Arch& arch, DType dtype) {
+  for (const char* dir : {"unet", "vae", "text_encoder", "scheduler"}) fs::create_directories(out / dir);
+  write_json(out / "model_index.json", model_index(arch));
+  write_json(out / "scheduler" / "scheduler_config.json", arch.scheduler);
+  write_json(out / "unet" / "config.json", unet_config(arch.unet, arch.family == SingleFileCheckpoint::Family::SD2));
+  write_json(out / "vae" / "config.json", vae_config(arch.vae));
+  write_json(out / "text_encoder" / "config.json", text_encoder_config(arch.text, dtype));
+  if (arch.text_2) {
+    fs::create_directories(out / "text_encoder_2");
+    write_json(out / "text_encoder_2" / "config.json", text_encoder_config(*arch.text_2, dtype, true));
   }
-  const Arch arch = arch_named(opt["--arch"]);
-  if (layout == "single-file" && !arch.single_file)
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A diffusers folder's weights files, each said with its size and the time since t0.
+void write_diffusers_weights(const fs::path& out, const Arch& arch, const RandomModelWeights& weights, DType dtype,
+                             uint64_t seed, std::chrono::steady_clock::time_point t0) {
+  struct Part {
+    const char* label;
+    fs::path file;
+    const std::vector<DiffusersTensor>* tensors;
+  };
+  std::vector<Part> parts{Part{"text_encoder", out / "text_encoder" / "model.safetensors", &weights.text_encoder},
+                          Part{"vae", out / "vae" / "diffusion_pytorch_model.safetensors", &weights.vae},
+                          Part{"unet", out / "unet" / "diffusion_pytorch_model.safetensors", &weights.unet}};
+  if (arch.text_2)
+    parts.insert(parts.begin() + 1,
+                 Part{"text_encoder_2", out / "text_encoder_2" / "model.safetensors", &weights.text_encoder_2});
+  for (const Part& p : parts) {
+    write_component(p.file, *p.tensors, dtype, weights_metadata(seed));
+    std::printf("wrote %-12s %6.2f GB  (%.1f s)\n", p.label, fs::file_size(p.file) / 1e9, seconds_since(t0));
+    std::fflush(stdout);
+  }
+}
+
+// A Stable Diffusion model of one of architectures() (not taesd or a ControlNet) in r.out.
+int write_random_sd_model(const RandomModelRequest& r) {
+  const Arch arch = arch_named(r.arch);
+  if (r.layout == "single-file" && !arch.single_file)
     fail("--arch ", arch.name, " has no single-file (ldm) layout",
          ": diffusers' converter names no ldm key for its time_embedding.cond_proj", "; use --layout diffusers");
-  const fs::path tokenizer_from =
-      opt.count("--tokenizer-from") ? fs::path(opt["--tokenizer-from"]) : default_tokenizer_dir();
+  const fs::path tokenizer_from = r.tokenizer_from ? *r.tokenizer_from : default_tokenizer_dir();
   check_tokenizer_dir(tokenizer_from);
-  OutputFolder folder(out);
+  OutputFolder folder(r.out);
 
   const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   const auto unet_specs = unet_parameters(arch.unet);
   const auto vae_specs = vae_parameters(arch.vae);
   const auto text_specs = clip_text_parameters(arch.text);
   const RandomModelWeights weights =
-      random_model_weights(arch.unet, arch.vae, arch.text, arch.text_2 ? &*arch.text_2 : nullptr, seed);
-  const auto& [unet, vae, text, text_2] = weights;
-  const std::map<std::string, std::string> metadata = {
-      {"format", "pt"},
-      {"octodiff", "random weights for benchmarks (make-random-model, seed " + std::to_string(seed) + ")"}};
+      random_model_weights(arch.unet, arch.vae, arch.text, arch.text_2 ? &*arch.text_2 : nullptr, r.seed);
 
-  const size_t vocab = copy_tokenizer(tokenizer_from, out / "tokenizer",
+  const size_t vocab = copy_tokenizer(tokenizer_from, r.out / "tokenizer",
                                       arch.family == SingleFileCheckpoint::Family::SD2, arch.text.vocab_size);
   if (arch.text_2)  // beside tokenizer/ in both layouts (a single SDXL file's loader looks there)
-    copy_tokenizer(tokenizer_from, out / "tokenizer_2", /*sd2 ("!" padding)=*/true, arch.text_2->vocab_size);
-  if (layout == "diffusers") {
-    for (const char* dir : {"unet", "vae", "text_encoder", "scheduler"}) fs::create_directories(out / dir);
-    write_json(out / "model_index.json", model_index(arch));
-    write_json(out / "scheduler" / "scheduler_config.json", arch.scheduler);
-    write_json(out / "unet" / "config.json",
-               unet_config(arch.unet, arch.family == SingleFileCheckpoint::Family::SD2));
-    write_json(out / "vae" / "config.json", vae_config(arch.vae));
-    write_json(out / "text_encoder" / "config.json", text_encoder_config(arch.text, dtype));
-    if (arch.text_2) {
-      fs::create_directories(out / "text_encoder_2");
-      write_json(out / "text_encoder_2" / "config.json", text_encoder_config(*arch.text_2, dtype, true));
-    }
-    if (configs_only) {
-      const std::string notes =
-          "**Configs only: no weights were written; this folder does not load.**\n\n" +
-          readme(arch, layout, dtype, seed, tokenizer_from, vocab, parameter_count(unet_specs),
-                 parameter_count(vae_specs), parameter_count(text_specs), command);
-      write_file_atomic(out / "README.md", notes.data(), notes.size());
+    copy_tokenizer(tokenizer_from, r.out / "tokenizer_2", /*sd2 ("!" padding)=*/true, arch.text_2->vocab_size);
+  const std::string about = readme(arch, r.layout, r.dtype, r.seed, tokenizer_from, vocab, parameter_count(unet_specs),
+                                   parameter_count(vae_specs), parameter_count(text_specs), r.command);
+  if (r.layout == "diffusers") {
+    write_diffusers_configs(r.out, arch, r.dtype);
+    if (r.configs_only) {
+      const std::string notes = "**Configs only: no weights were written; this folder does not load.**\n\n" + about;
+      write_file_atomic(r.out / "README.md", notes.data(), notes.size());
       folder.keep();
-      std::printf("%s configs (no weights) in '%s'\n", arch.title.c_str(), out.string().c_str());
+      std::printf("%s configs (no weights) in '%s'\n", arch.title.c_str(), r.out.string().c_str());
       return 0;
     }
-    struct Part {
-      const char* label;
-      fs::path file;
-      const std::vector<DiffusersTensor>* tensors;
-    };
-    std::vector<Part> parts{Part{"text_encoder", out / "text_encoder" / "model.safetensors", &text},
-                            Part{"vae", out / "vae" / "diffusion_pytorch_model.safetensors", &vae},
-                            Part{"unet", out / "unet" / "diffusion_pytorch_model.safetensors", &unet}};
-    if (arch.text_2) parts.insert(parts.begin() + 1, Part{"text_encoder_2", out / "text_encoder_2" / "model.safetensors", &text_2});
-    for (const Part& p : parts) {
-      write_component(p.file, *p.tensors, dtype, metadata);
-      std::printf("wrote %-12s %6.2f GB  (%.1f s)\n", p.label, fs::file_size(p.file) / 1e9, elapsed());
-      std::fflush(stdout);
-    }
+    write_diffusers_weights(r.out, arch, weights, r.dtype, r.seed, t0);
   } else {
-    SingleFileContents contents = random_single_file_contents(weights, arch.family, seed, arch.ldm_global_step);
-    contents.metadata = metadata;
-    write_single_file(out / "model.safetensors", contents, dtype);
-    std::printf("wrote model.safetensors %6.2f GB  (%.1f s)\n",
-                fs::file_size(out / "model.safetensors") / 1e9, elapsed());
+    SingleFileContents contents = random_single_file_contents(weights, arch.family, r.seed, arch.ldm_global_step);
+    contents.metadata = weights_metadata(r.seed);
+    write_single_file(r.out / "model.safetensors", contents, r.dtype);
+    std::printf("wrote model.safetensors %6.2f GB  (%.1f s)\n", fs::file_size(r.out / "model.safetensors") / 1e9,
+                seconds_since(t0));
   }
-  const std::string notes =
-      readme(arch, layout, dtype, seed, tokenizer_from, vocab, parameter_count(unet_specs),
-             parameter_count(vae_specs), parameter_count(text_specs), command);
-  write_file_atomic(out / "README.md", notes.data(), notes.size());
+  write_file_atomic(r.out / "README.md", about.data(), about.size());
   folder.keep();
-  std::printf("%s random model (%s, %s) in '%s' after %.1f s\n", arch.title.c_str(), layout.c_str(),
-              dtype_name(dtype), out.string().c_str(), elapsed());
+  std::printf("%s random model (%s, %s) in '%s' after %.1f s\n", arch.title.c_str(), r.layout.c_str(),
+              dtype_name(r.dtype), r.out.string().c_str(), seconds_since(t0));
   return 0;
+}
+
+}  // namespace
+
+const char* make_random_model_usage() {
+  return kUsage;
+}
+
+int run_make_random_model(const std::vector<std::string>& args) {
+  const std::optional<GivenOptions> given = read_options(args);
+  if (!given) return 2;
+  const RandomModelRequest r = checked_request(*given);
+  if (!r.taesd() && !r.controlnet()) return write_random_sd_model(r);
+  OutputFolder folder(r.out);  // a model that fails part-way (full disk) leaves nothing behind
+  const int status = r.taesd() ? write_random_taesd(r.out, r.dtype, r.seed, r.configs_only, r.command)
+                               : write_random_controlnet(r.out, r.dtype, r.seed, r.configs_only, r.command,
+                                                         r.controlnet_xl());
+  folder.keep();
+  return status;
 }
 
 }  // namespace octodiff

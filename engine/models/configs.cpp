@@ -71,6 +71,92 @@ void read_addition_embedding(const json& j, UNetConfig& c, const std::string& wh
       fail("'", what, "': addition_embed_type \"text_time\" needs a positive '", k, "', got ", v);
 }
 
+// The blocks: 1 to 8 of them, positive channel counts, block types this engine has, and the
+// other sizes positive.
+void check_unet_blocks(const UNetConfig& c, const std::string& what) {
+  const size_t n = c.block_out_channels.size();
+  if (n == 0 || n > 8) fail("'", what, "': block_out_channels must have 1 to 8 entries");
+  for (int ch : c.block_out_channels) require_positive(ch, "block_out_channels", what);
+  if (c.down_block_types.size() != n || c.up_block_types.size() != n)
+    fail("'", what, "': down_block_types/up_block_types must have one entry per block_out_channels");
+  for (const auto& t : c.down_block_types)
+    refuse_if(t != "CrossAttnDownBlock2D" && t != "DownBlock2D", what, "down block '" + t + "'");
+  for (const auto& t : c.up_block_types)
+    refuse_if(t != "CrossAttnUpBlock2D" && t != "UpBlock2D", what, "up block '" + t + "'");
+  for (auto [v, k] : {std::pair{c.in_channels, "in_channels"}, {c.out_channels, "out_channels"},
+                      {c.layers_per_block, "layers_per_block"}, {c.norm_num_groups, "norm_num_groups"},
+                      {c.cross_attention_dim, "cross_attention_dim"}})
+    require_positive(v, k, what);
+}
+
+// Attention heads and transformer layers per block (an int or one per block), and the channel
+// counts they and the norm groups must divide.
+void read_unet_heads(const json& j, UNetConfig& c, const std::string& what) {
+  const size_t n = c.block_out_channels.size();
+  // diffusers: num_attention_heads = num_attention_heads or attention_head_dim (the field
+  // historically named attention_head_dim holds the number of heads).
+  c.num_heads.assign(n, 8);
+  read_int_or_list(j, "attention_head_dim", &c.num_heads, n, what);
+  read_int_or_list(j, "num_attention_heads", &c.num_heads, n, what);
+  c.transformer_layers_per_block.assign(n, 1);
+  read_int_or_list(j, "transformer_layers_per_block", &c.transformer_layers_per_block, n, what);
+  for (size_t i = 0; i < n; ++i) {
+    require_positive(c.num_heads[i], "attention_head_dim", what);
+    if (c.block_out_channels[i] % c.num_heads[i])
+      fail("'", what, "': block ", i, " has ", c.block_out_channels[i], " channels, not divisible by ",
+           c.num_heads[i], " attention heads");
+    if (c.block_out_channels[i] % c.norm_num_groups)
+      fail("'", what, "': block ", i, " has ", c.block_out_channels[i], " channels, not divisible by ",
+           c.norm_num_groups, " norm groups");
+  }
+}
+
+// Settings of other model families (SDXL, class-conditioned, …) are refused by name.
+void refuse_other_unet_settings(const json& j, const std::string& what) {
+  auto str_or_null = [&](const char* key) {
+    auto it = j.find(key);
+    return (it == j.end() || it->is_null()) ? std::string() : it->dump();
+  };
+  for (const char* key : {"class_embed_type", "encoder_hid_dim", "reverse_transformer_layers_per_block",
+                          "encoder_hid_dim_type", "num_class_embeds",
+                          "timestep_post_act", "time_embedding_act_fn", "cross_attention_norm"})
+    refuse_if(!str_or_null(key).empty(), what, std::string(key) + " = " + str_or_null(key));
+  std::string v;
+  v = "default";
+  read(j, "resnet_time_scale_shift", &v, what);
+  refuse_if(v != "default", what, "resnet_time_scale_shift '" + v + "'");
+  v = "positional";
+  read(j, "time_embedding_type", &v, what);
+  refuse_if(v != "positional", what, "time_embedding_type '" + v + "'");
+  v = "UNetMidBlock2DCrossAttn";
+  read(j, "mid_block_type", &v, what);
+  refuse_if(v != "UNetMidBlock2DCrossAttn", what, "mid_block_type '" + v + "'");
+  v = "silu";
+  read(j, "act_fn", &v, what);
+  refuse_if(v != "silu", what, "act_fn '" + v + "'");
+  bool b = false;
+  read(j, "only_cross_attention", &b, what);
+  refuse_if(b, what, "only_cross_attention");
+  b = false;
+  read(j, "dual_cross_attention", &b, what);
+  refuse_if(b, what, "dual_cross_attention");
+  b = false;
+  read(j, "center_input_sample", &b, what);
+  refuse_if(b, what, "center_input_sample");
+  double d = 1.0;
+  read(j, "mid_block_scale_factor", &d, what);
+  refuse_if(d != 1.0, what, "mid_block_scale_factor " + std::to_string(d));
+  d = 1.0;
+  read(j, "resnet_out_scale_factor", &d, what);
+  refuse_if(d != 1.0, what, "resnet_out_scale_factor " + std::to_string(d));
+  int k = 3;
+  read(j, "conv_in_kernel", &k, what);
+  refuse_if(k != 3, what, "conv_in_kernel " + std::to_string(k));
+  k = 3;
+  read(j, "conv_out_kernel", &k, what);
+  refuse_if(k != 3, what, "conv_out_kernel " + std::to_string(k));
+}
+
 }  // namespace
 
 ClipTextConfig ClipTextConfig::from_json(const std::string& text, const std::string& what) {
@@ -152,80 +238,9 @@ UNetConfig UNetConfig::from_json(const std::string& text, const std::string& wha
   if (c.time_cond_proj_dim != 0) require_positive(c.time_cond_proj_dim, "time_cond_proj_dim", what);
   read_addition_embedding(j, c, what);
 
-  const size_t n = c.block_out_channels.size();
-  if (n == 0 || n > 8) fail("'", what, "': block_out_channels must have 1 to 8 entries");
-  for (int ch : c.block_out_channels) require_positive(ch, "block_out_channels", what);
-  if (c.down_block_types.size() != n || c.up_block_types.size() != n)
-    fail("'", what, "': down_block_types/up_block_types must have one entry per block_out_channels");
-  for (const auto& t : c.down_block_types)
-    refuse_if(t != "CrossAttnDownBlock2D" && t != "DownBlock2D", what, "down block '" + t + "'");
-  for (const auto& t : c.up_block_types)
-    refuse_if(t != "CrossAttnUpBlock2D" && t != "UpBlock2D", what, "up block '" + t + "'");
-  for (auto [v, k] : {std::pair{c.in_channels, "in_channels"}, {c.out_channels, "out_channels"},
-                      {c.layers_per_block, "layers_per_block"}, {c.norm_num_groups, "norm_num_groups"},
-                      {c.cross_attention_dim, "cross_attention_dim"}})
-    require_positive(v, k, what);
-
-  // diffusers: num_attention_heads = num_attention_heads or attention_head_dim (the field
-  // historically named attention_head_dim holds the number of heads).
-  c.num_heads.assign(n, 8);
-  read_int_or_list(j, "attention_head_dim", &c.num_heads, n, what);
-  read_int_or_list(j, "num_attention_heads", &c.num_heads, n, what);
-  c.transformer_layers_per_block.assign(n, 1);
-  read_int_or_list(j, "transformer_layers_per_block", &c.transformer_layers_per_block, n, what);
-  for (size_t i = 0; i < n; ++i) {
-    require_positive(c.num_heads[i], "attention_head_dim", what);
-    if (c.block_out_channels[i] % c.num_heads[i])
-      fail("'", what, "': block ", i, " has ", c.block_out_channels[i], " channels, not divisible by ",
-           c.num_heads[i], " attention heads");
-    if (c.block_out_channels[i] % c.norm_num_groups)
-      fail("'", what, "': block ", i, " has ", c.block_out_channels[i], " channels, not divisible by ",
-           c.norm_num_groups, " norm groups");
-  }
-
-  // Settings of other model families (SDXL, class-conditioned, …) are refused by name.
-  auto str_or_null = [&](const char* key) {
-    auto it = j.find(key);
-    return (it == j.end() || it->is_null()) ? std::string() : it->dump();
-  };
-  for (const char* key : {"class_embed_type", "encoder_hid_dim", "reverse_transformer_layers_per_block",
-                          "encoder_hid_dim_type", "num_class_embeds",
-                          "timestep_post_act", "time_embedding_act_fn", "cross_attention_norm"})
-    refuse_if(!str_or_null(key).empty(), what, std::string(key) + " = " + str_or_null(key));
-  std::string v;
-  v = "default";
-  read(j, "resnet_time_scale_shift", &v, what);
-  refuse_if(v != "default", what, "resnet_time_scale_shift '" + v + "'");
-  v = "positional";
-  read(j, "time_embedding_type", &v, what);
-  refuse_if(v != "positional", what, "time_embedding_type '" + v + "'");
-  v = "UNetMidBlock2DCrossAttn";
-  read(j, "mid_block_type", &v, what);
-  refuse_if(v != "UNetMidBlock2DCrossAttn", what, "mid_block_type '" + v + "'");
-  v = "silu";
-  read(j, "act_fn", &v, what);
-  refuse_if(v != "silu", what, "act_fn '" + v + "'");
-  bool b = false;
-  read(j, "only_cross_attention", &b, what);
-  refuse_if(b, what, "only_cross_attention");
-  b = false;
-  read(j, "dual_cross_attention", &b, what);
-  refuse_if(b, what, "dual_cross_attention");
-  b = false;
-  read(j, "center_input_sample", &b, what);
-  refuse_if(b, what, "center_input_sample");
-  double d = 1.0;
-  read(j, "mid_block_scale_factor", &d, what);
-  refuse_if(d != 1.0, what, "mid_block_scale_factor " + std::to_string(d));
-  d = 1.0;
-  read(j, "resnet_out_scale_factor", &d, what);
-  refuse_if(d != 1.0, what, "resnet_out_scale_factor " + std::to_string(d));
-  int k = 3;
-  read(j, "conv_in_kernel", &k, what);
-  refuse_if(k != 3, what, "conv_in_kernel " + std::to_string(k));
-  k = 3;
-  read(j, "conv_out_kernel", &k, what);
-  refuse_if(k != 3, what, "conv_out_kernel " + std::to_string(k));
+  check_unet_blocks(c, what);
+  read_unet_heads(j, c, what);
+  refuse_other_unet_settings(j, what);
   return c;
 }
 

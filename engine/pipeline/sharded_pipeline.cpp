@@ -119,34 +119,20 @@ static void check_masked_posterior_noise(const ResolvedRequest& r, int D) {
          ", expected ", shape_str(expected));
 }
 
-ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
-  ResolvedRequest r;
-  r.request = req;
-  const int D = resolve_prompts(req, r);
-  const int B = req.batch_per_device;
+// ControlNets (pipeline/controlnet.h): their control images against the size, into r.request.
+static void resolve_controlnet_inputs(const StableDiffusionModel& m, const GenerationRequest& req, ResolvedRequest& r,
+                                      int D, int* H, int* W) {
+  // A ControlNet reads the latents alone, not an inpainting UNet's mask and masked-image channels
+  // (diffusers' StableDiffusionControlNetInpaintPipeline): it must take the VAE's latent channels.
+  UNetConfig controlled = m.unet().config();
+  controlled.in_channels = m.vae().config().latent_channels;
+  resolve_controlnets(r.request, controlled, m.vae_scale_factor(), D, H, W);
+  if (r.inpaint.active && req.inpaint_only_masked) crop_control_images(r.request.controlnets, r.inpaint, D);
+}
 
-  const StableDiffusionModel& m = *model_;
-  check_sdxl_request(m, req);
-  if (req.decoder == Decoder::Tiny && !m.tiny_autoencoder())
-    fail("the tiny autoencoder decoder (taesd) needs one loaded beside the model "
-         "(ModelLoadOptions::tiny_autoencoder; octodiff-cli --taesd PATH)");
-  // Pixels per latent: the decoder's, as in diffusers, whose pipelines take vae_scale_factor from
-  // the VAE they are given (the same 8 for SD's VAE and TAESD).
-  const int scale =
-      req.decoder == Decoder::Tiny ? m.tiny_autoencoder()->config().decoder_scale_factor() : m.vae_scale_factor();
-  int H = req.height, W = req.width;
-  if (!req.init_images.empty()) resolve_init_images(r, D, &H, &W);
-  if (!req.masks.empty()) resolve_masks(m, r, D);
-  if (!req.controlnets.empty()) {
-    // A ControlNet reads the latents alone, not an inpainting UNet's mask and masked-image channels
-    // (diffusers' StableDiffusionControlNetInpaintPipeline): it must take the VAE's latent channels.
-    UNetConfig controlled = m.unet().config();
-    controlled.in_channels = m.vae().config().latent_channels;
-    resolve_controlnets(r.request, controlled, m.vae_scale_factor(), D, &H, &W);
-    if (r.inpaint.active && req.inpaint_only_masked) crop_control_images(r.request.controlnets, r.inpaint, D);
-  }
-  if (!H) H = m.unet().config().sample_size * scale;
-  if (!W) W = m.unet().config().sample_size * scale;
+// The image size: positive, a multiple of the decoder's scale × the UNet's down-sampling, at most
+// kMaxSide pixels.
+static void check_image_size(const StableDiffusionModel& m, const GenerationRequest& req, int scale, int H, int W) {
   const int mult = scale * m.unet().config().latent_multiple();
   for (auto [v, name] : {std::pair{H, "height"}, {W, "width"}}) {
     if (v < 0) fail(name, " must be positive, got ", v);
@@ -155,6 +141,10 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
            " × UNet down-sampling ", m.unet().config().latent_multiple(), "); try ", std::max(mult, v / mult * mult));
     if (v > kMaxSide) fail(name, " ", v, " is larger than the maximum of ", kMaxSide, " pixels");
   }
+}
+
+// Steps, guidance, threads, VAE tiling and the dtype the model was loaded for.
+static void check_run_settings(const StableDiffusionModel& m, const GenerationRequest& req) {
   if (req.steps < 1 || req.steps > 1000) fail("steps must be between 1 and 1000, got ", req.steps);
   if (!std::isfinite(req.guidance_scale)) fail("guidance scale must be a finite number");
   if (req.threads < 0) fail("threads must be positive, got ", req.threads);
@@ -165,7 +155,13 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
          dtype_display_name(req.dtype), " (this one was loaded for ", dtype_display_name(m.dtype()),
          "): load it again with ModelLoadOptions::dtype = ", dtype_display_name(req.dtype),
          " (octodiff-cli does this from --dtype)");
+}
 
+// The latent shape (r.latent_*) and the arrays given for it: latents, posterior noise and the
+// masked image's posterior noise, each (D, B, C, h, w).
+static void resolve_latent_shape(const StableDiffusionModel& m, const GenerationRequest& req, ResolvedRequest& r,
+                                 int D, int scale, int H, int W) {
+  const int B = req.batch_per_device;
   r.latent_channels = r.inpaint.active ? m.vae().config().latent_channels : m.unet().config().in_channels;
   if (r.latent_channels != m.vae().config().latent_channels)
     fail("this model's UNet takes ", r.latent_channels, " input channels (an inpainting model: give an init image "
@@ -188,10 +184,14 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
   }
 
   if (req.masked_posterior_noise) check_masked_posterior_noise(r, D);
+}
 
+// The plan's signature (generation.h): what a compiled plan is keyed by.
+static void fill_signature(const StableDiffusionModel& m, const GenerationRequest& req, ResolvedRequest& r, int D,
+                           int H, int W) {
   Signature& s = r.signature;
   s.devices = D;
-  s.batch = B;
+  s.batch = req.batch_per_device;
   s.height = H;
   s.width = W;
   s.steps = req.steps;
@@ -208,6 +208,32 @@ ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
   s.compat = req.compat;
   s.strength = r.init_images.empty() ? 0.0 : req.strength;
   s.inpaint = r.inpaint.active;
+}
+
+ResolvedRequest ShardedPipeline::resolve(const GenerationRequest& req) const {
+  ResolvedRequest r;
+  r.request = req;
+  const int D = resolve_prompts(req, r);
+
+  const StableDiffusionModel& m = *model_;
+  check_sdxl_request(m, req);
+  if (req.decoder == Decoder::Tiny && !m.tiny_autoencoder())
+    fail("the tiny autoencoder decoder (taesd) needs one loaded beside the model "
+         "(ModelLoadOptions::tiny_autoencoder; octodiff-cli --taesd PATH)");
+  // Pixels per latent: the decoder's, as in diffusers, whose pipelines take vae_scale_factor from
+  // the VAE they are given (the same 8 for SD's VAE and TAESD).
+  const int scale =
+      req.decoder == Decoder::Tiny ? m.tiny_autoencoder()->config().decoder_scale_factor() : m.vae_scale_factor();
+  int H = req.height, W = req.width;
+  if (!req.init_images.empty()) resolve_init_images(r, D, &H, &W);
+  if (!req.masks.empty()) resolve_masks(m, r, D);
+  if (!req.controlnets.empty()) resolve_controlnet_inputs(m, req, r, D, &H, &W);
+  if (!H) H = m.unet().config().sample_size * scale;
+  if (!W) W = m.unet().config().sample_size * scale;
+  check_image_size(m, req, scale, H, W);
+  check_run_settings(m, req);
+  resolve_latent_shape(m, req, r, D, scale, H, W);
+  fill_signature(m, req, r, D, H, W);
   return r;
 }
 
