@@ -453,6 +453,78 @@ std::optional<VaeTiling> decode_tiling(const ResolvedRequest& r, const StableDif
   return r.request.vae_tiling;
 }
 
+// The prompts of a run as token ids: SD's one tokenizer, or SDXL's two (sdxl_prompt_encoding.h).
+struct RunTokens {
+  TokenizedPrompts sd;
+  std::optional<SdxlTokenizedPrompts> sdxl;
+};
+
+RunTokens tokenize_run(const ResolvedRequest& r, const StableDiffusionModel& m, GenerationResult& result) {
+  RunTokens t;
+  if (!m.is_sdxl()) {
+    t.sd = tokenize_request(r, m, result);
+    return t;
+  }
+  t.sdxl = tokenize_sdxl_request(m, r.request, r.prompts, r.negative_prompts,
+                                 sdxl_zeros_for_empty_negative(m, r.signature.compat), result);
+  return t;
+}
+
+// Device d's text conditioning: the context (and SDXL's pooled embeddings and time ids).
+void encode_device_prompts_into(const StableDiffusionModel& m, const RunTokens& t, const ResolvedRequest& r, int d,
+                                DeviceWork& dw) {
+  const Signature& s = r.signature;
+  if (!t.sdxl) {
+    dw.context = encode_device_prompts(m.text_encoder(), t.sd, d, s.batch, s.guidance);
+    return;
+  }
+  SdxlConditioning c = encode_sdxl_device_prompts(m.text_encoder(), m.text_encoder_2(), *t.sdxl, d, s.batch,
+                                                  s.guidance, sdxl_time_ids(r.request.sdxl_size, s.height, s.width));
+  dw.context = std::move(c.context);
+  dw.text_time = std::move(c.text_time);
+}
+
+// Device d's images from its final latents (VAE or TAESD; inpainting pastes them into the init image).
+void decode_device(const StableDiffusionModel& m, const ResolvedRequest& r, const std::optional<VaeTiling>& tiles,
+                   int d, DeviceWork& dw) {
+  dw.images = r.signature.decoder == Decoder::Tiny
+                  ? decode_with_tiny_autoencoder(*m.tiny_autoencoder(), dw.latents)
+                  : decode_with_vae(m.vae(), dw.latents, r.signature.compat, tiles ? &*tiles : nullptr);
+  if (r.inpaint.active) paste_inpainted(dw.images, r.inpaint.mask_for(d));
+}
+
+// Runs the phases of one run over its devices. Between phases the component just used is dropped
+// from memory and the arenas hand their free blocks back, so that only one network's weights and
+// activations are resident at a time (weights in cache files come back from the page cache:
+// StableDiffusionModel::release). Its destructor trims the arenas once more, after the run's
+// DeviceWork (declared after it) went back to them: however the run ends (done, cancelled,
+// failed), the plan keeps no slab of activations while it waits for its next run.
+class RunPhases {
+ public:
+  RunPhases(const StableDiffusionModel& m, DeviceRunner& devices, std::function<void(Phase)> announce)
+      : m_(m), devices_(devices), announce_(std::move(announce)) {}
+  ~RunPhases() { devices_.trim_arenas(); }
+  RunPhases(const RunPhases&) = delete;
+  RunPhases& operator=(const RunPhases&) = delete;
+
+  // fn(d) for every device with `component` prefetched; the phase's wall time into *seconds.
+  void run(std::optional<Phase> announce, ModelComponent component, double* seconds,
+           const std::function<void(int)>& fn) {
+    const auto t0 = Clock::now();
+    if (announce) announce_(*announce);
+    m_.prefetch(component);
+    devices_.for_each_device(fn);
+    m_.release(component);
+    devices_.trim_arenas();
+    *seconds = seconds_since(t0);
+  }
+
+ private:
+  const StableDiffusionModel& m_;
+  DeviceRunner& devices_;
+  std::function<void(Phase)> announce_;
+};
+
 }  // namespace
 
 GenerationResult ShardedPipeline::run(const GenerationRequest& request, const ProgressCallback& progress,
@@ -479,56 +551,24 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
   result.model_calls = calls_run;
   result.threads_per_device = plan.threads_per_worker;
   result.concurrent_devices = plan.workers;
-  const TokenizedPrompts tokens = m.is_sdxl() ? TokenizedPrompts{} : tokenize_request(r, m, result);
-  std::optional<SdxlTokenizedPrompts> sdxl_tokens;  // pipeline/sdxl_prompt_encoding.h
-  if (m.is_sdxl()) {
-    sdxl_tokens = tokenize_sdxl_request(m, r.request, r.prompts, r.negative_prompts,
-                                        sdxl_zeros_for_empty_negative(m, s.compat), result);
-  }
+  const RunTokens tokens = tokenize_run(r, m, result);
   result.device_keys = r.request.device_keys.empty()
                            ? jax::split(jax::prng_key(r.request.seed), s.devices, r.request.rng)
                            : r.request.device_keys;
 
   DeviceRunner devices(s.devices, plan.threads_per_worker, plan.arenas, cancel);
-  // Declared before `work`, so it runs after the activations went back to the arenas: however the
-  // run ends (done, cancelled, failed), the plan keeps no slab of them while it waits for its next run.
-  struct TrimArenasAtExit {
-    DeviceRunner& devices;
-    ~TrimArenasAtExit() { devices.trim_arenas(); }
-  } trim_at_exit{devices};
+  RunPhases phases(m, devices, [&](Phase p) { report(p); });  // before `work`: see RunPhases
   std::vector<DeviceWork> work(s.devices);
-  // Between phases the component just used is dropped from memory and the arenas hand their
-  // free blocks back, so that only one network's weights and activations are resident at a time
-  // (weights in cache files come back from the page cache: StableDiffusionModel::release).
-  auto phase = [&](std::optional<Phase> announce, ModelComponent component, double* seconds,
-                   const std::function<void(int)>& fn) {
-    const auto t0 = Clock::now();
-    if (announce) report(*announce);
-    m.prefetch(component);
-    devices.for_each_device(fn);
-    m.release(component);
-    devices.trim_arenas();
-    *seconds = seconds_since(t0);
-  };
-
-  phase(Phase::TextEncode, ModelComponent::TextEncoder, &result.timings.text_encode, [&](int d) {
-    if (!sdxl_tokens) {
-      work[d].context = encode_device_prompts(m.text_encoder(), tokens, d, B, s.guidance);
-      return;
-    }
-    SdxlConditioning c = encode_sdxl_device_prompts(m.text_encoder(), m.text_encoder_2(), *sdxl_tokens, d, B,
-                                                    s.guidance, sdxl_time_ids(r.request.sdxl_size, s.height, s.width));
-    work[d].context = std::move(c.context);
-    work[d].text_time = std::move(c.text_time);
-  });
+  phases.run(Phase::TextEncode, ModelComponent::TextEncoder, &result.timings.text_encode,
+             [&](int d) { encode_device_prompts_into(m, tokens, r, d, work[d]); });
   for (const DeviceWork& dw : work) result.context_tokens.push_back(static_cast<int>(dw.context.dim(1)));
   if (!r.init_images.empty()) {  // image-to-image: the VAE encoder makes the start
-    phase(std::nullopt, ModelComponent::Vae, &result.timings.encode_image, [&](int d) {
+    phases.run(std::nullopt, ModelComponent::Vae, &result.timings.encode_image, [&](int d) {
       device_start(r, plan, result.device_keys[d], d, &work[d].initial_latents, &work[d].start, &work[d].inpaint);
     });
   }
   const DenoiseSetup setup = denoise_setup(plan, r);
-  phase(std::nullopt, ModelComponent::UNet, &result.timings.denoise, [&](int d) {
+  phases.run(std::nullopt, ModelComponent::UNet, &result.timings.denoise, [&](int d) {
     DeviceWork& dw = work[d];
     if (r.init_images.empty())
       device_start(r, plan, result.device_keys[d], d, &dw.initial_latents, &dw.start, nullptr);
@@ -539,20 +579,17 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
     };
     DenoiseSetup device_setup = setup;  // with this device's control images
     device_setup.residuals = controlnet_residuals(r.request.controlnets, d, B, s.guidance, plan.first_call, plan.calls,
-                                                  plan.numerics, sdxl_tokens ? &dw.text_time : nullptr);
+                                                  plan.numerics, tokens.sdxl ? &dw.text_time : nullptr);
     DenoiseHooks hooks = r.inpaint.active
                              ? inpaint_hooks(dw.inpaint, *plan.scheduler, plan.initial_state, plan.calls)
                              : DenoiseHooks{};
-    if (sdxl_tokens) hooks.text_time = &dw.text_time;
+    if (tokens.sdxl) hooks.text_time = &dw.text_time;
     dw.latents = denoise(device_setup, std::move(dw.start), dw.context,
                          device_step_noise(r, plan, result.device_keys[d], d), observe, hooks);
   });
   result.vae_tiles = decode_tiling(r, m);
-  phase(Phase::Decode, ModelComponent::Vae, &result.timings.decode, [&](int d) {
-    const VaeTiling* tiles = result.vae_tiles ? &*result.vae_tiles : nullptr;
-    work[d].images = s.decoder == Decoder::Tiny ? decode_with_tiny_autoencoder(*m.tiny_autoencoder(), work[d].latents)
-                                                : decode_with_vae(m.vae(), work[d].latents, s.compat, tiles);
-    if (r.inpaint.active) paste_inpainted(work[d].images, r.inpaint.mask_for(d));
+  phases.run(Phase::Decode, ModelComponent::Vae, &result.timings.decode, [&](int d) {
+    decode_device(m, r, result.vae_tiles, d, work[d]);
     report(Phase::Decode, d);
   });
 
