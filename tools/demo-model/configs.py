@@ -1,18 +1,51 @@
 """Model configurations of the demo model. The dicts use exactly the key sets diffusers 0.31 /
-transformers write (copied from tests/data/tiny-sd) so the engine's loader sees familiar files."""
+transformers write (copied from tests/data/tiny-sd) so the engine's loader sees familiar files.
+
+Two recipes, chosen by `--version N` on any script's command line (or DEMO_MODEL_VERSION=N):
+  1 (default) the shipped model: VAE factor 8 (8x8x4 latents), work files in work/;
+  2 the shape-keeping model: VAE factor 4 (16x16x4 latents), caption synonyms (big/large,
+    small/little/tiny, centre/center/middle), UNet [32, 64, 128] at 16x16; work files in work/v2/.
+"""
 import json
 import os
+import sys
+
+
+def _version_from_argv():
+    for i, a in enumerate(sys.argv):
+        if a == "--version" and i + 1 < len(sys.argv):
+            return int(sys.argv[i + 1])
+        if a.startswith("--version="):
+            return int(a.split("=", 1)[1])
+    return int(os.environ.get("DEMO_MODEL_VERSION", "1"))
+
+
+VERSION = _version_from_argv()
+assert VERSION in (1, 2), f"unknown demo-model version {VERSION}"
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 TINY = os.path.join(ROOT, "tests", "data", "tiny-sd")
-WORK = os.path.join(HERE, "work")
+WORK = os.path.join(HERE, "work") if VERSION == 1 else os.path.join(HERE, "work", f"v{VERSION}")
 TOKENIZER_DIR = os.path.join(WORK, "tokenizer")
+EVAL = os.path.join(HERE, "eval") if VERSION == 1 else os.path.join(HERE, "eval", f"v{VERSION}")
+SYNONYMS = VERSION >= 2                # caption grammar with big/little/tiny/center/middle
 
 IMAGE_SIZE = 64
-VAE_BLOCKS = [16, 32, 64, 64]          # vae_scale_factor 8: 64x64 image <-> 8x8x4 latents
+if VERSION == 1:
+    VAE_BLOCKS = [16, 32, 64, 64]      # vae_scale_factor 8: 64x64 image <-> 8x8x4 latents
+    UNET_BLOCKS = [64, 128, 128]
+else:
+    VAE_BLOCKS = [16, 32, 64]          # vae_scale_factor 4: 64x64 image <-> 16x16x4 latents
+    UNET_BLOCKS = [32, 64, 128]        # at 16x16 / 8x8 / 4x4; cross-attention only at 8x8 and 4x4 (below)
 LATENT_SIZE = IMAGE_SIZE // 2 ** (len(VAE_BLOCKS) - 1)
 TEXT_HIDDEN = 64
+
+
+def add_version_arg(ap):
+    """Every script accepts --version (read by this module at import time)."""
+    ap.add_argument("--version", type=int, default=VERSION, choices=[1, 2],
+                    help="demo-model recipe: 1 = shipped (VAE factor 8), 2 = shape-keeping (VAE factor 4)")
 
 
 def _tiny(sub):
@@ -31,9 +64,14 @@ def vae_config():
 
 def unet_config():
     c = _tiny("unet")
-    c.update(sample_size=LATENT_SIZE, block_out_channels=[64, 128, 128], layers_per_block=1,
-             down_block_types=["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"],
-             up_block_types=["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
+    if VERSION == 1:
+        down = ["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"]
+        up = ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"]
+    else:  # SDXL's pattern: self-attention over 16x16 = 256 tokens cost 4x the step time (measured)
+        down = ["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"]
+        up = ["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"]
+    c.update(sample_size=LATENT_SIZE, block_out_channels=UNET_BLOCKS, layers_per_block=1,
+             down_block_types=down, up_block_types=up,
              cross_attention_dim=TEXT_HIDDEN, attention_head_dim=4, norm_num_groups=8)
     return c
 

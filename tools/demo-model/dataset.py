@@ -8,6 +8,11 @@ e.g. "a small red circle on a blue background, top left". Partial captions drop 
 ("a red circle on a blue background", "a large circle, centre", "a red shape", "red") so that
 short prompts and colour-only negative prompts mean something to the model. Two-shape images:
 "a {colour} {shape} and a {colour} {shape} on a {background} background" (first one on the left).
+
+Synonyms (demo-model version 2, `synonyms=True`): words people type for the same things replace the
+grammar's word in part of the captions: large -> big (40 %), small -> little / tiny (25 % each),
+the position "centre" -> center (25 %), middle (15 %), in the middle (10 %), in the centre (10 %).
+With synonyms=False the generator draws exactly the random numbers of version 1 (same dataset).
 """
 import json
 import os
@@ -28,6 +33,12 @@ BACKGROUNDS = SHAPE_COLOURS + ["white", "black", "grey"]
 SHAPES = ["circle", "square", "triangle", "star", "ring"]
 SIZES = {"small": (8.0, 10.5), "large": (15.0, 18.5)}  # "radius" range in pixels
 # position word -> nominal centre (x, y) in pixels; jittered by up to +-3 px.
+# version-2 synonyms: canonical word -> [(word, probability)] (the rest keeps the canonical word)
+SYNONYMS = {
+    "large": [("big", 0.4)],
+    "small": [("little", 0.25), ("tiny", 0.25)],
+    "centre": [("center", 0.25), ("middle", 0.15), ("in the middle", 0.1), ("in the centre", 0.1)],
+}
 POSITIONS = {
     "top left": (16, 16), "top": (32, 16), "top right": (48, 16),
     "left": (16, 32), "centre": (32, 32), "right": (48, 32),
@@ -103,7 +114,17 @@ def art(word):
     return "an" if word[0] in "aeiou" else "a"
 
 
-def caption_single(rng, size, colour, shape, bg, pos):
+def synonym(rng, word):
+    """The word or one of its synonyms (version 2), drawn with SYNONYMS' probabilities."""
+    u, acc = rng.random(), 0.0
+    for alt, p in SYNONYMS.get(word, []):
+        acc += p
+        if u < acc:
+            return alt
+    return word
+
+
+def caption_single(rng, size, colour, shape, bg, pos, synonyms=False):
     """Full caption most of the time; partial captions with some fields dropped otherwise."""
     u = rng.random()
     if u < 0.02:
@@ -118,7 +139,7 @@ def caption_single(rng, size, colour, shape, bg, pos):
             [("size", 0.2), ("colour", 0.1), ("shape", 0.1), ("bg", 0.1), ("pos", 0.2)]}
     words = []
     if keep["size"]:
-        words.append(size)
+        words.append(synonym(rng, size) if synonyms else size)
     if keep["colour"]:
         words.append(colour)
     words.append(shape if keep["shape"] else "shape")
@@ -126,11 +147,11 @@ def caption_single(rng, size, colour, shape, bg, pos):
     if keep["bg"]:
         text += f" on {art(bg)} {bg} background"
     if keep["pos"]:
-        text += f", {pos}"
+        text += f", {synonym(rng, pos) if synonyms else pos}"
     return text
 
 
-def sample(rng, heldout):
+def sample(rng, heldout, synonyms=False):
     """One (image uint8 HxWx3, caption) pair avoiding held-out (colour, shape, background)."""
     while True:
         bg = BACKGROUNDS[rng.integers(len(BACKGROUNDS))]
@@ -158,25 +179,27 @@ def sample(rng, heldout):
         r = rng.uniform(*SIZES[size])
         x, y = px + rng.uniform(-3, 3), py + rng.uniform(-3, 3)
         paint(img, shape_mask(shapes[0], x, y, r, rng.uniform(-0.3, 0.3)), colours[0])
-        text = caption_single(rng, size, colours[0], shapes[0], bg, pos)
+        text = caption_single(rng, size, colours[0], shapes[0], bg, pos, synonyms)
     return np.clip(np.rint(img), 0, 255).astype(np.uint8), text
 
 
-def make_dataset(n, seed):
+def make_dataset(n, seed, synonyms=False):
     """Returns (images uint8 [n,64,64,3], captions list[str])."""
     rng = np.random.default_rng(seed)
     heldout = load_heldout()
     imgs = np.empty((n, SIZE, SIZE, 3), np.uint8)
     caps = []
     for i in range(n):
-        imgs[i], c = sample(rng, heldout)
+        imgs[i], c = sample(rng, heldout, synonyms)
         caps.append(c)
     return imgs, caps
 
 
-def caption_corpus():
+def caption_corpus(synonyms=False):
     """Every word the caption grammar (and the held-out prompts) can produce, for the BPE learner."""
     texts = ["a an small large shape on a background and , " + " ".join(POSITIONS)]
+    if synonyms:
+        texts += [" ".join(alt for alts in SYNONYMS.values() for alt, _ in alts)]
     texts += [" ".join(SHAPE_COLOURS + BACKGROUNDS + SHAPES)]
     # weight the frequent phrases so merges come out in a natural order
     texts += [f"a {s} {c} {sh} on {art(b)} {b} background, {p}" for s in SIZES for c in SHAPE_COLOURS

@@ -3,6 +3,7 @@ VAE (work/vae_ckpt.pt), EMA text encoder + UNet (work/unet_ckpt.pt), tokenizer (
 Text encoder and VAE are stored as F32, the UNet as F16 (to stay under 20 MB in total).
 
   /usr/bin/python3 tools/demo-model/export.py [--out DIR] [--no-ema]
+  /usr/bin/python3 tools/demo-model/export.py --version 2       # -> work/v2/export (staging, not resources/)
 """
 import argparse
 import json
@@ -20,7 +21,7 @@ import st_io  # noqa: E402
 import train_unet  # noqa: E402
 import train_vae  # noqa: E402
 
-OUT = os.path.join(configs.ROOT, "resources", "demo-model")
+OUT = os.path.join(configs.ROOT, "resources", "demo-model") if configs.VERSION == 1 else os.path.join(configs.WORK, "export")
 
 
 def write_json(path, obj):
@@ -40,15 +41,19 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=OUT)
     ap.add_argument("--no-ema", action="store_true")
+    configs.add_version_arg(ap)
     args = ap.parse_args()
-    out = args.out
+    export(args.out, args.no_ema)
+
+
+def export(out, no_ema=False):
     # Decoder fine-tune (finetune_decoder.py) if it ran: same encoder, better decoder.
     dec = os.path.join(configs.WORK, "vae_dec_ckpt.pt")
     vck = torch.load(dec if os.path.exists(dec) else train_vae.CKPT)
     uck = torch.load(train_unet.CKPT)
     lat = torch.load(train_unet.LATENTS)
-    te_state = uck["te"] if args.no_ema else uck["ema"]["te"]
-    unet_state = uck["unet"] if args.no_ema else uck["ema"]["unet"]
+    te_state = uck["te"] if no_ema else uck["ema"]["te"]
+    unet_state = uck["unet"] if no_ema else uck["ema"]["unet"]
 
     with open(os.path.join(configs.TINY, "model_index.json")) as f:
         write_json(os.path.join(out, "model_index.json"), json.load(f))
@@ -79,7 +84,7 @@ def main():
         for name in files:
             total += os.path.getsize(os.path.join(root, name))
     print(f"exported to {out}: {total / 1e6:.2f} MB, unet step {uck['step']}, "
-          f"{'raw' if args.no_ema else 'EMA'} weights, scaling_factor {vae_cfg['scaling_factor']}")
+          f"{'raw' if no_ema else 'EMA'} weights, scaling_factor {vae_cfg['scaling_factor']}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ the latent std -> scaling_factor = 1/std. Resumable: checkpoint work/unet_ckpt.p
 stops when the wall-clock budget (--minutes, counted across resumes) is spent.
 
   nice -n 10 /usr/bin/python3 tools/demo-model/train_unet.py --minutes 60
+  nice -n 10 /usr/bin/python3 tools/demo-model/train_unet.py --version 2 --minutes 50   # work/v2/
 """
 import argparse
 import copy
@@ -78,6 +79,8 @@ def main():
     ap.add_argument("--offset-noise", type=float, default=0.1)
     ap.add_argument("--snr-gamma", type=float, default=5.0, help="min-SNR loss weighting (0 = off)")
     ap.add_argument("--seed", type=int, default=2)
+    ap.add_argument("--ckpt-every", type=float, default=3.0, help="minutes between checkpoints")
+    configs.add_version_arg(ap)
     args = ap.parse_args()
     torch.set_num_threads(2)
     lat = ensure_latents()
@@ -157,7 +160,7 @@ def main():
             print(f"step {step} {(time.time() - start) / 60:.1f}min lr {lr:.2e} mse {a_[0]:.4f} weighted {a_[1]:.4f}",
                   flush=True)
             acc[:], n_acc = 0, 0
-        if done or time.time() - last_ckpt > 180:
+        if done or time.time() - last_ckpt > 60 * args.ckpt_every:
             torch.save({"te": te.state_dict(), "unet": unet.state_dict(), "opt": opt.state_dict(), "ema": ema,
                         "step": step, "seconds": time.time() - start, "rng": torch.get_rng_state(),
                         "scaling_factor": scale, "args": vars(args)}, CKPT + ".tmp")

@@ -3,6 +3,8 @@ plus a small KL term). Resumable: checkpoints to work/vae_ckpt.pt every few minu
 when the wall-clock budget (--minutes, counted across resumes) is used up.
 
   nice -n 10 /usr/bin/python3 tools/demo-model/train_vae.py --minutes 12
+  nice -n 10 /usr/bin/python3 tools/demo-model/train_vae.py --version 2 --minutes 25 --shape-weight 4
+(--version 2: configs.py's factor-4 VAE, synonym captions, files in work/v2/.)
 """
 import argparse
 import csv
@@ -33,11 +35,11 @@ LOG = os.path.join(configs.WORK, "vae_loss.csv")
 def ensure_data(n, seed):
     if not os.path.exists(DATA):
         t = time.time()
-        imgs, caps = dataset.make_dataset(n, seed)
+        imgs, caps = dataset.make_dataset(n, seed, synonyms=configs.SYNONYMS)
         np.savez(DATA, images=imgs, captions=np.array(caps))
         print(f"dataset: {n} images (seed {seed}) in {time.time() - t:.0f}s", flush=True)
     if not os.path.exists(os.path.join(configs.TOKENIZER_DIR, "vocab.json")):
-        nv, nm = clip_tokenizer.learn_bpe(dataset.caption_corpus(), configs.TOKENIZER_DIR)
+        nv, nm = clip_tokenizer.learn_bpe(dataset.caption_corpus(synonyms=configs.SYNONYMS), configs.TOKENIZER_DIR)
         print(f"tokenizer: vocab {nv} ({nm} merges)", flush=True)
     d = np.load(DATA)
     return d["images"], list(d["captions"])
@@ -45,6 +47,42 @@ def ensure_data(n, seed):
 
 def to_tensor(u8):
     return torch.from_numpy(u8).permute(0, 3, 1, 2).float() / 127.5 - 1.0
+
+
+def shape_weights(u8, extra=4.0, edge=0.0):
+    """Per-pixel loss weight [B,1,H,W]: 1 on background, 1 + extra on pixels whose RGB distance to
+    the image's border-median colour exceeds 30 (the shape), + edge within 2 px of the shape's
+    outline (star points, triangle corners and ring holes are all outline)."""
+    x = u8.astype(np.float32)
+    border = np.concatenate([x[:, :2].reshape(len(x), -1, 3), x[:, -2:].reshape(len(x), -1, 3),
+                             x[:, :, :2].reshape(len(x), -1, 3), x[:, :, -2:].reshape(len(x), -1, 3)], 1)
+    bg = np.median(border, axis=1)
+    far = torch.from_numpy((np.sqrt(((x - bg[:, None, None]) ** 2).sum(-1)) > 30).astype(np.float32))[:, None]
+    w = 1.0 + extra * far
+    if edge:
+        band = F.max_pool2d(far, 5, 1, 2) + F.max_pool2d(-far, 5, 1, 2)  # dilated minus eroded mask
+        w = w + edge * band
+    return w
+
+
+def small_shape_renders(rng, n):
+    """n fresh single small shapes (radius 8-10.5 px, random colours, backgrounds, positions), half of them
+    stars and a fifth rings: the details (star points, ring holes) a factor-4 VAE learns last."""
+    shapes = rng.choice(dataset.SHAPES, n, p=[0.1, 0.1, 0.1, 0.5, 0.2])
+    out = np.empty((n, dataset.SIZE, dataset.SIZE, 3), np.uint8)
+    heldout = dataset.load_heldout()
+    for i, shape in enumerate(shapes):
+        while True:  # the held-out (colour, shape, background) combinations stay unseen, as in dataset.sample
+            bg = dataset.BACKGROUNDS[rng.integers(len(dataset.BACKGROUNDS))]
+            col = [c for c in dataset.SHAPE_COLOURS if c != bg][rng.integers(5)]
+            if (col, shape, bg) not in heldout:
+                break
+        img = dataset.background(rng, bg)
+        px, py = list(dataset.POSITIONS.values())[rng.integers(9)]
+        dataset.paint(img, dataset.shape_mask(shape, px + rng.uniform(-3, 3), py + rng.uniform(-3, 3),
+                                              rng.uniform(*dataset.SIZES["small"]), rng.uniform(-0.3, 0.3)), col)
+        out[i] = np.clip(np.rint(img), 0, 255)
+    return out
 
 
 def main():
@@ -55,6 +93,13 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--kl", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--shape-weight", type=float, default=0.0,
+                    help="extra reconstruction weight on shape pixels (as finetune_decoder.shape_weights; 0 = off)")
+    ap.add_argument("--edge-weight", type=float, default=0.0,
+                    help="extra reconstruction weight within 2 px of the shape outline (0 = off)")
+    ap.add_argument("--mix-small", type=int, default=0,
+                    help="images per batch replaced by fresh small-shape renders (small_shape_renders)")
+    configs.add_version_arg(ap)
     args = ap.parse_args()
     torch.set_num_threads(2)
     os.makedirs(configs.WORK, exist_ok=True)
@@ -89,12 +134,20 @@ def main():
         lr = args.lr * min(1.0, (step + 1) / 100) * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
-        x = to_tensor(images[gen.integers(0, len(images), args.batch)])
+        u8 = images[gen.integers(0, len(images), args.batch)]
+        if args.mix_small:
+            u8[:args.mix_small] = small_shape_renders(gen, args.mix_small)
+        x = to_tensor(u8)
         mean, logvar = vae.encode(x)
         z = mean + torch.exp(0.5 * logvar) * torch.randn_like(mean)
         rec = vae.decode(z)
-        l1 = (rec - x).abs().mean()
-        mse = F.mse_loss(rec, x)
+        if args.shape_weight or args.edge_weight:
+            w = shape_weights(u8, args.shape_weight, args.edge_weight)
+            l1 = ((rec - x).abs() * w).sum() / (w.sum() * 3)
+            mse = ((rec - x) ** 2 * w).sum() / (w.sum() * 3)
+        else:
+            l1 = (rec - x).abs().mean()
+            mse = F.mse_loss(rec, x)
         kl = 0.5 * (mean.pow(2) + logvar.exp() - 1 - logvar).sum(dim=(1, 2, 3)).mean()
         loss = l1 + mse + args.kl * kl
         opt.zero_grad(set_to_none=True)
