@@ -121,19 +121,14 @@ void refuse_other_unet_settings(const json& j, const std::string& what) {
                           "encoder_hid_dim_type", "num_class_embeds",
                           "timestep_post_act", "time_embedding_act_fn", "cross_attention_norm"})
     refuse_if(!str_or_null(key).empty(), what, std::string(key) + " = " + str_or_null(key));
-  std::string v;
-  v = "default";
-  read(j, "resnet_time_scale_shift", &v, what);
-  refuse_if(v != "default", what, "resnet_time_scale_shift '" + v + "'");
-  v = "positional";
-  read(j, "time_embedding_type", &v, what);
-  refuse_if(v != "positional", what, "time_embedding_type '" + v + "'");
-  v = "UNetMidBlock2DCrossAttn";
-  read(j, "mid_block_type", &v, what);
-  refuse_if(v != "UNetMidBlock2DCrossAttn", what, "mid_block_type '" + v + "'");
-  v = "silu";
-  read(j, "act_fn", &v, what);
-  refuse_if(v != "silu", what, "act_fn '" + v + "'");
+  for (const auto& [key, supported] : {std::pair{"resnet_time_scale_shift", "default"},
+                                       {"time_embedding_type", "positional"},
+                                       {"mid_block_type", "UNetMidBlock2DCrossAttn"},
+                                       {"act_fn", "silu"}}) {
+    std::string v = supported;  // absent or null: the supported default
+    read(j, key, &v, what);
+    refuse_if(v != supported, what, std::string(key) + " '" + v + "'");
+  }
   bool b = false;
   read(j, "only_cross_attention", &b, what);
   refuse_if(b, what, "only_cross_attention");
