@@ -10,6 +10,7 @@
 #include "core/memory.h"
 #include "kernels/gemm.h"
 #include "models/flop_count.h"
+#include "models/layers.h"
 #include "pipeline/sdxl_prompt_encoding.h"
 #include "pipeline/sharded_pipeline.h"
 
@@ -113,10 +114,14 @@ void time_unet(const StableDiffusionModel& model, const GuidedStepOptions& o, co
   j[k + "_executed_gflops"] = executed / s;
   j[k + "_arena_misses_per_call"] = misses;
   if (batch == 2 && o.dtype == ComputeDType::BF16) {
-    // A bf16 run's first call, as the pipeline makes it: activations split in two bf16
-    // halves (kernels/gemm.h), twice the products.
+    // A bf16 run's guided calls as the pipeline makes them: the halves as guided pairs
+    // (models/layers.h: the same products plus elementwise differences), and the first call
+    // with its activations split in two bf16 halves as well (kernels/gemm.h: twice the products).
+    const ScopedGuidedPairs pairs(2);
+    std::vector<double> pair_calls, split_calls;
+    j["unet_b2_guided_pairs_seconds"] = steady_median_seconds(o.repeats, forward, &pair_calls);
+    j["unet_b2_guided_pairs_call_seconds"] = pair_calls;
     const kernels::ScopedBf16Activations split(kernels::Bf16Activations::Split);
-    std::vector<double> split_calls;
     j["unet_b2_split_seconds"] = steady_median_seconds(o.repeats, forward, &split_calls);
     j["unet_b2_split_call_seconds"] = split_calls;
   }
@@ -230,9 +235,9 @@ void print_networks(const nlohmann::json& j) {
                 100 * j[std::string(k) + "_fraction_of_peak"].get<double>(),
                 j[std::string(k) + "_first_call_seconds"].get<double>(), calls.c_str());
   }
-  if (j.contains("unet_b2_split_seconds"))
-    std::printf("unet_b2 with split bf16 activations (a bf16 run's first call): %.2f s\n",
-                j["unet_b2_split_seconds"].get<double>());
+  if (j.contains("unet_b2_guided_pairs_seconds"))
+    std::printf("unet_b2 as guided pairs (a bf16 run's guided calls): %.2f s; with split activations too (its first call): %.2f s\n",
+                j["unet_b2_guided_pairs_seconds"].get<double>(), j["unet_b2_split_seconds"].get<double>());
   if (j.contains("img2img")) {
     const nlohmann::json& i = j["img2img"];
     std::printf("img2img strength %g, %d steps (%d UNet calls vs %d): %.2f s, %.2f x text-to-image (%.2f s)\n",

@@ -170,6 +170,64 @@ Linear Linear::load_fused(WeightSource& w, const std::vector<std::string>& prefi
   return l;
 }
 
+namespace {
+
+thread_local int64_t t_guided_pairs_batch = 0;
+
+bool takes_pairs(const Tensor& x, kernels::Precision precision) {
+  return x.rank() >= 1 && takes_guided_pairs(x.dim(0), precision);
+}
+
+// d = c − u over n values, in parallel (element by element: the same bits for any thread count).
+void difference(const float* u, const float* c, int64_t n, float* d) {
+  parallel_for(n, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) d[k] = c[k] - u[k];
+  }, 1 << 14);
+}
+
+// The pairs' second half: y_d (rows × channels) = W·δ + bias + r_c becomes W·x_u + W·δ + bias + r_c
+// by adding y_u − bias − r_u (y_u: the first half's W·x_u + bias + r_u).
+void add_first_half_products(const float* y_u, const float* r_u, const float* bias, int64_t rows, int64_t channels,
+                             float* y_d) {
+  parallel_for(rows, [&](int64_t b, int64_t e) {
+    for (int64_t row = b; row < e; ++row) {
+      const int64_t o = row * channels;
+      for (int64_t j = 0; j < channels; ++j) {
+        float product = y_u[o + j];
+        if (r_u) product -= r_u[o + j];
+        if (bias) product -= bias[j];
+        y_d[o + j] += product;
+      }
+    }
+  }, std::max<int64_t>(1, (1 << 14) / channels));
+}
+
+// [x_u; x_c] → [x_u; x_c − x_u] (halves along the batch).
+Tensor to_pair_differences(const Tensor& x) {
+  Tensor d = Tensor::empty(x.shape());
+  const int64_t h = d.numel() / 2;
+  std::memcpy(d.data(), x.data(), sizeof(float) * h);
+  difference(x.data(), x.data() + h, h, d.data() + h);
+  return d;
+}
+
+// y = [W·x_u + b + r_u; W·δ + b + r_c] → second half W·x_u + W·δ + b + r_c.
+void from_pair_differences(Tensor& y, const float* bias, int64_t channels, const Tensor* residual) {
+  const int64_t h = y.numel() / 2;
+  add_first_half_products(y.data(), residual ? residual->data() : nullptr, bias, h / channels, channels, y.data() + h);
+}
+
+}  // namespace
+
+ScopedGuidedPairs::ScopedGuidedPairs(int64_t batch) : previous_(t_guided_pairs_batch) {
+  t_guided_pairs_batch = batch;
+}
+ScopedGuidedPairs::~ScopedGuidedPairs() { t_guided_pairs_batch = previous_; }
+bool takes_guided_pairs(int64_t samples, kernels::Precision precision) {
+  return t_guided_pairs_batch > 0 && samples == t_guided_pairs_batch && samples % 2 == 0 &&
+         precision == kernels::Precision::BF16;
+}
+
 Tensor Linear::operator()(const Tensor& x, const Tensor* residual) const {
   if (x.rank() < 1 || x.dim(-1) != in)
     fail("internal: Linear(", in, "->", out, ") applied to shape ", shape_str(x.shape()));
@@ -184,6 +242,11 @@ Tensor Linear::operator()(const Tensor& x, const Tensor* residual) const {
     ep.residual = residual->data();
     ep.ldr = out;
   }
+  if (takes_pairs(x, weight.precision())) {
+    kernels::gemm(to_pair_differences(x).data(), rows, in, weight, y.data(), out, ep);
+    from_pair_differences(y, ep.bias, out, residual);
+    return y;
+  }
   kernels::gemm(x.data(), rows, in, weight, y.data(), out, ep);
   return y;
 }
@@ -196,6 +259,19 @@ void Linear::forward(const float* x, int64_t rows, float* y, const float* residu
     ep.ldr = out;
   }
   kernels::gemm(x, rows, in, weight, y, out, ep);
+}
+
+void Linear::forward_pair(const float* xu, const float* xc, int64_t n, float* yu, float* yc,
+                          const float* residual_u, const float* residual_c) const {
+  forward(xu, n, yu, residual_u);
+  if (weight.precision() != kernels::Precision::BF16) {
+    forward(xc, n, yc, residual_c);
+    return;
+  }
+  std::vector<float> d(static_cast<size_t>(n * in));
+  difference(xu, xc, n * in, d.data());
+  forward(d.data(), n, yc, residual_c);
+  add_first_half_products(yu, residual_u, bias.empty() ? nullptr : bias.data(), n, out, yc);
 }
 
 Conv2d Conv2d::load(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, int k,
@@ -225,6 +301,12 @@ Tensor Conv2d::operator()(const Tensor& x, const Tensor* residual) const {
   const int64_t Wo = kernels::conv2d_out_size(W, weight.kw, geometry.stride, geometry.pad_left, geometry.pad_right);
   Tensor y = Tensor::empty({N, Ho, Wo, weight.out_channels});
   if (residual && residual->shape() != y.shape()) fail("internal: Conv2d residual shape mismatch");
+  if (takes_pairs(x, weight.packed.precision())) {
+    kernels::conv2d_nhwc(to_pair_differences(x).data(), N, H, W, weight, geometry, y.data(),
+                         residual ? residual->data() : nullptr);
+    from_pair_differences(y, weight.bias.empty() ? nullptr : weight.bias.data(), weight.out_channels, residual);
+    return y;
+  }
   kernels::conv2d_nhwc(x.data(), N, H, W, weight, geometry, y.data(), residual ? residual->data() : nullptr);
   return y;
 }

@@ -38,6 +38,11 @@ struct Linear {
   Tensor operator()(const Tensor& x, const Tensor* residual = nullptr) const;
   // The same on raw rows: x is rows × in, y and residual (optional) rows × out.
   void forward(const float* x, int64_t rows, float* y, const float* residual = nullptr) const;
+  // A guided pair of row blocks (n rows each: unconditional xu, conditioned xc): yu as forward();
+  // yc, for a bf16 weight, as ScopedGuidedPairs describes (W·bf16(xu) + W·bf16(xc − xu) + bias +
+  // residual_c), for a float32 weight as forward().
+  void forward_pair(const float* xu, const float* xc, int64_t n, float* yu, float* yc,
+                    const float* residual_u = nullptr, const float* residual_c = nullptr) const;
 };
 
 struct Conv2d {
@@ -54,6 +59,30 @@ struct Conv2d {
   // x: N × H × W × Cin -> N × Ho × Wo × Cout, plus `residual` when given.
   Tensor operator()(const Tensor& x, const Tensor* residual = nullptr) const;
 };
+
+// Classifier-free guidance pairs (bf16 layers only). A guided UNet call runs a batch whose first
+// half is the unconditional input and whose second half the text-conditioned one, and its noise
+// is u + g·(c − u): rounding errors of the two halves enter with weights 1 − g and g (−6.5 and 7.5
+// at guidance 7.5), so independent bf16 roundings of u's and c's activations are amplified ~10×.
+// While one of these lives on a thread with batch > 0, bf16 Linear and Conv2d layers on it whose
+// input has exactly `batch` samples take them as such pairs (sample i with sample batch/2 + i) and
+// compute the second half as W·bf16(x_u) + W·bf16(x_c − x_u) (+ bias, residual): x_u rounded as
+// in the first half, plus the rounded difference, whose error is relative to the (small)
+// difference, so c − u keeps its precision for the same number of products. The first half is
+// computed exactly as without pairs. Layers on other batch sizes (e.g. the UNet's text-free first
+// layers, run once per distinct sample) and float32 layers are unaffected.
+class ScopedGuidedPairs {
+ public:
+  explicit ScopedGuidedPairs(int64_t batch);  // 0: off
+  ~ScopedGuidedPairs();
+  ScopedGuidedPairs(const ScopedGuidedPairs&) = delete;
+  ScopedGuidedPairs& operator=(const ScopedGuidedPairs&) = delete;
+
+ private:
+  int64_t previous_;
+};
+// Whether a bf16 layer on this thread takes an input of `samples` samples as guided pairs.
+bool takes_guided_pairs(int64_t samples, kernels::Precision precision);
 
 struct GroupNorm {
   int64_t channels = 0, groups = 32;

@@ -72,9 +72,26 @@ Tensor BasicTransformerBlock::after_self_attention(const Tensor& x0, const Tenso
   const Tensor h = norm3_(x);
   const int64_t C = x.dim(-1), rows = x.numel() / C, inner = ff_out_.in;
   const int64_t block = numerics.mlp_rows_per_block > 0 ? std::min(rows, numerics.mlp_rows_per_block) : rows;
+  Tensor y = Tensor::empty(x.shape());
+  if (takes_guided_pairs(x.dim(0), ff_in_.weight.precision())) {  // layers.h: ScopedGuidedPairs
+    const int64_t half = rows / 2, pair_block = std::max<int64_t>(1, block / 2);
+    Tensor u = Tensor::empty({2, pair_block, 2 * inner});
+    Tensor g = Tensor::empty({2, pair_block, inner});
+    float* uu = u.data();
+    float* uc = uu + pair_block * 2 * inner;
+    float* gu = g.data();
+    float* gc = gu + pair_block * inner;
+    for (int64_t r0 = 0; r0 < half; r0 += pair_block) {
+      const int64_t n = std::min(pair_block, half - r0), c0 = half + r0;
+      ff_in_.forward_pair(h.data() + r0 * C, h.data() + c0 * C, n, uu, uc);
+      kernels::geglu(uu, n, inner, gu, numerics.geglu_gelu());
+      kernels::geglu(uc, n, inner, gc, numerics.geglu_gelu());
+      ff_out_.forward_pair(gu, gc, n, y.data() + r0 * C, y.data() + c0 * C, x.data() + r0 * C, x.data() + c0 * C);
+    }
+    return y;
+  }
   Tensor u = Tensor::empty({block, 2 * inner});  // [value half | gate half]
   Tensor g = Tensor::empty({block, inner});
-  Tensor y = Tensor::empty(x.shape());
   for (int64_t r0 = 0; r0 < rows; r0 += block) {
     const int64_t n = std::min(block, rows - r0);
     ff_in_.forward(h.data() + r0 * C, n, u.data());

@@ -6,11 +6,13 @@
 // test compares them (max abs over the 2 × 64 × 64 × 3 values in [0, 1]).
 //
 // The harness is checked against ShardedPipeline first: all-f32 stages give the f32 pipeline's
-// images and the bf16 run's stages (the first call's activations split) the bf16 pipeline's. The
+// images and the bf16 run's stages (guided pairs in every call, the first call's activations also
+// split) the bf16 pipeline's. The
 // posterior sample, add_noise, guidance and the scheduler step are float32 code shared by both
 // dtypes (the latents and scheduler state never are bf16), so they add nothing by construction;
 // only the networks differ. A slow test (about 25 s of CPU per case on the tiny model): the
-// strength-0.5 cases, which miss 1e-2; the figures of all four are in image_to_image_test.cpp.
+// strength-0.5 cases, which missed 1e-2 before guided pairs; the figures are in
+// image_to_image_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,6 +27,7 @@
 #include "io/png.h"
 #include "io/safetensors.h"
 #include "kernels/gemm.h"
+#include "models/layers.h"
 #include "pipeline/component_weights.h"
 #include "pipeline/decode.h"
 #include "pipeline/image_to_image.h"
@@ -54,9 +57,11 @@ struct Case {
 // How one stage computes.
 enum class Arith {
   F32,          // the f32 model
-  Bf16,         // the bf16 model, activations rounded to bf16 (a bf16 run's default)
+  Bf16,         // the bf16 model, activations rounded to bf16 (a bf16 run's default), guided pairs
   Bf16Split,    // the bf16 model, activations split in two bf16 (~16 bits): the weights' rounding
   WeightsBf16,  // float32 arithmetic on the weights rounded to bf16 (an f32 model of those weights)
+  Bf16Unpaired,       // as Bf16 without guided pairs (models/layers.h): each half rounded on its own
+  Bf16SplitUnpaired,  // as Bf16Split without guided pairs
 };
 
 // The tiny UNet's or VAE's weights, every matrix and kernel (what bf16 packs) rounded to bf16.
@@ -100,6 +105,7 @@ struct Net {
   const UNet2DCondition* unet;
   const AutoencoderKL* vae;
   kernels::Bf16Activations activations;
+  bool pairs = false;
 };
 
 Net net(Arith a) {
@@ -107,9 +113,11 @@ Net net(Arith a) {
   using kernels::Bf16Activations;
   switch (a) {
     case Arith::F32: return {&m.f32->unet(), &m.f32->vae(), Bf16Activations::Rounded};
-    case Arith::Bf16: return {&m.bf16->unet(), &m.bf16->vae(), Bf16Activations::Rounded};
-    case Arith::Bf16Split: return {&m.bf16->unet(), &m.bf16->vae(), Bf16Activations::Split};
+    case Arith::Bf16: return {&m.bf16->unet(), &m.bf16->vae(), Bf16Activations::Rounded, true};
+    case Arith::Bf16Split: return {&m.bf16->unet(), &m.bf16->vae(), Bf16Activations::Split, true};
     case Arith::WeightsBf16: return {m.unet_rounded.get(), m.vae_rounded.get(), Bf16Activations::Rounded};
+    case Arith::Bf16Unpaired: return {&m.bf16->unet(), &m.bf16->vae(), Bf16Activations::Rounded, false};
+    case Arith::Bf16SplitUnpaired: return {&m.bf16->unet(), &m.bf16->vae(), Bf16Activations::Split, false};
   }
   return {};
 }
@@ -132,7 +140,7 @@ StagePlan plan(Arith encode, Arith unet, Arith decode, std::map<int, Arith> call
   return p;
 }
 
-// A bf16 run as ShardedPipeline makes it: the first call's activations split.
+// A bf16 run as ShardedPipeline makes it: guided pairs, the first call's activations split.
 StagePlan bf16_run(int first_call) {
   return plan(Arith::Bf16, Arith::Bf16, Arith::Bf16, {{first_call, Arith::Bf16Split}});
 }
@@ -159,6 +167,7 @@ Tensor guided_noise(const Net& n, const Scheduler& s, const SchedulerState& stat
   const Tensor input = s.scale_model_input(state, both, i);
   const double t = s.model_timestep(state, i);
   const kernels::ScopedBf16Activations activations(n.activations);
+  const ScopedGuidedPairs pairs(n.pairs ? input.dim(0) : 0);
   const Tensor eps = n.unet->forward_nhwc(input, std::vector<double>(input.dim(0), t), context, nullptr, Numerics{});
   Tensor guided = Tensor::empty(x.shape());
   const float g = 7.5f;
@@ -288,6 +297,10 @@ TEST_P(ImageToImageBf16Stages, ErrorOfEachStageAlone) {
   row("weights bf16, f32 arithmetic: encode", plan(A::WeightsBf16, A::F32, A::F32));
   row("weights bf16, f32 arithmetic: UNet", plan(A::F32, A::WeightsBf16, A::F32));
   row("weights bf16, f32 arithmetic: decode", plan(A::F32, A::F32, A::WeightsBf16));
+  row("whole bf16 run without guided pairs", plan(A::Bf16, A::Bf16Unpaired, A::Bf16, {{first, A::Bf16SplitUnpaired}}));
+  row("every UNet call bf16 (first split), no pairs",
+      plan(A::F32, A::Bf16Unpaired, A::F32, {{first, A::Bf16SplitUnpaired}}));
+  row("whole bf16 run with pairs, no split call", plan(A::Bf16, A::Bf16, A::Bf16));
   row("weights bf16, f32 arithmetic: whole", plan(A::WeightsBf16, A::WeightsBf16, A::WeightsBf16));
 }
 
