@@ -17,6 +17,7 @@
 #include "kernels/tensor_ops.h"
 #include "pipeline/image_to_image.h"
 #include "pipeline/sharded_pipeline.h"
+#include "golden_requests.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -37,20 +38,14 @@ const SafetensorsFile& goldens() {
   static auto f = SafetensorsFile::open(golden_path("img2img.safetensors"));
   return *f;
 }
-std::vector<Image8> init_images() {
-  return {read_png(golden_path("img2img_init_0.png")), read_png(golden_path("img2img_init_1.png"))};
-}
+std::vector<Image8> init_images() { return test::golden_init_images(test::tiny_sd_dir()); }
 
 // The goldens' request: 2 devices × 1 image, prompts and negative prompt of the text-to-image goldens.
 GenerationRequest golden_request(SchedulerKind kind, double strength) {
-  const auto pj = nlohmann::json::parse(read_text_file(golden_path("prompts.json")));
-  GenerationRequest req;
-  for (const auto& p : pj["pipeline_prompts"]) req.prompts.push_back(p.get<std::string>());
-  req.negative_prompts = {pj["pipeline_negative_prompt"].get<std::string>()};
+  GenerationRequest req = test::golden_prompts_request(test::golden_settings(test::tiny_sd_dir()));
   req.steps = 8;
   req.guidance_scale = 7.5;
   req.scheduler = kind;
-  req.compat = Compat::Diffusers;
   req.init_images = init_images();
   req.strength = strength;
   req.latents = goldens().to_f32("noise").reshaped({2, 1, 4, 32, 32});

@@ -20,6 +20,7 @@
 #include "pipeline/image_to_image.h"
 #include "pipeline/inpaint.h"
 #include "pipeline/sharded_pipeline.h"
+#include "golden_requests.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -50,10 +51,7 @@ const SafetensorsFile& goldens() {
   static auto f = SafetensorsFile::open(inpaint_dir() / "goldens" / "inpaint.safetensors");
   return *f;
 }
-std::filesystem::path tiny_golden(const std::string& name) { return test::tiny_sd_dir() / "goldens" / name; }
-std::vector<Image8> init_images() {
-  return {read_png(tiny_golden("img2img_init_0.png")), read_png(tiny_golden("img2img_init_1.png"))};
-}
+std::vector<Image8> init_images() { return test::golden_init_images(test::tiny_sd_dir()); }
 std::vector<Image8> masks() {
   return {read_png(inpaint_dir() / "goldens" / "mask_0.png"), read_png(inpaint_dir() / "goldens" / "mask_1.png")};
 }
@@ -61,14 +59,10 @@ Tensor golden5(const std::string& name) { return goldens().to_f32(name).reshaped
 
 // The goldens' request: 2 devices × 1 image, the text-to-image goldens' prompts, everything injected.
 GenerationRequest golden_request(SchedulerKind kind, double strength) {
-  const auto pj = nlohmann::json::parse(read_text_file(tiny_golden("prompts.json")));
-  GenerationRequest req;
-  for (const auto& p : pj["pipeline_prompts"]) req.prompts.push_back(p.get<std::string>());
-  req.negative_prompts = {pj["pipeline_negative_prompt"].get<std::string>()};
+  GenerationRequest req = test::golden_prompts_request(test::golden_settings(test::tiny_sd_dir()));
   req.steps = 8;
   req.guidance_scale = 7.5;
   req.scheduler = kind;
-  req.compat = Compat::Diffusers;
   req.init_images = init_images();
   req.masks = masks();
   req.strength = strength;

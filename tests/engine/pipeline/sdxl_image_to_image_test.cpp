@@ -20,6 +20,7 @@
 #include "pipeline/image_to_image.h"
 #include "pipeline/sdxl_prompt_encoding.h"
 #include "pipeline/sharded_pipeline.h"
+#include "golden_requests.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -50,9 +51,7 @@ const SafetensorsFile& goldens() {
   static auto f = SafetensorsFile::open(golden_path("img2img.safetensors"));
   return *f;
 }
-std::vector<Image8> init_images() {
-  return {read_png(golden_path("img2img_init_0.png")), read_png(golden_path("img2img_init_1.png"))};
-}
+std::vector<Image8> init_images() { return test::golden_init_images(sdxl_dir()); }
 Tensor golden5(const std::string& name) { return goldens().to_f32(name).reshaped({2, 1, 4, kh, kw}); }
 
 struct Case {
@@ -65,14 +64,11 @@ struct Case {
 
 // The goldens' request: 2 devices × 1 image, the SDXL pipeline goldens' prompts and negative prompt.
 GenerationRequest golden_request(const Case& c) {
-  const auto s = nlohmann::json::parse(read_text_file(golden_path("prompts.json")));
-  GenerationRequest req;
-  for (const auto& p : s["pipeline_prompts"]) req.prompts.push_back(p.get<std::string>());
-  req.negative_prompts = {s["pipeline_negative_prompt"].get<std::string>()};
+  const nlohmann::json s = test::golden_settings(sdxl_dir());
+  GenerationRequest req = test::golden_prompts_request(s);
   req.steps = kSteps;
   req.guidance_scale = s["guidance"].get<double>();
   req.scheduler = c.kind;
-  req.compat = Compat::Diffusers;
   req.init_images = init_images();
   if (c.one_image) req.init_images.resize(1);
   req.strength = c.strength;

@@ -21,6 +21,7 @@
 #include "pipeline/inpaint.h"
 #include "pipeline/sdxl_prompt_encoding.h"
 #include "pipeline/sharded_pipeline.h"
+#include "golden_requests.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -51,10 +52,7 @@ const SafetensorsFile& goldens() {
   static auto f = SafetensorsFile::open(inpaint_dir() / "goldens" / "inpaint.safetensors");
   return *f;
 }
-std::vector<Image8> init_images() {
-  return {read_png(sdxl_dir() / "goldens" / "img2img_init_0.png"),
-          read_png(sdxl_dir() / "goldens" / "img2img_init_1.png")};
-}
+std::vector<Image8> init_images() { return test::golden_init_images(sdxl_dir()); }
 std::vector<Image8> masks() {
   return {read_png(inpaint_dir() / "goldens" / "mask_0.png"), read_png(inpaint_dir() / "goldens" / "mask_1.png")};
 }
@@ -69,13 +67,10 @@ struct Case {
 
 // The goldens' request: 2 devices × 1 image, tiny-sdxl's pipeline prompts, everything injected.
 GenerationRequest golden_request(const Case& c) {
-  const auto s = nlohmann::json::parse(read_text_file(sdxl_dir() / "goldens" / "prompts.json"));
-  GenerationRequest req;
-  for (const auto& p : s["pipeline_prompts"]) req.prompts.push_back(p.get<std::string>());
-  req.negative_prompts = {s["pipeline_negative_prompt"].get<std::string>()};
+  const nlohmann::json s = test::golden_settings(sdxl_dir());
+  GenerationRequest req = test::golden_prompts_request(s);
   req.steps = kSteps;
   req.guidance_scale = s["guidance"].get<double>();
-  req.compat = Compat::Diffusers;
   req.init_images = init_images();
   req.masks = masks();
   if (c.one_image) {
