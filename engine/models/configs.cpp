@@ -163,32 +163,34 @@ ClipTextConfig ClipTextConfig::from_json(const std::string& text, const std::str
   return c;
 }
 
-ClipTextConfig ClipTextConfig::sd1() {
+namespace {
+
+// The defaults with a text tower of these sizes.
+ClipTextConfig clip_text_tower(int hidden_size, int intermediate_size, int num_hidden_layers,
+                               int num_attention_heads) {
   ClipTextConfig c;
-  c.hidden_size = 768;
-  c.intermediate_size = 3072;
-  c.num_hidden_layers = 12;
-  c.num_attention_heads = 12;
+  c.hidden_size = hidden_size;
+  c.intermediate_size = intermediate_size;
+  c.num_hidden_layers = num_hidden_layers;
+  c.num_attention_heads = num_attention_heads;
   return c;
 }
 
+}  // namespace
+
+ClipTextConfig ClipTextConfig::sd1() {
+  return clip_text_tower(768, 3072, 12, 12);
+}
+
 ClipTextConfig ClipTextConfig::sdxl_bigg() {
-  ClipTextConfig c;
-  c.hidden_size = 1280;
-  c.intermediate_size = 5120;
-  c.num_hidden_layers = 32;
-  c.num_attention_heads = 20;
+  ClipTextConfig c = clip_text_tower(1280, 5120, 32, 20);
   c.hidden_act = "gelu";
   c.projection_dim = 1280;
   return c;
 }
 
 ClipTextConfig ClipTextConfig::sd2() {
-  ClipTextConfig c;
-  c.hidden_size = 1024;
-  c.intermediate_size = 4096;
-  c.num_hidden_layers = 23;
-  c.num_attention_heads = 16;
+  ClipTextConfig c = clip_text_tower(1024, 4096, 23, 16);
   c.hidden_act = "gelu";
   return c;
 }
