@@ -160,19 +160,10 @@ TEST(ImageToImageFlax, NoiseAndPosteriorShareTheDeviceKey) {
   req.posterior_noise.reset();
   const GenerationResult drawn = pipe.run(req);
 
-  const auto keys = jax::split(jax::prng_key(77), 2, jax::RngScheme::Classic);
-  Tensor noise = Tensor::empty({2, 1, 4, 32, 32}), eps = Tensor::empty({2, 1, 4, 32, 32});
-  const int64_t n = 4 * 32 * 32;
-  for (int d = 0; d < 2; ++d) {
-    std::vector<float> flat(n);
-    jax::normal_into(keys[d], n, jax::RngScheme::Classic, flat.data());
-    std::copy(flat.begin(), flat.end(), noise.data() + d * n);
-    for (int c = 0; c < 4; ++c)
-      for (int p = 0; p < 32 * 32; ++p) eps[d * n + c * 1024 + p] = flat[p * 4 + c];  // NHWC → NCHW
-  }
-  test::expect_close_abs("flax img2img noise = normal(key_d)", drawn.initial_latents, noise, 0.0);
-  req.latents = noise;
-  req.posterior_noise = eps;
+  const test::FlaxDraws expected = test::flax_device_draws(77, 2, 32, 32);
+  test::expect_close_abs("flax img2img noise = normal(key_d)", drawn.initial_latents, expected.noise, 0.0);
+  req.latents = expected.noise;
+  req.posterior_noise = expected.posterior_eps;
   const GenerationResult given = pipe.run(req);
   test::expect_close_abs("flax img2img drawn vs given final latents", drawn.final_latents, given.final_latents, 0.0);
   EXPECT_EQ(drawn.model_calls, 6);  // Flax PNDM: calls 2 … 7 of 8

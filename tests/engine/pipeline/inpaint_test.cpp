@@ -182,24 +182,11 @@ TEST(InpaintFlax, DrawsFromTheDeviceKeyAndItsSplit) {
   const GenerationResult drawn = pipe.run(req);
   EXPECT_EQ(drawn.model_calls, 6);  // Flax PNDM: calls 2 … 7 of 8
 
-  const auto keys = jax::split(jax::prng_key(91), 2, jax::RngScheme::Classic);
-  const int64_t n = 4 * 32 * 32;
-  Tensor noise = Tensor::empty({2, 1, 4, 32, 32}), eps = noise.clone(), masked_eps = noise.clone();
-  auto nhwc_draw = [&](const jax::Key& key, Tensor& out, int d) {
-    std::vector<float> flat(n);
-    jax::normal_into(key, n, jax::RngScheme::Classic, flat.data());
-    for (int c = 0; c < 4; ++c)
-      for (int p = 0; p < 32 * 32; ++p) out[d * n + c * 1024 + p] = flat[p * 4 + c];
-  };
-  for (int d = 0; d < 2; ++d) {
-    jax::normal_into(keys[d], n, jax::RngScheme::Classic, noise.data() + d * n);
-    nhwc_draw(keys[d], eps, d);
-    nhwc_draw(jax::split(keys[d], 2, jax::RngScheme::Classic)[1], masked_eps, d);
-  }
-  test::expect_close_abs("flax inpaint noise = normal(key_d)", drawn.initial_latents, noise, 0.0);
-  req.latents = noise;
-  req.posterior_noise = eps;
-  req.masked_posterior_noise = masked_eps;
+  const test::FlaxDraws expected = test::flax_device_draws(91, 2, 32, 32);
+  test::expect_close_abs("flax inpaint noise = normal(key_d)", drawn.initial_latents, expected.noise, 0.0);
+  req.latents = expected.noise;
+  req.posterior_noise = expected.posterior_eps;
+  req.masked_posterior_noise = expected.masked_eps;
   const GenerationResult given = pipe.run(req);
   test::expect_close_abs("flax inpaint drawn vs given final latents", drawn.final_latents, given.final_latents, 0.0);
 }

@@ -177,19 +177,10 @@ TEST(SdxlImageToImageFlax, NoiseAndPosteriorShareTheDeviceKey) {
   const GenerationResult drawn = pipe.run(req);
   EXPECT_EQ(drawn.model_calls, 6);  // calls 2 … 7 of 8
 
-  const auto keys = jax::split(jax::prng_key(23), 2, jax::RngScheme::Classic);
-  const int64_t plane = kh * kw, n = 4 * plane;
-  Tensor noise = Tensor::empty({2, 1, 4, kh, kw}), eps = Tensor::empty({2, 1, 4, kh, kw});
-  for (int d = 0; d < 2; ++d) {
-    std::vector<float> flat(n);
-    jax::normal_into(keys[d], n, jax::RngScheme::Classic, flat.data());
-    std::copy(flat.begin(), flat.end(), noise.data() + d * n);
-    for (int c = 0; c < 4; ++c)
-      for (int64_t p = 0; p < plane; ++p) eps[d * n + c * plane + p] = flat[p * 4 + c];  // NHWC → NCHW
-  }
-  test::expect_close_abs("sdxl flax img2img noise = normal(key_d)", drawn.initial_latents, noise, 0.0);
-  req.latents = noise;
-  req.posterior_noise = eps;
+  const test::FlaxDraws expected = test::flax_device_draws(23, 2, kh, kw);
+  test::expect_close_abs("sdxl flax img2img noise = normal(key_d)", drawn.initial_latents, expected.noise, 0.0);
+  req.latents = expected.noise;
+  req.posterior_noise = expected.posterior_eps;
   test::expect_close_abs("sdxl flax img2img drawn vs given final latents", pipe.run(req).final_latents,
                          drawn.final_latents, 0.0);
 }
