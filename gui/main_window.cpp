@@ -33,6 +33,28 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent) : QMai
   buildInitPanel();
 
   banner_ = new ErrorBanner;
+  QWidget* results = buildResultsColumn();
+  auto* body = new QSplitter(Qt::Horizontal);
+  body->addWidget(buildFormColumn());
+  body->addWidget(results);
+  body->setStretchFactor(1, 1);
+  body->setSizes({400, 1000});
+  body->setChildrenCollapsible(false);
+
+  auto* central = new QWidget;
+  auto* column = new QVBoxLayout(central);
+  column->setContentsMargins(6, 6, 6, 0);
+  column->setSpacing(6);
+  column->addWidget(banner_);
+  column->addWidget(body, 1);
+  setCentralWidget(central);
+  buildMenus();
+  connectController();
+  connectViews();
+  restoreSession(options);
+}
+
+QWidget* MainWindow::buildResultsColumn() {
   grid_ = new ResultGridView;
   grid_->setObjectName(QStringLiteral("resultGrid"));
   comparison_ = new SeedComparisonView;
@@ -57,23 +79,10 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent) : QMai
   right->setStretchFactor(1, 1);
   right->setSizes({600, 290});
   right->setChildrenCollapsible(false);
+  return right;
+}
 
-  auto* body = new QSplitter(Qt::Horizontal);
-  body->addWidget(buildFormColumn());
-  body->addWidget(right);
-  body->setStretchFactor(1, 1);
-  body->setSizes({400, 1000});
-  body->setChildrenCollapsible(false);
-
-  auto* central = new QWidget;
-  auto* column = new QVBoxLayout(central);
-  column->setContentsMargins(6, 6, 6, 0);
-  column->setSpacing(6);
-  column->addWidget(banner_);
-  column->addWidget(body, 1);
-  setCentralWidget(central);
-  buildMenus();
-  connectController();
+void MainWindow::connectViews() {
   connectImageActions(grid_);
   connectImageActions(comparison_);
   connect(comparison_, &SeedComparisonView::runRequested, this, &MainWindow::runSeedComparison);
@@ -82,8 +91,9 @@ MainWindow::MainWindow(const MainWindowOptions& options, QWidget* parent) : QMai
   connectSheet();
   progress_timer_.setInterval(250);
   connect(&progress_timer_, &QTimer::timeout, this, &MainWindow::refreshProgress);
+}
 
-  // Restore the last session's form and model.
+void MainWindow::restoreSession(const MainWindowOptions& options) {
   const FormState form = settings_.form();
   setFormState(form);
   comparison_->setSeedsText(settings_.comparisonSeeds());

@@ -120,7 +120,12 @@ class MainWindow : public QMainWindow {
   void dropEvent(QDropEvent* event) override;
 
  private:
+  QWidget* buildResultsColumn();  // the result tabs above the timings panel
   QWidget* buildFormColumn();
+  void connectViews();  // the result views' and the comparison sheet's signals
+  // The last session's form and model (options.modelPath first), then the model loaded when
+  // options.loadModel.
+  void restoreSession(const MainWindowOptions& options);
   void buildMenus();
   void connectController();
   void connectImageActions(QObject* source);

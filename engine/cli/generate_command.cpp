@@ -2,7 +2,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <future>
 #include <random>
@@ -131,8 +130,6 @@ void print_safety_verdict(FILE* info, const GenerationResult& result) {
                  "metadata) (%.2f s)\n", flagged.find(',') == std::string::npos ? "" : "s", flagged.c_str(),
                  result.nsfw_flagged.size(), result.timings.safety_check);
 }
-
-using Clock = std::chrono::steady_clock;
 
 nlohmann::json timings_json(const GenerationResult& r) {
   return {{"compiled", r.compiled},

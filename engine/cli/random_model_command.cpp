@@ -195,22 +195,26 @@ std::vector<Arch> architectures() {
   const char* sd = "StableDiffusionPipeline";
   return {
       {"sd15", F::SD1, ClipTextConfig::sd1(), UNetConfig::sd1(), vae_at(512), pndm_scheduler(nullptr), sd,
-       "Stable Diffusion 1.5", true, std::nullopt},
-      {"sd21", F::SD2, ClipTextConfig::sd2(), UNetConfig::sd2(true), vae_at(768), pndm_scheduler("v_prediction"),
-       sd, "Stable Diffusion 2.1 (768-v)", true, std::nullopt},
+       "Stable Diffusion 1.5", true, std::nullopt, std::nullopt},
+      {"sd21", F::SD2, ClipTextConfig::sd2(), UNetConfig::sd2(true), vae_at(768),
+       pndm_scheduler("v_prediction"), sd, "Stable Diffusion 2.1 (768-v)", true, std::nullopt, std::nullopt},
       {"sd21-base", F::SD2, ClipTextConfig::sd2(), UNetConfig::sd2(false), vae_at(512),
-       pndm_scheduler("epsilon"), sd, "Stable Diffusion 2.1-base", true, 875000},
+       pndm_scheduler("epsilon"), sd, "Stable Diffusion 2.1-base", true, 875000, std::nullopt},
       // diffusers' single-file converter has no ldm name for time_embedding.cond_proj.
       {"lcm-sd15", F::SD1, ClipTextConfig::sd1(), lcm_unet(), vae_at(512), lcm_scheduler(),
-       "LatentConsistencyModelPipeline", "LCM-distilled Stable Diffusion 1.5 (LCM-Dreamshaper-v7 architecture)",
-       false, std::nullopt},
-      {"sd-turbo", F::SD2, ClipTextConfig::sd2(), UNetConfig::sd2(false), vae_at(512), turbo_euler_scheduler(),
-       sd, "SD-Turbo (Stable Diffusion 2.1 architecture at 512x512, epsilon)", true, 875000},
+       "LatentConsistencyModelPipeline",
+       "LCM-distilled Stable Diffusion 1.5 (LCM-Dreamshaper-v7 architecture)", false, std::nullopt,
+       std::nullopt},
+      {"sd-turbo", F::SD2, ClipTextConfig::sd2(), UNetConfig::sd2(false), vae_at(512),
+       turbo_euler_scheduler(), sd, "SD-Turbo (Stable Diffusion 2.1 architecture at 512x512, epsilon)", true,
+       875000, std::nullopt},
       {"sdxl", F::SDXL, ClipTextConfig::sd1(), UNetConfig::sdxl(), VaeConfig::sdxl(), sdxl_euler_scheduler(),
-       "StableDiffusionXLPipeline", "Stable Diffusion XL base 1.0", true, std::nullopt, ClipTextConfig::sdxl_bigg()},
-      {"sdxl-turbo", F::SDXL, ClipTextConfig::sd1(), sdxl_turbo_unet(), sdxl_turbo_vae(), sdxl_turbo_scheduler(),
-       "StableDiffusionXLPipeline", "SDXL-Turbo (Stable Diffusion XL architecture at 512x512, Euler ancestral)", false,
-       std::nullopt, ClipTextConfig::sdxl_bigg()},
+       "StableDiffusionXLPipeline", "Stable Diffusion XL base 1.0", true, std::nullopt,
+       ClipTextConfig::sdxl_bigg()},
+      {"sdxl-turbo", F::SDXL, ClipTextConfig::sd1(), sdxl_turbo_unet(), sdxl_turbo_vae(),
+       sdxl_turbo_scheduler(), "StableDiffusionXLPipeline",
+       "SDXL-Turbo (Stable Diffusion XL architecture at 512x512, Euler ancestral)", false, std::nullopt,
+       ClipTextConfig::sdxl_bigg()},
   };
 }
 

@@ -7,53 +7,14 @@
 namespace octodiff {
 using nlohmann::json;
 
+// The wire form of Signature and Timings: one JSON key a field, enums as their numbers. Timings
+// travels without safety_check (a received result reports 0 there).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Signature, devices, batch, height, width, steps, scheduler, timestep_spacing,
+                                   guidance, embedded_guidance, dtype, compat, decoder, strength, inpaint)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Timings, compile, text_encode, denoise, mean_step, encode_image, step, decode,
+                                   total)
+
 namespace {
-
-json signature_json(const Signature& s) {
-  return {{"devices", s.devices}, {"batch", s.batch}, {"height", s.height}, {"width", s.width}, {"steps", s.steps},
-          {"scheduler", static_cast<int>(s.scheduler)}, {"timestep_spacing", static_cast<int>(s.timestep_spacing)},
-          {"guidance", s.guidance}, {"embedded_guidance", s.embedded_guidance}, {"dtype", static_cast<int>(s.dtype)},
-          {"compat", static_cast<int>(s.compat)}, {"decoder", static_cast<int>(s.decoder)},
-          {"strength", s.strength}, {"inpaint", s.inpaint}};
-}
-
-Signature signature_from(const json& j) {
-  Signature s;
-  s.devices = j.at("devices");
-  s.batch = j.at("batch");
-  s.height = j.at("height");
-  s.width = j.at("width");
-  s.steps = j.at("steps");
-  s.scheduler = static_cast<SchedulerKind>(j.at("scheduler").get<int>());
-  s.timestep_spacing = static_cast<TimestepSpacing>(j.at("timestep_spacing").get<int>());
-  s.guidance = j.at("guidance");
-  s.embedded_guidance = j.at("embedded_guidance");
-  s.dtype = static_cast<ComputeDType>(j.at("dtype").get<int>());
-  s.compat = static_cast<Compat>(j.at("compat").get<int>());
-  s.decoder = static_cast<Decoder>(j.at("decoder").get<int>());
-  s.strength = j.at("strength");
-  s.inpaint = j.at("inpaint");
-  return s;
-}
-
-json timings_json(const Timings& t) {
-  return {{"compile", t.compile}, {"text_encode", t.text_encode}, {"denoise", t.denoise},
-          {"mean_step", t.mean_step}, {"encode_image", t.encode_image}, {"step", t.step},
-          {"decode", t.decode}, {"total", t.total}};
-}
-
-Timings timings_from(const json& j) {
-  Timings t;
-  t.compile = j.at("compile");
-  t.text_encode = j.at("text_encode");
-  t.denoise = j.at("denoise");
-  t.mean_step = j.at("mean_step");
-  t.encode_image = j.at("encode_image");
-  t.step = j.at("step").get<std::vector<double>>();
-  t.decode = j.at("decode");
-  t.total = j.at("total");
-  return t;
-}
 
 void check_shape(const Tensor& t, const json& expected, const char* what) {
   if (t.shape() != expected.get<Shape>())
@@ -68,14 +29,14 @@ std::string result_header_json(const GenerationResult& r) {
   for (const jax::Key& k : r.device_keys) keys.push_back({k.k0, k.k1});
   json embeddings = json::array();
   for (const auto& e : r.embeddings) embeddings.push_back({e.name, e.path});
-  json j = {{"signature", signature_json(r.signature)}, {"compiled", r.compiled},
+  json j = {{"signature", json(r.signature)}, {"compiled", r.compiled},
             {"shapes", {{"images", r.images.shape()}, {"initial_latents", r.initial_latents.shape()},
                         {"final_latents", r.final_latents.shape()}}},
             {"device_keys", keys}, {"prompts", r.prompts}, {"negative_prompts", r.negative_prompts},
             {"warnings", r.warnings}, {"context_tokens", r.context_tokens}, {"nsfw_flagged", r.nsfw_flagged},
             {"vae_tiles", r.vae_tiles ? json::array({r.vae_tiles->tile, r.vae_tiles->overlap}) : json()}, {"embeddings", embeddings},
             {"model_calls", r.model_calls}, {"threads_per_device", r.threads_per_device},
-            {"concurrent_devices", r.concurrent_devices}, {"timings", timings_json(r.timings)},
+            {"concurrent_devices", r.concurrent_devices}, {"timings", json(r.timings)},
             {"peak_rss_bytes", r.peak_rss_bytes}};
   return j.dump();
 }
@@ -93,7 +54,7 @@ GenerationResult result_from_header(const std::string& header_json, Tensor image
   check_shape(initial_latents, j.at("shapes").at("initial_latents"), "initial latents");
   check_shape(final_latents, j.at("shapes").at("final_latents"), "final latents");
   GenerationResult r;
-  r.signature = signature_from(j.at("signature"));
+  r.signature = j.at("signature").get<Signature>();
   r.compiled = j.at("compiled");
   r.images = std::move(images);
   r.initial_latents = std::move(initial_latents);
@@ -110,7 +71,7 @@ GenerationResult result_from_header(const std::string& header_json, Tensor image
   r.model_calls = j.at("model_calls");
   r.threads_per_device = j.at("threads_per_device");
   r.concurrent_devices = j.at("concurrent_devices");
-  r.timings = timings_from(j.at("timings"));
+  r.timings = j.at("timings").get<Timings>();
   r.peak_rss_bytes = j.at("peak_rss_bytes");
   return r;
 }

@@ -34,6 +34,20 @@ inline void prefetch_tile(float* c, int64_t ldc, int rows, bool half) {
   }
 }
 
+// The accumulators of an MR-row tile: the tile of c when `load`, else zero (its lines prefetched
+// when a long K loop follows).
+template <int MR, bool kHalf>
+[[gnu::always_inline]] inline void start_tile(__m512* c0, __m512* c1, float* c, int64_t ldc, __mmask16 m0,
+                                              __mmask16 m1, bool load, int64_t pairs) {
+  // A short K loop (attention's Q·Kᵀ into an L1-resident tile) has nothing to hide a fetch behind.
+  if (!load && pairs >= 64) prefetch_tile(c, ldc, MR, kHalf);
+  #pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    c0[r] = load ? _mm512_maskz_loadu_ps(m0, c + r * ldc) : _mm512_setzero_ps();
+    if constexpr (!kHalf) c1[r] = load ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();
+  }
+}
+
 // c = (acc + bias) + residual, each sum rounded (apply_epilogue's order), then stored.
 template <int MR, bool kHalf>
 [[gnu::always_inline]] inline void store_tile(__m512* c0, __m512* c1, float* c, int64_t ldc, __mmask16 m0, __mmask16 m1,
@@ -74,13 +88,7 @@ void dot_kernel(int64_t pairs, const uint16_t* a, int64_t lda_, const uint16_t* 
   const int64_t lda = kLda ? kLda : lda_;
   __m512 c0[MR], c1[kHalf ? 1 : MR];
   const __mmask16 m0 = lane_mask(cols), m1 = lane_mask(cols - 16);
-  // A short K loop (attention's Q·Kᵀ into an L1-resident tile) has nothing to hide a fetch behind.
-  if (!load && pairs >= 64) prefetch_tile(c, ldc, MR, kHalf);
-  #pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-    c0[r] = load ? _mm512_maskz_loadu_ps(m0, c + r * ldc) : _mm512_setzero_ps();
-    if constexpr (!kHalf) c1[r] = load ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();
-  }
+  start_tile<MR, kHalf>(c0, c1, c, ldc, m0, m1, load, pairs);
   for (int64_t q = 0; q < pairs; ++q) {
     // B streams from L2 (a panel's K chunk is 48 KiB): fetch it 16 pair-rows ahead (+3-5 %).
     _mm_prefetch(reinterpret_cast<const char*>(b + (q + 16) * kPairRow), _MM_HINT_T0);
@@ -143,12 +151,7 @@ void widen_kernel(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t*
                   int cols, bool load, const TileEpilogue& ep) {
   __m512 c0[MR], c1[kHalf ? 1 : MR];
   const __mmask16 m0 = lane_mask(cols), m1 = lane_mask(cols - 16);
-  if (!load && pairs >= 64) prefetch_tile(c, ldc, MR, kHalf);
-  #pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-    c0[r] = load ? _mm512_maskz_loadu_ps(m0, c + r * ldc) : _mm512_setzero_ps();
-    if constexpr (!kHalf) c1[r] = load ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();
-  }
+  start_tile<MR, kHalf>(c0, c1, c, ldc, m0, m1, load, pairs);
   for (int64_t q = 0; q < pairs; ++q) {
     const __m512i x0 = _mm512_load_si512(b + q * kPairRow);
     const __m512 b0o = odd_f32(x0), b0e = even_f32(x0);

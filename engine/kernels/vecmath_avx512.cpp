@@ -143,22 +143,33 @@ void gelu_erf(const float* x, int64_t n, float* y) {
   }
 }
 
-float softmax_update(float* s, int n, float scale, float* m, float* l) {
-  const float ninf_f = -std::numeric_limits<float>::infinity();
-  const __m512 ninf = _mm512_set1_ps(ninf_f);
-  const __m512 vscale = _mm512_set1_ps(scale);
-  // Pass 1: the row maximum of scale·s (scale·s is rounded as the spec computes it).
+// The mask of the n mod 16 elements after the last full 16-lane block.
+inline __mmask16 tail_mask16(int n) {
+  return __mmask16((1u << (n % 16)) - 1);
+}
+
+// Pass 1 of the softmax updates: the row maximum of scale·s (scale·s is rounded as the spec
+// computes it).
+inline float scaled_row_max(const float* s, int n, __m512 vscale) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   __m512 vmax = ninf;
   int i = 0;
   for (; i + 16 <= n; i += 16) vmax = _mm512_max_ps(vmax, _mm512_mul_ps(_mm512_loadu_ps(s + i), vscale));
-  const __mmask16 tail = __mmask16((1u << (n - i)) - 1);
+  const __mmask16 tail = tail_mask16(n);
   if (i < n) vmax = _mm512_max_ps(vmax, _mm512_mul_ps(_mm512_mask_loadu_ps(ninf, tail, s + i), vscale));
-  const float m_new = std::max(*m, _mm512_reduce_max_ps(vmax));
+  return _mm512_reduce_max_ps(vmax);
+}
+
+float softmax_update(float* s, int n, float scale, float* m, float* l) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const float m_new = std::max(*m, scaled_row_max(s, n, vscale));
   const float alpha = softmax_rescale(*m, m_new);
   // Pass 2: s ← exp(scale·s − m'), summed.
   const __m512 vm = _mm512_set1_ps(m_new);
+  const __mmask16 tail = tail_mask16(n);
   __m512 sum = _mm512_setzero_ps();
-  for (i = 0; i + 16 <= n; i += 16) {
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
     const __m512 e = exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(s + i), vscale), vm));
     _mm512_storeu_ps(s + i, e);
     sum = _mm512_add_ps(sum, e);
@@ -182,19 +193,14 @@ inline __m256i round_to_bf16_dot(__m512i v) {
 // softmax_update writing bf16 probabilities: the rounding is fused into the exp pass.
 template <__m256i (*Round)(__m512i)>
 float softmax_update_bf16_with(float* s, int n, float scale, float* m, float* l, uint16_t* p) {
-  const float ninf_f = -std::numeric_limits<float>::infinity();
-  const __m512 ninf = _mm512_set1_ps(ninf_f);
   const __m512 vscale = _mm512_set1_ps(scale);
-  __m512 vmax = ninf;
-  int i = 0;
-  for (; i + 16 <= n; i += 16) vmax = _mm512_max_ps(vmax, _mm512_mul_ps(_mm512_loadu_ps(s + i), vscale));
-  const __mmask16 tail = __mmask16((1u << (n - i)) - 1);
-  if (i < n) vmax = _mm512_max_ps(vmax, _mm512_mul_ps(_mm512_mask_loadu_ps(ninf, tail, s + i), vscale));
-  const float m_new = std::max(*m, _mm512_reduce_max_ps(vmax));
+  const float m_new = std::max(*m, scaled_row_max(s, n, vscale));
   const float alpha = softmax_rescale(*m, m_new);
   const __m512 vm = _mm512_set1_ps(m_new);
+  const __mmask16 tail = tail_mask16(n);
   __m512 sum = _mm512_setzero_ps();
-  for (i = 0; i + 16 <= n; i += 16) {
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
     const __m512 e = exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(s + i), vscale), vm));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + i), Round(_mm512_castps_si512(e)));
     sum = _mm512_add_ps(sum, e);
@@ -254,7 +260,7 @@ float softmax_update_bf16_avx512_dot(float* s, int n, float scale, float* m, flo
   __m512 vmax = ninf;
   int i = 0;
   for (; i + 16 <= n; i += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(s + i));
-  const __mmask16 tail = __mmask16((1u << (n - i)) - 1);
+  const __mmask16 tail = tail_mask16(n);
   if (i < n) vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(ninf, tail, s + i));
   const float m_new = std::max(*m, _mm512_reduce_max_ps(vmax) * c);
   const float alpha = softmax_rescale(*m, m_new, /*base2=*/true);

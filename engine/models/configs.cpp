@@ -3,34 +3,12 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "io/json_numbers.h"
+#include "io/config_json.h"
 
 namespace octodiff {
 namespace {
 
 using nlohmann::json;
-
-json parse_config(const std::string& text, const std::string& what) {
-  try {
-    json j = json::parse(text);
-    if (!j.is_object()) fail("'", what, "' is not a JSON object");
-    return j;
-  } catch (const json::exception& e) {
-    fail("'", what, "' is not valid JSON: ", e.what());
-  }
-}
-
-// Reads j[key] into *out when present and not null; wrong types are errors naming the key.
-template <typename T>
-void read(const json& j, const char* key, T* out, const std::string& what) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return;
-  try {
-    *out = checked_get<T>(*it);
-  } catch (const json::exception&) {
-    fail("'", what, "': key '", key, "' has an unexpected value ", it->dump());
-  }
-}
 
 // An int or a list of ints, broadcast to n entries.
 void read_int_or_list(const json& j, const char* key, std::vector<int>* out, size_t n,
@@ -39,12 +17,12 @@ void read_int_or_list(const json& j, const char* key, std::vector<int>* out, siz
   if (it == j.end() || it->is_null()) return;
   if (it->is_number()) {
     int v = 0;
-    read(j, key, &v, what);
+    read_config_key(j, key, &v, what);
     out->assign(n, v);
     return;
   }
   std::vector<int> v;
-  read(j, key, &v, what);
+  read_config_key(j, key, &v, what);
   if (v.size() != n)
     fail("'", what, "': '", key, "' has ", v.size(), " entries but there are ", n, " blocks");
   *out = v;
@@ -54,17 +32,40 @@ void refuse_if(bool condition, const std::string& what, const std::string& setti
   if (condition) fail("'", what, "': unsupported model setting ", setting);
 }
 
+// How a refused setting is named: the key (a flag), "key value" (a number), "key 'value'" (a name).
+std::string setting_text(const char* key, bool) {
+  return key;
+}
+std::string setting_text(const char* key, int v) {
+  return std::string(key) + " " + std::to_string(v);
+}
+std::string setting_text(const char* key, double v) {
+  return std::string(key) + " " + std::to_string(v);
+}
+std::string setting_text(const char* key, const std::string& v) {
+  return std::string(key) + " '" + v + "'";
+}
+
+// Refuses j[key] unless it is absent, null or `supported`; `note` follows the setting's name.
+template <typename T>
+void refuse_unless(const json& j, const char* key, const T& supported, const std::string& what,
+                   const std::string& note = "") {
+  T v = supported;
+  read_config_key(j, key, &v, what);
+  refuse_if(v != supported, what, setting_text(key, v) + note);
+}
+
 void require_positive(int v, const char* key, const std::string& what) {
   if (v <= 0 || v > 1'000'000) fail("'", what, "': '", key, "' must be a positive integer, got ", v);
 }
 
 // SDXL's addition_embed_type "text_time" and its two widths; other addition types are refused.
 void read_addition_embedding(const json& j, UNetConfig& c, const std::string& what) {
-  read(j, "addition_embed_type", &c.addition_embed_type, what);
+  read_config_key(j, "addition_embed_type", &c.addition_embed_type, what);
   if (c.addition_embed_type.empty()) return;
   refuse_if(c.addition_embed_type != "text_time", what, "addition_embed_type '" + c.addition_embed_type + "'");
-  read(j, "addition_time_embed_dim", &c.addition_time_embed_dim, what);
-  read(j, "projection_class_embeddings_input_dim", &c.projection_class_embeddings_input_dim, what);
+  read_config_key(j, "addition_time_embed_dim", &c.addition_time_embed_dim, what);
+  read_config_key(j, "projection_class_embeddings_input_dim", &c.projection_class_embeddings_input_dim, what);
   for (auto [v, k] : {std::pair{c.addition_time_embed_dim, "addition_time_embed_dim"},
                       {c.projection_class_embeddings_input_dim, "projection_class_embeddings_input_dim"}})
     if (v <= 0 || v > 1'000'000)
@@ -124,49 +125,30 @@ void refuse_other_unet_settings(const json& j, const std::string& what) {
   for (const auto& [key, supported] : {std::pair{"resnet_time_scale_shift", "default"},
                                        {"time_embedding_type", "positional"},
                                        {"mid_block_type", "UNetMidBlock2DCrossAttn"},
-                                       {"act_fn", "silu"}}) {
-    std::string v = supported;  // absent or null: the supported default
-    read(j, key, &v, what);
-    refuse_if(v != supported, what, std::string(key) + " '" + v + "'");
-  }
-  bool b = false;
-  read(j, "only_cross_attention", &b, what);
-  refuse_if(b, what, "only_cross_attention");
-  b = false;
-  read(j, "dual_cross_attention", &b, what);
-  refuse_if(b, what, "dual_cross_attention");
-  b = false;
-  read(j, "center_input_sample", &b, what);
-  refuse_if(b, what, "center_input_sample");
-  double d = 1.0;
-  read(j, "mid_block_scale_factor", &d, what);
-  refuse_if(d != 1.0, what, "mid_block_scale_factor " + std::to_string(d));
-  d = 1.0;
-  read(j, "resnet_out_scale_factor", &d, what);
-  refuse_if(d != 1.0, what, "resnet_out_scale_factor " + std::to_string(d));
-  int k = 3;
-  read(j, "conv_in_kernel", &k, what);
-  refuse_if(k != 3, what, "conv_in_kernel " + std::to_string(k));
-  k = 3;
-  read(j, "conv_out_kernel", &k, what);
-  refuse_if(k != 3, what, "conv_out_kernel " + std::to_string(k));
+                                       {"act_fn", "silu"}})
+    refuse_unless(j, key, std::string(supported), what);
+  for (const char* key : {"only_cross_attention", "dual_cross_attention", "center_input_sample"})
+    refuse_unless(j, key, false, what);
+  for (const char* key : {"mid_block_scale_factor", "resnet_out_scale_factor"})
+    refuse_unless(j, key, 1.0, what);
+  for (const char* key : {"conv_in_kernel", "conv_out_kernel"}) refuse_unless(j, key, 3, what);
 }
 
 }  // namespace
 
 ClipTextConfig ClipTextConfig::from_json(const std::string& text, const std::string& what) {
-  json j = parse_config(text, what);
+  json j = parse_config_object(text, what);
   ClipTextConfig c;
-  read(j, "vocab_size", &c.vocab_size, what);
-  read(j, "hidden_size", &c.hidden_size, what);
-  read(j, "intermediate_size", &c.intermediate_size, what);
-  read(j, "num_hidden_layers", &c.num_hidden_layers, what);
-  read(j, "num_attention_heads", &c.num_attention_heads, what);
-  read(j, "max_position_embeddings", &c.max_position_embeddings, what);
-  read(j, "hidden_act", &c.hidden_act, what);
-  read(j, "layer_norm_eps", &c.layer_norm_eps, what);
-  read(j, "projection_dim", &c.projection_dim, what);
-  read(j, "eos_token_id", &c.eos_token_id, what);
+  read_config_key(j, "vocab_size", &c.vocab_size, what);
+  read_config_key(j, "hidden_size", &c.hidden_size, what);
+  read_config_key(j, "intermediate_size", &c.intermediate_size, what);
+  read_config_key(j, "num_hidden_layers", &c.num_hidden_layers, what);
+  read_config_key(j, "num_attention_heads", &c.num_attention_heads, what);
+  read_config_key(j, "max_position_embeddings", &c.max_position_embeddings, what);
+  read_config_key(j, "hidden_act", &c.hidden_act, what);
+  read_config_key(j, "layer_norm_eps", &c.layer_norm_eps, what);
+  read_config_key(j, "projection_dim", &c.projection_dim, what);
+  read_config_key(j, "eos_token_id", &c.eos_token_id, what);
   for (auto [v, k] : {std::pair{c.vocab_size, "vocab_size"}, {c.hidden_size, "hidden_size"},
                       {c.projection_dim, "projection_dim"},
                       {c.intermediate_size, "intermediate_size"}, {c.num_hidden_layers, "num_hidden_layers"},
@@ -181,55 +163,57 @@ ClipTextConfig ClipTextConfig::from_json(const std::string& text, const std::str
   return c;
 }
 
-ClipTextConfig ClipTextConfig::sd1() {
+namespace {
+
+// The defaults with a text tower of these sizes.
+ClipTextConfig clip_text_tower(int hidden_size, int intermediate_size, int num_hidden_layers,
+                               int num_attention_heads) {
   ClipTextConfig c;
-  c.hidden_size = 768;
-  c.intermediate_size = 3072;
-  c.num_hidden_layers = 12;
-  c.num_attention_heads = 12;
+  c.hidden_size = hidden_size;
+  c.intermediate_size = intermediate_size;
+  c.num_hidden_layers = num_hidden_layers;
+  c.num_attention_heads = num_attention_heads;
   return c;
 }
 
+}  // namespace
+
+ClipTextConfig ClipTextConfig::sd1() {
+  return clip_text_tower(768, 3072, 12, 12);
+}
+
 ClipTextConfig ClipTextConfig::sdxl_bigg() {
-  ClipTextConfig c;
-  c.hidden_size = 1280;
-  c.intermediate_size = 5120;
-  c.num_hidden_layers = 32;
-  c.num_attention_heads = 20;
+  ClipTextConfig c = clip_text_tower(1280, 5120, 32, 20);
   c.hidden_act = "gelu";
   c.projection_dim = 1280;
   return c;
 }
 
 ClipTextConfig ClipTextConfig::sd2() {
-  ClipTextConfig c;
-  c.hidden_size = 1024;
-  c.intermediate_size = 4096;
-  c.num_hidden_layers = 23;
-  c.num_attention_heads = 16;
+  ClipTextConfig c = clip_text_tower(1024, 4096, 23, 16);
   c.hidden_act = "gelu";
   return c;
 }
 
 UNetConfig UNetConfig::from_json(const std::string& text, const std::string& what) {
-  json j = parse_config(text, what);
+  json j = parse_config_object(text, what);
   UNetConfig c;
-  read(j, "sample_size", &c.sample_size, what);
-  read(j, "in_channels", &c.in_channels, what);
-  read(j, "out_channels", &c.out_channels, what);
-  read(j, "flip_sin_to_cos", &c.flip_sin_to_cos, what);
-  read(j, "freq_shift", &c.freq_shift, what);
-  read(j, "down_block_types", &c.down_block_types, what);
-  read(j, "up_block_types", &c.up_block_types, what);
-  read(j, "block_out_channels", &c.block_out_channels, what);
-  read(j, "layers_per_block", &c.layers_per_block, what);
-  read(j, "downsample_padding", &c.downsample_padding, what);
-  read(j, "norm_num_groups", &c.norm_num_groups, what);
-  read(j, "norm_eps", &c.norm_eps, what);
-  read(j, "cross_attention_dim", &c.cross_attention_dim, what);
-  read(j, "use_linear_projection", &c.use_linear_projection, what);
-  read(j, "upcast_attention", &c.upcast_attention, what);
-  read(j, "time_cond_proj_dim", &c.time_cond_proj_dim, what);
+  read_config_key(j, "sample_size", &c.sample_size, what);
+  read_config_key(j, "in_channels", &c.in_channels, what);
+  read_config_key(j, "out_channels", &c.out_channels, what);
+  read_config_key(j, "flip_sin_to_cos", &c.flip_sin_to_cos, what);
+  read_config_key(j, "freq_shift", &c.freq_shift, what);
+  read_config_key(j, "down_block_types", &c.down_block_types, what);
+  read_config_key(j, "up_block_types", &c.up_block_types, what);
+  read_config_key(j, "block_out_channels", &c.block_out_channels, what);
+  read_config_key(j, "layers_per_block", &c.layers_per_block, what);
+  read_config_key(j, "downsample_padding", &c.downsample_padding, what);
+  read_config_key(j, "norm_num_groups", &c.norm_num_groups, what);
+  read_config_key(j, "norm_eps", &c.norm_eps, what);
+  read_config_key(j, "cross_attention_dim", &c.cross_attention_dim, what);
+  read_config_key(j, "use_linear_projection", &c.use_linear_projection, what);
+  read_config_key(j, "upcast_attention", &c.upcast_attention, what);
+  read_config_key(j, "time_cond_proj_dim", &c.time_cond_proj_dim, what);
   if (c.time_cond_proj_dim != 0) require_positive(c.time_cond_proj_dim, "time_cond_proj_dim", what);
   read_addition_embedding(j, c, what);
 
@@ -272,20 +256,20 @@ UNetConfig UNetConfig::sd2(bool v_model) {
 }
 
 VaeConfig VaeConfig::from_json(const std::string& text, const std::string& what) {
-  json j = parse_config(text, what);
+  json j = parse_config_object(text, what);
   VaeConfig c;
-  read(j, "in_channels", &c.in_channels, what);
-  read(j, "out_channels", &c.out_channels, what);
-  read(j, "block_out_channels", &c.block_out_channels, what);
-  read(j, "layers_per_block", &c.layers_per_block, what);
-  read(j, "latent_channels", &c.latent_channels, what);
-  read(j, "norm_num_groups", &c.norm_num_groups, what);
-  read(j, "scaling_factor", &c.scaling_factor, what);
-  read(j, "use_quant_conv", &c.use_quant_conv, what);
-  read(j, "use_post_quant_conv", &c.use_post_quant_conv, what);
-  read(j, "mid_block_add_attention", &c.mid_block_add_attention, what);
-  read(j, "sample_size", &c.sample_size, what);
-  read(j, "force_upcast", &c.force_upcast, what);
+  read_config_key(j, "in_channels", &c.in_channels, what);
+  read_config_key(j, "out_channels", &c.out_channels, what);
+  read_config_key(j, "block_out_channels", &c.block_out_channels, what);
+  read_config_key(j, "layers_per_block", &c.layers_per_block, what);
+  read_config_key(j, "latent_channels", &c.latent_channels, what);
+  read_config_key(j, "norm_num_groups", &c.norm_num_groups, what);
+  read_config_key(j, "scaling_factor", &c.scaling_factor, what);
+  read_config_key(j, "use_quant_conv", &c.use_quant_conv, what);
+  read_config_key(j, "use_post_quant_conv", &c.use_post_quant_conv, what);
+  read_config_key(j, "mid_block_add_attention", &c.mid_block_add_attention, what);
+  read_config_key(j, "sample_size", &c.sample_size, what);
+  read_config_key(j, "force_upcast", &c.force_upcast, what);
   const size_t n = c.block_out_channels.size();
   if (n == 0 || n > 8) fail("'", what, "': block_out_channels must have 1 to 8 entries");
   require_positive(c.norm_num_groups, "norm_num_groups", what);  // before dividing by it (found by fuzz_configs)
@@ -300,49 +284,44 @@ VaeConfig VaeConfig::from_json(const std::string& text, const std::string& what)
     require_positive(v, k, what);
   if (!(c.scaling_factor > 0)) fail("'", what, "': scaling_factor must be positive");
   std::vector<std::string> types;
-  read(j, "down_block_types", &types, what);
+  read_config_key(j, "down_block_types", &types, what);
   for (const auto& t : types) refuse_if(t != "DownEncoderBlock2D", what, "down block '" + t + "'");
   if (!types.empty() && types.size() != n) fail("'", what, "': one down block type per block_out_channels");
   types.clear();
-  read(j, "up_block_types", &types, what);
+  read_config_key(j, "up_block_types", &types, what);
   for (const auto& t : types) refuse_if(t != "UpDecoderBlock2D", what, "up block '" + t + "'");
   if (!types.empty() && types.size() != n) fail("'", what, "': one up block type per block_out_channels");
-  std::string act = "silu";
-  read(j, "act_fn", &act, what);
-  refuse_if(act != "silu", what, "act_fn '" + act + "'");
+  refuse_unless(j, "act_fn", std::string("silu"), what);
   double shift = 0;
-  read(j, "shift_factor", &shift, what);
+  read_config_key(j, "shift_factor", &shift, what);
   refuse_if(shift != 0.0, what, "shift_factor (an SD3/Flux VAE)");
   return c;
 }
 
 AutoencoderTinyConfig AutoencoderTinyConfig::from_json(const std::string& text, const std::string& what) {
-  json j = parse_config(text, what);
+  json j = parse_config_object(text, what);
   AutoencoderTinyConfig c;
-  read(j, "in_channels", &c.in_channels, what);
-  read(j, "out_channels", &c.out_channels, what);
-  read(j, "encoder_block_out_channels", &c.encoder_block_out_channels, what);
-  read(j, "decoder_block_out_channels", &c.decoder_block_out_channels, what);
-  read(j, "num_encoder_blocks", &c.num_encoder_blocks, what);
-  read(j, "num_decoder_blocks", &c.num_decoder_blocks, what);
-  read(j, "latent_channels", &c.latent_channels, what);
-  read(j, "upsampling_scaling_factor", &c.upsampling_scaling_factor, what);
-  read(j, "latent_magnitude", &c.latent_magnitude, what);
-  read(j, "latent_shift", &c.latent_shift, what);
-  read(j, "scaling_factor", &c.scaling_factor, what);
+  read_config_key(j, "in_channels", &c.in_channels, what);
+  read_config_key(j, "out_channels", &c.out_channels, what);
+  read_config_key(j, "encoder_block_out_channels", &c.encoder_block_out_channels, what);
+  read_config_key(j, "decoder_block_out_channels", &c.decoder_block_out_channels, what);
+  read_config_key(j, "num_encoder_blocks", &c.num_encoder_blocks, what);
+  read_config_key(j, "num_decoder_blocks", &c.num_decoder_blocks, what);
+  read_config_key(j, "latent_channels", &c.latent_channels, what);
+  read_config_key(j, "upsampling_scaling_factor", &c.upsampling_scaling_factor, what);
+  read_config_key(j, "latent_magnitude", &c.latent_magnitude, what);
+  read_config_key(j, "latent_shift", &c.latent_shift, what);
+  read_config_key(j, "scaling_factor", &c.scaling_factor, what);
   std::vector<int> saved_copy;
-  read(j, "block_out_channels", &saved_copy, what);
+  read_config_key(j, "block_out_channels", &saved_copy, what);
   if (!saved_copy.empty() && saved_copy != c.decoder_block_out_channels)
     fail("'", what, "': block_out_channels ", json(saved_copy).dump(), " contradicts decoder_block_out_channels ",
          json(c.decoder_block_out_channels).dump());
-  std::string s = "relu";
-  read(j, "act_fn", &s, what);
-  refuse_if(s != "relu", what, "act_fn '" + s + "' (the tiny autoencoder is implemented with ReLU only)");
-  s = "nearest";
-  read(j, "upsample_fn", &s, what);
-  refuse_if(s != "nearest", what, "upsample_fn '" + s + "'");
+  refuse_unless(j, "act_fn", std::string("relu"), what,
+                " (the tiny autoencoder is implemented with ReLU only)");
+  refuse_unless(j, "upsample_fn", std::string("nearest"), what);
   double shift = 0;
-  read(j, "shift_factor", &shift, what);
+  read_config_key(j, "shift_factor", &shift, what);
   refuse_if(shift != 0.0, what, "shift_factor (an SD3/Flux tiny autoencoder)");
   c.validate(what);
   return c;

@@ -1,12 +1,11 @@
 #include "models/controlnet.h"
 
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "core/device.h"
 #include "core/error.h"
-#include "io/json_numbers.h"
+#include "io/config_json.h"
 #include "kernels/activations.h"
 #include "models/distinct_samples.h"
 
@@ -25,27 +24,6 @@ json mirrored_up_blocks(const json& down) {
   return up;
 }
 
-json parse_object(const std::string& text, const std::string& what) {
-  try {
-    json j = json::parse(text);
-    if (!j.is_object()) fail("'", what, "' is not a JSON object");
-    return j;
-  } catch (const json::exception& e) {
-    fail("'", what, "' is not valid JSON: ", e.what());
-  }
-}
-
-template <typename T>
-T value_or(const json& j, const char* key, T fallback, const std::string& what) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  try {
-    return checked_get<T>(*it);
-  } catch (const json::exception&) {
-    fail("'", what, "': key '", key, "' has an unexpected value ", it->dump());
-  }
-}
-
 Conv2d stride2_conv(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, kernels::Precision p) {
   kernels::Conv2dGeometry g;
   g.stride = 2;
@@ -56,7 +34,7 @@ Conv2d stride2_conv(WeightSource& w, const std::string& prefix, int64_t in, int6
 }  // namespace
 
 ControlNetConfig ControlNetConfig::from_json(const std::string& text, const std::string& what) {
-  json j = parse_object(text, what);
+  json j = parse_config_object(text, what);
   if (auto it = j.find("_class_name"); it != j.end() && *it != "ControlNetModel")
     fail("'", what, "' describes a ", it->dump(), ", not a ControlNetModel");
   ControlNetConfig c;
@@ -69,14 +47,15 @@ ControlNetConfig ControlNetConfig::from_json(const std::string& text, const std:
   j["up_block_types"] = mirrored_up_blocks(down);
   if (!j.contains("cross_attention_dim")) j["cross_attention_dim"] = 1280;  // ControlNetModel's default
   c.unet = UNetConfig::from_json(j.dump(), what);
-  c.conditioning_channels = value_or(j, "conditioning_channels", 3, what);
+  c.conditioning_channels = config_value_or(j, "conditioning_channels", 3, what);
   c.conditioning_embedding_out_channels =
-      value_or(j, "conditioning_embedding_out_channels", c.conditioning_embedding_out_channels, what);
-  const std::string order = value_or<std::string>(j, "controlnet_conditioning_channel_order", "rgb", what);
+      config_value_or(j, "conditioning_embedding_out_channels", c.conditioning_embedding_out_channels, what);
+  const std::string order =
+      config_value_or<std::string>(j, "controlnet_conditioning_channel_order", "rgb", what);
   if (order != "rgb" && order != "bgr")
     fail("'", what, "': unknown controlnet_conditioning_channel_order '", order, "'");
   c.bgr = order == "bgr";
-  if (value_or(j, "global_pool_conditions", false, what))
+  if (config_value_or(j, "global_pool_conditions", false, what))
     fail("'", what, "': unsupported model setting global_pool_conditions (a guess-mode ControlNet such as "
          "shuffle)");
   if (c.conditioning_channels < 1 || c.conditioning_channels > 64)

@@ -355,15 +355,8 @@ ImageMetadata::ControlNet parse_controlnet_text(std::string value) {
   return c;
 }
 
-std::optional<ImageMetadata> from_a1111(const std::string& text) {
-  // The last line holds "Key: value, Key: value"; lines before it are the prompt, then
-  // optionally "Negative prompt: ...".
-  const size_t last_nl = text.rfind('\n');
-  if (last_nl == std::string::npos) return std::nullopt;
-  const std::string params = text.substr(last_nl + 1);
-  std::string head = text.substr(0, last_nl);
-  if (params.find("Steps: ") == std::string::npos) return std::nullopt;
-  ImageMetadata m;
+// "Prompt\nNegative prompt: negative" (the lines before the settings line) into m's prompts.
+void read_a1111_prompts(std::string head, ImageMetadata& m) {
   std::string negative;
   const std::string marker = "\nNegative prompt: ";
   size_t neg = head.find(marker);
@@ -376,6 +369,66 @@ std::optional<ImageMetadata> from_a1111(const std::string& text) {
   }
   m.prompts = {head};
   m.negative_prompts = {negative};
+}
+
+// One "Key: value" of the settings line into m; keys it does not know are skipped. Throws
+// std::exception for a value it cannot read.
+void apply_a1111_setting(const std::string& key, const std::string& value, ImageMetadata& m) {
+  if (key == "Steps") m.steps = std::stoi(value);
+  else if (key == "CFG scale") m.guidance_scale = std::stod(value);
+  else if (key == "Seed") m.seed = std::stoll(value);
+  else if (key == "Model hash") m.model_hash = value;
+  else if (key == "Model") m.model_name = value;
+  else if (key == "Size") {
+    size_t x = value.find('x');
+    if (x != std::string::npos) {
+      m.width = std::stoi(value.substr(0, x));
+      m.height = std::stoi(value.substr(x + 1));
+    }
+  } else if (key == "Sampler") {
+    for (SchedulerKind k : all_scheduler_kinds())
+      if (value == sampler_display_name(k)) m.scheduler = k;
+  } else if (key == "Sampler source") {
+    m.scheduler_is_models_own = value == "model";
+  } else if (key == "Timestep spacing") {
+    m.timestep_spacing = parse_timestep_spacing(value);
+  } else if (key == "Denoising strength") {
+    m.denoising_strength = std::stod(value);
+  } else if (key == "Mask blur" || key == "Inpaint area" || key == "Masked area padding" ||
+             key == "Masked content" || key == "Inpaint mode") {
+    parse_a1111_inpaint(key, value, m);
+  } else if (key == "VAE tile" || key == "VAE tile overlap") {
+    if (!m.vae_tiles) m.vae_tiles = ImageMetadata::VaeTiles{};
+    (key == "VAE tile" ? m.vae_tiles->tile_px : m.vae_tiles->overlap_px) = std::stoi(value);
+  } else if (key == "VAE") {
+    if (value == "TAESD") m.decoder = Decoder::Tiny;
+  } else if (key == "RNG") {
+    m.rng = value.find("partitionable") != std::string::npos ? jax::RngScheme::Partitionable
+                                                              : jax::RngScheme::Classic;
+  } else if (key == "Compat") {
+    m.compat = parse_compat(value);
+  } else if (key == "Original size" || key == "Crop top" || key == "Crop left" || key == "Target size") {
+    parse_sdxl_size_key(key, value, m.sdxl_size);
+  } else if (key == "Prompt syntax") {
+    m.prompt_syntax = parse_prompt_syntax(value);
+  } else if (key == "Long prompts") {
+    m.long_prompts = parse_long_prompts(value);
+  } else if (key == "Comma backtrack") {
+    m.comma_backtrack = std::stoi(value);
+  } else if (key.rfind("ControlNet ", 0) == 0) {
+    m.controlnets.push_back(parse_controlnet_text(value));
+  }
+}
+
+std::optional<ImageMetadata> from_a1111(const std::string& text) {
+  // The last line holds "Key: value, Key: value"; lines before it are the prompt, then
+  // optionally "Negative prompt: ...".
+  const size_t last_nl = text.rfind('\n');
+  if (last_nl == std::string::npos) return std::nullopt;
+  const std::string params = text.substr(last_nl + 1);
+  if (params.find("Steps: ") == std::string::npos) return std::nullopt;
+  ImageMetadata m;
+  read_a1111_prompts(text.substr(0, last_nl), m);
   // Octodiff writes "Compat: "; without it A1111 (or another tool reading as A1111) made the image.
   const bool by_octodiff = params.find("Compat: ") != std::string::npos;
   m.prompt_syntax = by_octodiff ? PromptSyntax::Plain : PromptSyntax::A1111;  // A1111 always reads its syntax
@@ -384,50 +437,7 @@ std::optional<ImageMetadata> from_a1111(const std::string& text) {
   // A value in double quotes (Lora hashes, ControlNet N) holds commas and "Key: value" pairs of its own.
   for (const auto& [key, value] : a1111_settings_fields(params)) {
     try {
-      if (key == "Steps") m.steps = std::stoi(value);
-      else if (key == "CFG scale") m.guidance_scale = std::stod(value);
-      else if (key == "Seed") m.seed = std::stoll(value);
-      else if (key == "Model hash") m.model_hash = value;
-      else if (key == "Model") m.model_name = value;
-      else if (key == "Size") {
-        size_t x = value.find('x');
-        if (x != std::string::npos) {
-          m.width = std::stoi(value.substr(0, x));
-          m.height = std::stoi(value.substr(x + 1));
-        }
-      } else if (key == "Sampler") {
-        for (SchedulerKind k : all_scheduler_kinds())
-          if (value == sampler_display_name(k)) m.scheduler = k;
-      } else if (key == "Sampler source") {
-        m.scheduler_is_models_own = value == "model";
-      } else if (key == "Timestep spacing") {
-        m.timestep_spacing = parse_timestep_spacing(value);
-      } else if (key == "Denoising strength") {
-        m.denoising_strength = std::stod(value);
-      } else if (key == "Mask blur" || key == "Inpaint area" || key == "Masked area padding" ||
-                 key == "Masked content" || key == "Inpaint mode") {
-        parse_a1111_inpaint(key, value, m);
-      } else if (key == "VAE tile" || key == "VAE tile overlap") {
-        if (!m.vae_tiles) m.vae_tiles = ImageMetadata::VaeTiles{};
-        (key == "VAE tile" ? m.vae_tiles->tile_px : m.vae_tiles->overlap_px) = std::stoi(value);
-      } else if (key == "VAE") {
-        if (value == "TAESD") m.decoder = Decoder::Tiny;
-      } else if (key == "RNG") {
-        m.rng = value.find("partitionable") != std::string::npos ? jax::RngScheme::Partitionable
-                                                                  : jax::RngScheme::Classic;
-      } else if (key == "Compat") {
-        m.compat = parse_compat(value);
-      } else if (key == "Original size" || key == "Crop top" || key == "Crop left" || key == "Target size") {
-        parse_sdxl_size_key(key, value, m.sdxl_size);
-      } else if (key == "Prompt syntax") {
-        m.prompt_syntax = parse_prompt_syntax(value);
-      } else if (key == "Long prompts") {
-        m.long_prompts = parse_long_prompts(value);
-      } else if (key == "Comma backtrack") {
-        m.comma_backtrack = std::stoi(value);
-      } else if (key.rfind("ControlNet ", 0) == 0) {
-        m.controlnets.push_back(parse_controlnet_text(value));
-      }
+      apply_a1111_setting(key, value, m);
     } catch (const std::exception&) {
       // Tolerate fields other tools write differently.
     }

@@ -20,46 +20,14 @@ namespace octodiff {
 using sched::elementwise;
 
 DdimScheduler::DdimScheduler(const SchedulerConfig& config, SchedulerSemantics semantics)
-    : Scheduler(config, semantics) {
-  final_alpha_cumprod_ = config_.set_alpha_to_one ? 1.0f : alphas_cumprod_[0];
-}
+    : UnscaledInputScheduler(config, semantics, "DDIM") {}
 
 SchedulerState DdimScheduler::set_timesteps(int n) const {
   sched::check_num_steps(config_, n);
-  const int T = config_.num_train_timesteps;
   SchedulerState state;
   state.num_inference_steps = n;
-  TimestepSpacing spacing =
-      semantics_ == SchedulerSemantics::Flax ? TimestepSpacing::Leading : config_.timestep_spacing;
-  switch (spacing) {
-    case TimestepSpacing::Linspace: {
-      auto grid = sched::numpy_linspace(0, T - 1, n);
-      for (auto it = grid.rbegin(); it != grid.rend(); ++it)
-        state.timesteps.push_back(sched::round_half_even(*it));
-      break;
-    }
-    case TimestepSpacing::Leading:
-      state.timesteps = sched::leading_grid(T, n, config_.steps_offset);
-      break;
-    case TimestepSpacing::Trailing:
-      state.timesteps = sched::trailing_grid(T, n, false);
-      break;
-  }
+  state.timesteps = sched::ddim_family_grid(config_, semantics_, n);
   return state;
-}
-
-double DdimScheduler::init_noise_sigma(const SchedulerState&) const {
-  return 1.0;
-}
-
-double DdimScheduler::model_timestep(const SchedulerState& state, int i) const {
-  sched::check_call(state, i, "DDIM model_timestep");
-  return state.timesteps[i];
-}
-
-Tensor DdimScheduler::scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const {
-  sched::check_call(state, i, "DDIM scale_model_input");
-  return sample;
 }
 
 StepResult DdimScheduler::step(const SchedulerState& state, const Tensor& model_output, int i,
@@ -70,7 +38,7 @@ StepResult DdimScheduler::step(const SchedulerState& state, const Tensor& model_
   const int t = static_cast<int>(state.timesteps[i]);
   const int t_prev = t - T / state.num_inference_steps;
   const float a = sched::alpha_at(alphas_cumprod_, t);
-  const float a_prev = t_prev >= 0 ? sched::alpha_at(alphas_cumprod_, t_prev) : final_alpha_cumprod_;
+  const float a_prev = alpha_or_final(t_prev);
   const float b = 1.0f - a;
   const float sa = std::sqrt(a), sb = std::sqrt(b);
 

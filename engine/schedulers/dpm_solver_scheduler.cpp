@@ -26,7 +26,8 @@ using sched::elementwise;
 
 DpmSolverMultistepScheduler::DpmSolverMultistepScheduler(const SchedulerConfig& config,
                                                          SchedulerSemantics semantics)
-    : Scheduler(config, semantics), train_sigmas_(sched::training_sigmas(alphas_cumprod_)) {
+    : UnscaledInputScheduler(config, semantics, "DPM-Solver"),
+      train_sigmas_(sched::training_sigmas(alphas_cumprod_)) {
   if (semantics_ == SchedulerSemantics::Diffusers && !data_prediction() &&
       config_.final_sigmas_type == "zero")
     fail(
@@ -70,21 +71,6 @@ SchedulerState DpmSolverMultistepScheduler::set_timesteps(int n) const {
     state.sigmas.push_back(config_.final_sigmas_type == "sigma_min" ? train_sigmas_[0] : 0.0f);
   }
   return state;
-}
-
-double DpmSolverMultistepScheduler::init_noise_sigma(const SchedulerState&) const {
-  return 1.0;
-}
-
-double DpmSolverMultistepScheduler::model_timestep(const SchedulerState& state, int i) const {
-  sched::check_call(state, i, "DPM-Solver model_timestep");
-  return state.timesteps[i];
-}
-
-Tensor DpmSolverMultistepScheduler::scale_model_input(const SchedulerState& state, const Tensor& sample,
-                                                      int i) const {
-  sched::check_call(state, i, "DPM-Solver scale_model_input");
-  return sample;
 }
 
 DpmSolverMultistepScheduler::Level DpmSolverMultistepScheduler::level_of_sigma(float sigma) const {

@@ -29,9 +29,7 @@ namespace octodiff {
 using sched::elementwise;
 
 LcmScheduler::LcmScheduler(const SchedulerConfig& config, SchedulerSemantics)
-    : Scheduler(config, SchedulerSemantics::Diffusers) {
-  final_alpha_cumprod_ = config_.set_alpha_to_one ? 1.0f : alphas_cumprod_[0];
-}
+    : UnscaledInputScheduler(config, SchedulerSemantics::Diffusers, "LCM") {}
 
 SchedulerState LcmScheduler::set_timesteps(int n) const { return lcm_timesteps(n, 1.0); }
 
@@ -57,20 +55,6 @@ SchedulerState LcmScheduler::lcm_timesteps(int n, double strength) const {
   for (int i = 0; i < n; ++i)
     state.timesteps.push_back(origin[static_cast<size_t>(std::floor(static_cast<double>(i) * step))]);
   return state;
-}
-
-double LcmScheduler::init_noise_sigma(const SchedulerState&) const {
-  return 1.0;
-}
-
-double LcmScheduler::model_timestep(const SchedulerState& state, int i) const {
-  sched::check_call(state, i, "LCM model_timestep");
-  return state.timesteps[i];
-}
-
-Tensor LcmScheduler::scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const {
-  sched::check_call(state, i, "LCM scale_model_input");
-  return sample;
 }
 
 bool LcmScheduler::needs_noise(const SchedulerState& state, int i) const {
@@ -115,7 +99,7 @@ StepResult LcmScheduler::step_with_noise(const SchedulerState& state, const Tens
   const int t = static_cast<int>(state.timesteps[i]);
   const int t_prev = i < last ? static_cast<int>(state.timesteps[i + 1]) : t;
   const float alpha = sched::alpha_at(alphas_cumprod_, t);
-  const float alpha_prev = t_prev >= 0 ? sched::alpha_at(alphas_cumprod_, t_prev) : final_alpha_cumprod_;
+  const float alpha_prev = alpha_or_final(t_prev);
 
   // Boundary conditions: torch multiplies the int64 timestep by the Python float in f32.
   const float scaled = static_cast<float>(t) * static_cast<float>(config_.timestep_scaling);

@@ -22,31 +22,14 @@ namespace octodiff {
 using sched::elementwise;
 
 PndmScheduler::PndmScheduler(const SchedulerConfig& config, SchedulerSemantics semantics)
-    : Scheduler(config, semantics) {
-  final_alpha_cumprod_ = config_.set_alpha_to_one ? 1.0f : alphas_cumprod_[0];
-}
+    : UnscaledInputScheduler(config, semantics, "PNDM") {}
 
 SchedulerState PndmScheduler::set_timesteps(int n) const {
   sched::check_num_steps(config_, n);
   const int T = config_.num_train_timesteps;
   // `ascending` is diffusers' `_timesteps`: the inference grid from low noise to high.
-  std::vector<double> ascending;
-  TimestepSpacing spacing =
-      semantics_ == SchedulerSemantics::Flax ? TimestepSpacing::Leading : config_.timestep_spacing;
-  switch (spacing) {
-    case TimestepSpacing::Linspace:
-      for (double v : sched::numpy_linspace(0, T - 1, n)) ascending.push_back(sched::round_half_even(v));
-      break;
-    case TimestepSpacing::Leading:
-      for (int k = 0; k < n; ++k)
-        ascending.push_back(static_cast<double>(k * (T / n) + config_.steps_offset));
-      break;
-    case TimestepSpacing::Trailing: {
-      auto grid = sched::trailing_grid(T, n, false);
-      ascending.assign(grid.rbegin(), grid.rend());
-      break;
-    }
-  }
+  const std::vector<double> grid = sched::ddim_family_grid(config_, semantics_, n);
+  const std::vector<double> ascending(grid.rbegin(), grid.rend());
   const size_t m = ascending.size();
   SchedulerState state;
   state.num_inference_steps = n;
@@ -77,24 +60,10 @@ SchedulerState PndmScheduler::set_timesteps(int n) const {
   return state;
 }
 
-double PndmScheduler::init_noise_sigma(const SchedulerState&) const {
-  return 1.0;
-}
-
 int PndmScheduler::num_model_calls(const SchedulerState& state) const {
   const int listed = static_cast<int>(state.timesteps.size());
   if (semantics_ == SchedulerSemantics::Flax) return std::min(state.num_inference_steps, listed);
   return listed;
-}
-
-double PndmScheduler::model_timestep(const SchedulerState& state, int i) const {
-  sched::check_call(state, i, "PNDM model_timestep");
-  return state.timesteps[i];
-}
-
-Tensor PndmScheduler::scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const {
-  sched::check_call(state, i, "PNDM scale_model_input");
-  return sample;
 }
 
 StepResult PndmScheduler::step(const SchedulerState& state, const Tensor& model_output, int i,
@@ -196,7 +165,7 @@ StepResult PndmScheduler::step_plms(const SchedulerState& state, const Tensor& e
 Tensor PndmScheduler::transfer(const Tensor& x, int t, int t_prev, const Tensor& e) const {
   if (!x.defined() || x.numel() != e.numel()) fail("PNDM step: no saved sample (steps called out of order?)");
   const float a = sched::alpha_at(alphas_cumprod_, t);
-  const float a_prev = t_prev >= 0 ? sched::alpha_at(alphas_cumprod_, t_prev) : final_alpha_cumprod_;
+  const float a_prev = alpha_or_final(t_prev);
   const float b = 1.0f - a, b_prev = 1.0f - a_prev;
   Tensor eps = e;
   if (config_.prediction_type == PredictionType::VPrediction) {

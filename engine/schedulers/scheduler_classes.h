@@ -8,17 +8,31 @@
 
 namespace octodiff {
 
+// The schedulers that feed the UNet the sample itself (PNDM, DDIM, LCM, DPM-Solver): the initial
+// noise is not scaled (init_noise_sigma 1), the model timestep of call i is the grid's entry i and
+// scale_model_input is the identity. `name` ("PNDM", ...) begins their error messages.
+class UnscaledInputScheduler : public Scheduler {
+ public:
+  double init_noise_sigma(const SchedulerState& state) const override;
+  double model_timestep(const SchedulerState& state, int i) const override;
+  Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
+
+ protected:
+  UnscaledInputScheduler(const SchedulerConfig& config, SchedulerSemantics semantics, const char* name);
+  // ᾱ at training timestep t, or below t = 0 the final ᾱ: 1 with set_alpha_to_one, else ᾱ_0
+  // (the previous noise level of a PNDM, DDIM or LCM step).
+  float alpha_or_final(int t) const;
+  const char* name_;
+};
+
 // PNDM (pseudo linear multistep); with skip_prk_steps it is PLMS, the SD default.
-class PndmScheduler final : public Scheduler {
+class PndmScheduler final : public UnscaledInputScheduler {
  public:
   PndmScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
   SchedulerKind kind() const override { return SchedulerKind::Pndm; }
   using Scheduler::step;  // the five-argument step of the base class
   SchedulerState set_timesteps(int num_inference_steps) const override;
-  double init_noise_sigma(const SchedulerState& state) const override;
   int num_model_calls(const SchedulerState& state) const override;
-  double model_timestep(const SchedulerState& state, int i) const override;
-  Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
   StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
                   const Tensor& sample) const override;
 
@@ -28,24 +42,17 @@ class PndmScheduler final : public Scheduler {
   // PNDM paper eq. (9): x_{t_prev} from x_t and the effective noise slope e.
   Tensor transfer(const Tensor& x, int t, int t_prev, const Tensor& e) const;
   int num_prk_timesteps() const { return config_.skip_prk_steps ? 0 : 12; }
-  float final_alpha_cumprod_;
 };
 
 // DDIM with eta = 0 (deterministic).
-class DdimScheduler final : public Scheduler {
+class DdimScheduler final : public UnscaledInputScheduler {
  public:
   DdimScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
   SchedulerKind kind() const override { return SchedulerKind::Ddim; }
   using Scheduler::step;  // the five-argument step of the base class
   SchedulerState set_timesteps(int num_inference_steps) const override;
-  double init_noise_sigma(const SchedulerState& state) const override;
-  double model_timestep(const SchedulerState& state, int i) const override;
-  Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
   StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
                   const Tensor& sample) const override;
-
- private:
-  float final_alpha_cumprod_;
 };
 
 // The sigma-space family (LMS, Euler, Euler ancestral): training sigmas σ_t = √((1 − ᾱ_t)/ᾱ_t),
@@ -115,15 +122,12 @@ class EulerAncestralDiscreteScheduler final : public SigmaScheduler {
 };
 
 // LCM: consistency-model multistep sampling (stochastic: noise on every step but the last).
-class LcmScheduler final : public Scheduler {
+class LcmScheduler final : public UnscaledInputScheduler {
  public:
   LcmScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
   SchedulerKind kind() const override { return SchedulerKind::Lcm; }
   using Scheduler::step;  // the five-argument step of the base class
   SchedulerState set_timesteps(int num_inference_steps) const override;
-  double init_noise_sigma(const SchedulerState& state) const override;
-  double model_timestep(const SchedulerState& state, int i) const override;
-  Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
   StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
                   const Tensor& sample) const override;
   SchedulerState set_timesteps_for_strength(int num_inference_steps, double strength) const override;
@@ -138,19 +142,15 @@ class LcmScheduler final : public Scheduler {
   SchedulerState lcm_timesteps(int n, double strength) const;
   // x0 from the model output at ᾱ_t = alpha (epsilon/sample/v), clipped when clip_sample.
   Tensor predict_x0(const Tensor& model_output, const Tensor& sample, float alpha) const;
-  float final_alpha_cumprod_;
 };
 
 // DPM-Solver / DPM-Solver++ multistep (orders 1-3), the "DPM++ 2M" of UIs with the defaults.
-class DpmSolverMultistepScheduler final : public Scheduler {
+class DpmSolverMultistepScheduler final : public UnscaledInputScheduler {
  public:
   DpmSolverMultistepScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
   SchedulerKind kind() const override { return SchedulerKind::DpmSolverPP; }
   using Scheduler::step;  // the five-argument step of the base class
   SchedulerState set_timesteps(int num_inference_steps) const override;
-  double init_noise_sigma(const SchedulerState& state) const override;
-  double model_timestep(const SchedulerState& state, int i) const override;
-  Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
   StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
                   const Tensor& sample) const override;
 

@@ -194,6 +194,27 @@ std::vector<double> trailing_grid(int num_train, int n, bool round_in_f32) {
   return grid;
 }
 
+std::vector<double> ddim_family_grid(const SchedulerConfig& config, SchedulerSemantics semantics, int n) {
+  const int T = config.num_train_timesteps;
+  const TimestepSpacing spacing =
+      semantics == SchedulerSemantics::Flax ? TimestepSpacing::Leading : config.timestep_spacing;
+  std::vector<double> grid;
+  switch (spacing) {
+    case TimestepSpacing::Linspace: {
+      const std::vector<double> points = numpy_linspace(0, T - 1, n);
+      for (auto it = points.rbegin(); it != points.rend(); ++it) grid.push_back(round_half_even(*it));
+      break;
+    }
+    case TimestepSpacing::Leading:
+      grid = leading_grid(T, n, config.steps_offset);
+      break;
+    case TimestepSpacing::Trailing:
+      grid = trailing_grid(T, n, false);
+      break;
+  }
+  return grid;
+}
+
 float alpha_at(const std::vector<float>& alphas_cumprod, int t) {
   if (t < 0 || t >= static_cast<int>(alphas_cumprod.size()))
     fail("timestep ", t, " is outside the training range [0, ", alphas_cumprod.size(), ")");

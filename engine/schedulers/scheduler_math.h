@@ -53,6 +53,11 @@ std::vector<double> leading_grid(int num_train, int n, int offset);
 // n + 1 values, the last rounding to −1; diffusers then indexes alphas_cumprod[−1]. That is
 // refused with an Error instead of reproduced.
 std::vector<double> trailing_grid(int num_train, int n, bool round_in_f32);
+// The integer grid of DDIM and PNDM, descending. Diffusers semantics by config.timestep_spacing:
+// linspace = round(np.linspace(0, T−1, n)) reversed, leading = leading_grid(T, n, steps_offset),
+// trailing = trailing_grid(T, n, false); Flax semantics always leading (the Flax classes have no
+// spacing option).
+std::vector<double> ddim_family_grid(const SchedulerConfig& config, SchedulerSemantics semantics, int n);
 // alphas_cumprod[t] with an Error (not an exception of std::vector) outside the table.
 float alpha_at(const std::vector<float>& alphas_cumprod, int t);
 

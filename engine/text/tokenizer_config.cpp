@@ -66,6 +66,7 @@ struct ConfigState {
   std::map<std::string, std::optional<AddedTokenSpec>> roles;
   std::map<std::string, fs::path> role_source;             // which file set each role (for messages)
   std::vector<std::pair<AddedTokenSpec, fs::path>> extra;  // additional/added tokens
+  std::map<std::string, int32_t> explicit_ids;             // from added_tokens_decoder / added_tokens.json
 };
 
 void read_roles(const json& config, const fs::path& file, ConfigState& state) {
@@ -118,69 +119,72 @@ std::unordered_map<std::string, int32_t> parse_vocab(const fs::path& path, const
   return out;
 }
 
-}  // namespace
+// tokenizer_config.json's added_tokens_decoder: {"<id>": token, ...}, each token an extra one
+// with that explicit id.
+void read_added_tokens_decoder(const json& decoder, const fs::path& config_path, ConfigState& state) {
+  if (!decoder.is_object()) fail("'", config_path.string(), "': 'added_tokens_decoder' must be an object");
+  for (const auto& [key, value] : decoder.items()) {
+    int64_t id = -1;
+    try {
+      size_t used = 0;
+      id = std::stoll(key, &used);
+      if (used != key.size()) id = -1;
+    } catch (const std::exception&) {
+    }
+    if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+      fail("'", config_path.string(), "': added_tokens_decoder key '", key, "' is not a token id");
+    }
+    auto t = parse_token(value, config_path, "added_tokens_decoder." + key);
+    if (!t) continue;
+    state.explicit_ids[t->content] = static_cast<int32_t>(id);
+    state.extra.emplace_back(*t, config_path);
+  }
+}
 
-TokenizerFiles load_tokenizer_files(const fs::path& dir) {
-  TokenizerFiles files;
-  const fs::path vocab_path = dir / "vocab.json";
-  files.vocab = parse_vocab(vocab_path, read_required(dir, "vocab.json"));
-  files.merges_text = read_required(dir, "merges.txt");
+// added_tokens.json: {"token": id, ...}, each an extra token with that explicit id.
+void read_added_tokens_json(const fs::path& added_path, ConfigState& state) {
+  const json added = read_json(added_path);
+  if (!added.is_object()) fail("'", added_path.string(), "' must map tokens to ids");
+  for (const auto& [token, id] : added.items()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0) {
+      fail("'", added_path.string(), "': token '", token, "' needs a non-negative integer id");
+    }
+    state.explicit_ids[token] = static_cast<int32_t>(id.get<int64_t>());
+    state.extra.emplace_back(AddedTokenSpec{token}, added_path);
+  }
+}
 
+// The roles and extra tokens the files of `dir` set, over CLIPTokenizer's constructor defaults;
+// tokenizer_config.json's model_max_length goes to *max_length.
+ConfigState read_token_files(const fs::path& dir, int* max_length) {
   ConfigState state;
-  // CLIPTokenizer's constructor defaults.
   state.roles["bos_token"] = AddedTokenSpec{"<|startoftext|>"};
   for (const char* role : {"eos_token", "unk_token", "pad_token"}) {
     state.roles[role] = AddedTokenSpec{"<|endoftext|>"};
   }
-  std::map<std::string, int32_t> explicit_ids;  // from added_tokens_decoder / added_tokens.json
-
   const fs::path config_path = dir / "tokenizer_config.json";
   bool has_added_tokens_decoder = false;
   if (fs::exists(config_path)) {
     const json config = read_json(config_path);
     read_roles(config, config_path, state);
-    files.max_length = read_max_length(config, config_path);
+    *max_length = read_max_length(config, config_path);
     if (config.contains("added_tokens_decoder")) {
       has_added_tokens_decoder = true;
-      const json& decoder = config["added_tokens_decoder"];
-      if (!decoder.is_object())
-        fail("'", config_path.string(), "': 'added_tokens_decoder' must be an object");
-      for (const auto& [key, value] : decoder.items()) {
-        int64_t id = -1;
-        try {
-          size_t used = 0;
-          id = std::stoll(key, &used);
-          if (used != key.size()) id = -1;
-        } catch (const std::exception&) {
-        }
-        if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
-          fail("'", config_path.string(), "': added_tokens_decoder key '", key, "' is not a token id");
-        }
-        auto t = parse_token(value, config_path, "added_tokens_decoder." + key);
-        if (!t) continue;
-        explicit_ids[t->content] = static_cast<int32_t>(id);
-        state.extra.emplace_back(*t, config_path);
-      }
+      read_added_tokens_decoder(config["added_tokens_decoder"], config_path, state);
     }
   }
   const fs::path map_path = dir / "special_tokens_map.json";
   if (fs::exists(map_path) && !has_added_tokens_decoder) read_roles(read_json(map_path), map_path, state);
-
   const fs::path added_path = dir / "added_tokens.json";
-  if (fs::exists(added_path)) {
-    const json added = read_json(added_path);
-    if (!added.is_object()) fail("'", added_path.string(), "' must map tokens to ids");
-    for (const auto& [token, id] : added.items()) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0) {
-        fail("'", added_path.string(), "': token '", token, "' needs a non-negative integer id");
-      }
-      explicit_ids[token] = static_cast<int32_t>(id.get<int64_t>());
-      state.extra.emplace_back(AddedTokenSpec{token}, added_path);
-    }
-  }
+  if (fs::exists(added_path)) read_added_tokens_json(added_path, state);
+  return state;
+}
 
+// The four roles and the extra tokens with their ids (an explicit id first, else the vocabulary's)
+// into files.bos/eos/unk/pad and files.added_tokens.
+void resolve_token_ids(const ConfigState& state, const fs::path& vocab_path, TokenizerFiles& files) {
   auto resolve = [&](AddedTokenSpec t, const fs::path& source, const std::string& what) {
-    if (auto it = explicit_ids.find(t.content); it != explicit_ids.end()) {
+    if (auto it = state.explicit_ids.find(t.content); it != state.explicit_ids.end()) {
       t.id = it->second;
     } else if (auto v = files.vocab.find(t.content); v != files.vocab.end()) {
       t.id = v->second;
@@ -193,14 +197,27 @@ TokenizerFiles load_tokenizer_files(const fs::path& dir) {
   AddedTokenSpec* targets[] = {&files.bos, &files.eos, &files.unk, &files.pad};
   for (size_t k = 0; k < 4; ++k) {
     const std::string role = kRoles[k];
-    const fs::path source = state.role_source.count(role) ? state.role_source[role] : vocab_path;
-    if (!state.roles[role]) fail("'", source.string(), "' sets no ", role, " (null), which CLIP needs");
-    *targets[k] = resolve(*state.roles[role], source, role);
+    const auto source_it = state.role_source.find(role);
+    const fs::path source = source_it != state.role_source.end() ? source_it->second : vocab_path;
+    const std::optional<AddedTokenSpec>& spec = state.roles.at(role);
+    if (!spec) fail("'", source.string(), "' sets no ", role, " (null), which CLIP needs");
+    *targets[k] = resolve(*spec, source, role);
     files.added_tokens.push_back(*targets[k]);
   }
   for (const auto& [token, source] : state.extra) {
     files.added_tokens.push_back(resolve(token, source, "the added token"));
   }
+}
+
+}  // namespace
+
+TokenizerFiles load_tokenizer_files(const fs::path& dir) {
+  TokenizerFiles files;
+  const fs::path vocab_path = dir / "vocab.json";
+  files.vocab = parse_vocab(vocab_path, read_required(dir, "vocab.json"));
+  files.merges_text = read_required(dir, "merges.txt");
+  const ConfigState state = read_token_files(dir, &files.max_length);
+  resolve_token_ids(state, vocab_path, files);
   return files;
 }
 

@@ -8,11 +8,14 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "io/png.h"
+#include "io/safetensors.h"
 #include "pipeline/controlnet.h"
 #include "pipeline/generation.h"
+#include "test_support.h"
 
 namespace octodiff::test {
 
@@ -52,6 +55,27 @@ inline void add_controlnet_case(GenerationRequest& req, const std::string& name,
     add_single_controlnet(req, dir, dtype);
   else
     set_multi_controlnet(req, dir, dtype);
+}
+
+// A run of case `name` against the goldens' <name>.latents_final and <name>.images: `calls` model
+// calls, the final latents (as `latents_shape`) and the images (as `images_shape`) at the parity bar.
+// `label` ("controlnet pipeline", ...) begins the messages.
+inline void expect_case_parity(const std::string& label, const std::string& name, const GenerationResult& res,
+                               const SafetensorsFile& goldens, int calls, const Shape& latents_shape,
+                               const Shape& images_shape) {
+  EXPECT_EQ(res.model_calls, calls);
+  expect_parity(label + " " + name + " final latents", res.final_latents.reshaped(latents_shape),
+                goldens.to_f32(name + ".latents_final"));
+  expect_parity(label + " " + name + " images", res.images.reshaped(images_shape), goldens.to_f32(name + ".images"));
+}
+
+// Case `name` in bf16 gives images within 1e-2 of its f32 run (run_case(name, dtype) runs it).
+inline void expect_bf16_images_close_to_f32(
+    const std::string& label, const std::string& name,
+    const std::function<GenerationResult(const std::string&, ComputeDType)>& run_case) {
+  const GenerationResult f32 = run_case(name, ComputeDType::F32);
+  const GenerationResult bf16 = run_case(name, ComputeDType::BF16);
+  expect_close_abs(label + " " + name + " bf16 vs f32 images", bf16.images, f32.images, 1e-2);
 }
 
 }  // namespace octodiff::test

@@ -35,7 +35,8 @@ Writes into OUT:
 import argparse
 import json
 import os
-import sys
+
+import tiny_models
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--diffusers", default="/work/diffusers-v0.31.0")
@@ -44,17 +45,11 @@ ap.add_argument("--tiny-sd", default="tests/data/tiny-sd")
 ap.add_argument("--out", default="tests/data/tiny-controlnet")
 args = ap.parse_args()
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, args.shared_tools)
-import diffusers_env  # noqa: E402
-
-diffusers_env.setup(args.diffusers)
+tiny_models.setup(args.diffusers, args.shared_tools)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
-torch.set_num_threads(1)
-import diffusers  # noqa: E402
 from diffusers import (AutoencoderKL, ControlNetModel, PNDMScheduler, StableDiffusionControlNetPipeline,  # noqa: E402
                        UNet2DConditionModel)
 from diffusers.loaders.single_file_utils import convert_controlnet_checkpoint  # noqa: E402
@@ -63,24 +58,13 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 
 out = args.out
 os.makedirs(out, exist_ok=True)
-provenance = {"diffusers": diffusers.__version__, "torch": torch.__version__,
-              "made_by": "tools/goldens/make_controlnet_goldens.py"}
+provenance = tiny_models.provenance("tools/goldens/make_controlnet_goldens.py")
 
 unet = UNet2DConditionModel.from_pretrained(os.path.join(args.tiny_sd, "unet")).eval()
 vae = AutoencoderKL.from_pretrained(os.path.join(args.tiny_sd, "vae")).eval()
 
-
-def make_controlnet(seed, order):
-    torch.manual_seed(seed)
-    cn = ControlNetModel.from_unet(unet, controlnet_conditioning_channel_order=order,
-                                   conditioning_embedding_out_channels=(16, 32), load_weights_from_unet=False)
-    for m in [cn.controlnet_cond_embedding.conv_out, *cn.controlnet_down_blocks, cn.controlnet_mid_block]:
-        m.reset_parameters()
-    return cn.eval()
-
-
-cn_a = make_controlnet(4242, "rgb")
-cn_b = make_controlnet(4343, "bgr")
+cn_a = tiny_models.random_controlnet(unet, 4242, "rgb")
+cn_b = tiny_models.random_controlnet(unet, 4343, "bgr")
 for name, cn in [("controlnet_a", cn_a), ("controlnet_b", cn_b)]:
     cn.save_pretrained(os.path.join(out, name), safe_serialization=True)
 cn_a = ControlNetModel.from_pretrained(os.path.join(out, "controlnet_a")).eval()
@@ -218,7 +202,6 @@ with torch.no_grad():
     run("multi", MultiControlNetModel([cn_a, cn_b]), image=[pictures[2], pictures[0]],
         controlnet_conditioning_scale=[1.0, 0.6], control_guidance_start=[0.0, 0.2], control_guidance_end=[0.9, 0.7])
 
-save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(out, "goldens.safetensors"),
-          metadata=provenance)
+tiny_models.save_tensors(tensors, os.path.join(out, "goldens.safetensors"), provenance)
 with open(os.path.join(out, "goldens.json"), "w") as f:
     json.dump({"down_residuals": len(down), **provenance}, f, indent=1)

@@ -37,7 +37,8 @@ Writes into OUT:
 """
 import argparse
 import os
-import sys
+
+import tiny_models
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--diffusers", default="/work/diffusers-v0.31.0")
@@ -48,28 +49,21 @@ ap.add_argument("--controlnet", default="tests/data/tiny-controlnet")
 ap.add_argument("--out", default="tests/data/tiny-controlnet-inpaint")
 args = ap.parse_args()
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, args.shared_tools)
-import diffusers_env  # noqa: E402
-
-diffusers_env.setup(args.diffusers)
+tiny_models.setup(args.diffusers, args.shared_tools)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
-torch.set_num_threads(1)
-import diffusers  # noqa: E402
 import diffusers.models.autoencoders.vae as vae_module  # noqa: E402
 import diffusers.pipelines.controlnet.pipeline_controlnet_inpaint as cn_inpaint_module  # noqa: E402
 from diffusers import (AutoencoderKL, ControlNetModel, EulerDiscreteScheduler, PNDMScheduler,  # noqa: E402
                        StableDiffusionControlNetInpaintPipeline, UNet2DConditionModel)
 from diffusers.pipelines.controlnet.multicontrolnet import MultiControlNetModel  # noqa: E402
-from safetensors.torch import load_file, save_file  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
 
 out = args.out
 os.makedirs(out, exist_ok=True)
-provenance = {"diffusers": diffusers.__version__, "torch": torch.__version__,
-              "made_by": "tools/goldens/make_controlnet_inpaint_goldens.py"}
+provenance = tiny_models.provenance("tools/goldens/make_controlnet_inpaint_goldens.py")
 tiny_goldens = os.path.join(args.tiny_sd, "goldens")
 
 vae = AutoencoderKL.from_pretrained(os.path.join(args.tiny_sd, "vae")).eval()
@@ -85,8 +79,7 @@ config = {k: v for k, v in cn9.config.items() if not k.startswith("_")}
 config["in_channels"] = 4
 torch.manual_seed(4646)
 cn9 = ControlNetModel(**config)
-for m in [cn9.controlnet_cond_embedding.conv_out, *cn9.controlnet_down_blocks, cn9.controlnet_mid_block]:
-    m.reset_parameters()
+tiny_models.wake_zero_modules(cn9)
 cn9.eval().save_pretrained(os.path.join(out, "controlnet_9"), safe_serialization=True)
 cn9 = ControlNetModel.from_pretrained(os.path.join(out, "controlnet_9")).eval()
 
@@ -102,21 +95,8 @@ masked_posterior_noise = torch.randn((2, 4, 32, 32), generator=gen)
 tensors = {"noise": noise, "posterior_noise": posterior_noise, "masked_posterior_noise": masked_posterior_noise}
 
 vae_queue = []
-
-
-def fake_randn_vae(shape, generator=None, device=None, dtype=None, layout=None):
-    eps = vae_queue.pop(0)
-    assert tuple(shape) == tuple(eps.shape), shape
-    return eps.clone()
-
-
-def fake_randn_pipeline(shape, generator=None, device=None, dtype=None, layout=None):
-    assert tuple(shape) == tuple(noise.shape), shape
-    return noise.clone()
-
-
-vae_module.randn_tensor = fake_randn_vae
-cn_inpaint_module.randn_tensor = fake_randn_pipeline
+vae_module.randn_tensor = tiny_models.popping(vae_queue)
+cn_inpaint_module.randn_tensor = tiny_models.returning(noise)
 base_sched = PNDMScheduler.from_pretrained(os.path.join(args.tiny_sd, "scheduler"))
 STEPS = 6
 
@@ -168,8 +148,7 @@ run("ch4_multi_s0.75", unet4, MultiControlNetModel([cn_a, cn_b]), PNDMScheduler,
 
 def run_crop(k):
     vae_queue[:] = [posterior_noise[k:k + 1], masked_posterior_noise[k:k + 1]]
-    cn_inpaint_module.randn_tensor = lambda shape, generator=None, device=None, dtype=None, layout=None: \
-        noise[k:k + 1].clone()
+    cn_inpaint_module.randn_tensor = tiny_models.returning(noise[k:k + 1])
     pipe = StableDiffusionControlNetInpaintPipeline(vae=vae, text_encoder=None, tokenizer=None, unet=unet4,
                                                     controlnet=cn_a, scheduler=PNDMScheduler.from_config(
                                                         base_sched.config),
@@ -188,5 +167,4 @@ def run_crop(k):
 
 tensors["ch4_crop8.images"] = torch.from_numpy(np.stack([run_crop(0), run_crop(1)]))
 
-save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(out, "goldens.safetensors"),
-          metadata=provenance)
+tiny_models.save_tensors(tensors, os.path.join(out, "goldens.safetensors"), provenance)

@@ -28,7 +28,8 @@ Writes into OUT:
 """
 import argparse
 import os
-import sys
+
+import tiny_models
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--diffusers", default="/work/diffusers-v0.31.0")
@@ -37,26 +38,19 @@ ap.add_argument("--tiny-sd", default="tests/data/tiny-sd")
 ap.add_argument("--out", default="tests/data/tiny-sd/goldens")
 args = ap.parse_args()
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, args.shared_tools)
-import diffusers_env  # noqa: E402
-
-diffusers_env.setup(args.diffusers)
+tiny_models.setup(args.diffusers, args.shared_tools)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
-torch.set_num_threads(1)
-import diffusers  # noqa: E402
 import diffusers.models.autoencoders.vae as vae_module  # noqa: E402
 import diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion_img2img as img2img_module  # noqa: E402
 from diffusers import AutoencoderKL, EulerDiscreteScheduler, UNet2DConditionModel, PNDMScheduler, StableDiffusionImg2ImgPipeline  # noqa: E402
-from safetensors.torch import load_file, save_file  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
 
 out = args.out
 os.makedirs(out, exist_ok=True)
-provenance = {"diffusers": diffusers.__version__, "torch": torch.__version__,
-              "made_by": "tools/goldens/make_img2img_goldens.py"}
+provenance = tiny_models.provenance("tools/goldens/make_img2img_goldens.py")
 
 # ---- add_noise of every scheduler class at an image-to-image start ----
 from diffusers import (DDIMScheduler, DPMSolverMultistepScheduler, EulerAncestralDiscreteScheduler,  # noqa: E402
@@ -80,8 +74,7 @@ for strength in (0.5, 1.0):
     sch.set_timesteps(4, strength=strength)
     noise_tensors[f"lcm_s{strength}.timesteps"] = sch.timesteps.to(torch.float64)
     noise_tensors[f"lcm_s{strength}.noisy"] = sch.add_noise(original, added, sch.timesteps[:1])
-save_file({k: v.contiguous() for k, v in noise_tensors.items()}, os.path.join(out, "img2img_add_noise.safetensors"),
-          metadata=provenance)
+tiny_models.save_tensors(noise_tensors, os.path.join(out, "img2img_add_noise.safetensors"), provenance)
 
 # ---- PIL Lanczos references ----
 rng = np.random.RandomState(2211)
@@ -108,20 +101,8 @@ gen = torch.Generator().manual_seed(2212)
 posterior_noise = torch.randn((2, 4, 32, 32), generator=gen)
 noise = torch.randn((2, 4, 32, 32), generator=gen)
 tensors = {"posterior_noise": posterior_noise, "noise": noise}
-
-
-def fake_randn_vae(shape, generator=None, device=None, dtype=None, layout=None):
-    assert tuple(shape) == tuple(posterior_noise.shape), shape
-    return posterior_noise.clone()
-
-
-def fake_randn_pipeline(shape, generator=None, device=None, dtype=None, layout=None):
-    assert tuple(shape) == tuple(noise.shape), shape
-    return noise.clone()
-
-
-vae_module.randn_tensor = fake_randn_vae
-img2img_module.randn_tensor = fake_randn_pipeline
+vae_module.randn_tensor = tiny_models.returning(posterior_noise)
+img2img_module.randn_tensor = tiny_models.returning(noise)
 
 pipe = StableDiffusionImg2ImgPipeline(
     vae=AutoencoderKL.from_pretrained(os.path.join(args.tiny_sd, "vae")).eval(), text_encoder=None, tokenizer=None,
@@ -157,5 +138,4 @@ for name, cls in [("pndm", PNDMScheduler), ("euler", EulerDiscreteScheduler)]:
         print(case, "t_start", t_start, "timesteps", tensors[f"{case}.timesteps"].tolist(),
               "latent scale", float(latents.abs().max()))
 
-save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(out, "img2img.safetensors"),
-          metadata=provenance)
+tiny_models.save_tensors(tensors, os.path.join(out, "img2img.safetensors"), provenance)

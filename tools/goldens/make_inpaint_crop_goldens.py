@@ -14,7 +14,8 @@ steps, guidance 7.5, the init images and masks of inpaint.safetensors with its i
 """
 import argparse
 import os
-import sys
+
+import tiny_models
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--diffusers", default="/work/diffusers-v0.31.0")
@@ -23,27 +24,20 @@ ap.add_argument("--tiny-sd", default="tests/data/tiny-sd")
 ap.add_argument("--out", default="tests/data/tiny-sd-inpaint")
 args = ap.parse_args()
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, args.shared_tools)
-import diffusers_env  # noqa: E402
-
-diffusers_env.setup(args.diffusers)
+tiny_models.setup(args.diffusers, args.shared_tools)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
-torch.set_num_threads(1)
-import diffusers  # noqa: E402
 import diffusers.models.autoencoders.vae as vae_module  # noqa: E402
 import diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion_inpaint as inpaint_module  # noqa: E402
 from diffusers import AutoencoderKL, PNDMScheduler, StableDiffusionInpaintPipeline, UNet2DConditionModel  # noqa: E402
 from diffusers.image_processor import VaeImageProcessor  # noqa: E402
-from safetensors.torch import load_file, save_file  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
 
 gold = os.path.join(args.out, "goldens")
 tiny_goldens = os.path.join(args.tiny_sd, "goldens")
-provenance = {"diffusers": diffusers.__version__, "torch": torch.__version__,
-              "made_by": "tools/goldens/make_inpaint_crop_goldens.py"}
+provenance = tiny_models.provenance("tools/goldens/make_inpaint_crop_goldens.py")
 injected = load_file(os.path.join(gold, "inpaint.safetensors"))
 masks = [Image.open(os.path.join(gold, f"mask_{k}.png")).convert("RGB") for k in range(2)]
 inits = [Image.open(os.path.join(tiny_goldens, f"img2img_init_{k}.png")).convert("RGB") for k in range(2)]
@@ -60,9 +54,8 @@ images = []
 # diffusers crops with one box for the whole batch (the first mask's): one run per image.
 for k in range(2):
     vae_queue = [injected["posterior_noise"][k:k + 1], injected["masked_posterior_noise"][k:k + 1]]
-    vae_module.randn_tensor = lambda shape, generator=None, device=None, dtype=None, layout=None: vae_queue.pop(0).clone()
-    inpaint_module.randn_tensor = (lambda shape, generator=None, device=None, dtype=None, layout=None, k=k:
-                                   injected["noise"][k:k + 1].clone())
+    vae_module.randn_tensor = tiny_models.popping(vae_queue)
+    inpaint_module.randn_tensor = tiny_models.returning(injected["noise"][k:k + 1])
     out = pipe(prompt_embeds=embeds["prompt_embeds"][k:k + 1], negative_prompt_embeds=embeds["negative_prompt_embeds"][k:k + 1],
                image=inits[k], mask_image=masks[k], strength=0.75, num_inference_steps=8, guidance_scale=7.5,
                height=64, width=64, padding_mask_crop=8, output_type="pil").images[0]
@@ -71,5 +64,4 @@ for k in range(2):
     tensors[f"pad8.crop.{k}"] = torch.tensor(VaeImageProcessor.get_crop_region(masks[k], 64, 64, pad=8))
     print("crop", k, tensors[f"pad8.crop.{k}"].tolist())
 tensors["pad8.images"] = torch.from_numpy(np.stack(images))
-save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(gold, "inpaint_crop.safetensors"),
-          metadata=provenance)
+tiny_models.save_tensors(tensors, os.path.join(gold, "inpaint_crop.safetensors"), provenance)

@@ -30,9 +30,9 @@ symlinks to tiny-sd's, so only the UNet is new):
     ch4_pndm_s1, ch4_pndm_s0.75, ch4_euler_s0.75   tiny-sd's 4-channel UNet (legacy blend)
 """
 import argparse
-import json
 import os
-import sys
+
+import tiny_models
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--diffusers", default="/work/diffusers-v0.31.0")
@@ -41,47 +41,27 @@ ap.add_argument("--tiny-sd", default="tests/data/tiny-sd")
 ap.add_argument("--out", default="tests/data/tiny-sd-inpaint")
 args = ap.parse_args()
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, args.shared_tools)
-import diffusers_env  # noqa: E402
-
-diffusers_env.setup(args.diffusers)
+tiny_models.setup(args.diffusers, args.shared_tools)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
-torch.set_num_threads(1)
-import diffusers  # noqa: E402
 import diffusers.models.autoencoders.vae as vae_module  # noqa: E402
 import diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion_inpaint as inpaint_module  # noqa: E402
 from diffusers import (AutoencoderKL, EulerDiscreteScheduler, PNDMScheduler, StableDiffusionInpaintPipeline,  # noqa: E402
                        UNet2DConditionModel)
-from safetensors.torch import load_file, save_file  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
 
 out = args.out
 gold = os.path.join(out, "goldens")
 os.makedirs(gold, exist_ok=True)
-provenance = {"diffusers": diffusers.__version__, "torch": torch.__version__,
-              "made_by": "tools/goldens/make_inpaint_goldens.py"}
+provenance = tiny_models.provenance("tools/goldens/make_inpaint_goldens.py")
 tiny_goldens = os.path.join(args.tiny_sd, "goldens")
 
 # ---- the model folder: a new 9-channel UNet, the rest shared with tiny-sd ----
-unet_config = dict(UNet2DConditionModel.load_config(os.path.join(args.tiny_sd, "unet")))
-unet_config = {k: v for k, v in unet_config.items() if not k.startswith("_")}
-unet_config.update(in_channels=9, layers_per_block=1)
-torch.manual_seed(2301)
-unet9 = UNet2DConditionModel(**unet_config).eval()
-unet9.save_pretrained(os.path.join(out, "unet"), safe_serialization=True)
-rel = os.path.relpath(args.tiny_sd, out)
-for part in ("text_encoder", "tokenizer", "vae", "scheduler"):
-    link = os.path.join(out, part)
-    if not os.path.islink(link):
-        os.symlink(os.path.join(rel, part), link)
-index = json.load(open(os.path.join(args.tiny_sd, "model_index.json")))
-index["_class_name"] = "StableDiffusionInpaintPipeline"
-with open(os.path.join(out, "model_index.json"), "w") as f:
-    json.dump(index, f, indent=2)
-    f.write("\n")
+unet9 = tiny_models.random_unet_like(os.path.join(args.tiny_sd, "unet"), 2301, in_channels=9, layers_per_block=1)
+tiny_models.write_model_folder(args.tiny_sd, out, unet9, ("text_encoder", "tokenizer", "vae", "scheduler"),
+                               "StableDiffusionInpaintPipeline")
 
 # ---- masks ----
 yy, xx = np.mgrid[0:64, 0:64]
@@ -108,21 +88,8 @@ masked_posterior_noise = torch.randn((2, 4, 32, 32), generator=gen)
 tensors = {"noise": noise, "posterior_noise": posterior_noise, "masked_posterior_noise": masked_posterior_noise}
 
 vae_queue = []
-
-
-def fake_randn_vae(shape, generator=None, device=None, dtype=None, layout=None):
-    eps = vae_queue.pop(0)
-    assert tuple(shape) == tuple(eps.shape), shape
-    return eps.clone()
-
-
-def fake_randn_pipeline(shape, generator=None, device=None, dtype=None, layout=None):
-    assert tuple(shape) == tuple(noise.shape), shape
-    return noise.clone()
-
-
-vae_module.randn_tensor = fake_randn_vae
-inpaint_module.randn_tensor = fake_randn_pipeline
+vae_module.randn_tensor = tiny_models.popping(vae_queue)
+inpaint_module.randn_tensor = tiny_models.returning(noise)
 
 vae = AutoencoderKL.from_pretrained(os.path.join(args.tiny_sd, "vae")).eval()
 unet4 = UNet2DConditionModel.from_pretrained(os.path.join(args.tiny_sd, "unet")).eval()
@@ -176,5 +143,4 @@ for unet_name, unet in [("ch9", unet9), ("ch4", unet4)]:
             tensors[f"{case}.images"] = torch.from_numpy(images)
             print(case, "calls", len(inputs), "latent scale", float(finals[-1].abs().max()))
 
-save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(gold, "inpaint.safetensors"),
-          metadata=provenance)
+tiny_models.save_tensors(tensors, os.path.join(gold, "inpaint.safetensors"), provenance)

@@ -47,6 +47,8 @@ from diffusers.utils.state_dict_utils import (  # noqa: E402
     convert_unet_state_dict_to_peft,
 )
 
+from lora_reference import fuse, kohya_alphas, lora_pair, modules_of  # noqa: E402
+
 torch.set_num_threads(1)
 
 # Modules each file changes: diffusers module path -> LDM module path (None: no LDM file uses it).
@@ -71,14 +73,6 @@ TE_MODULES = [
     "text_model.encoder.layers.4.mlp.fc2",
 ]
 TE_ATTN_MODULES = [m for m in TE_MODULES if ".self_attn." in m]
-
-
-def lora_pair(gen, weight, rank):
-    """(down, up): down (rank, in, kh, kw) / (rank, in), up (out, rank, 1, 1) / (out, rank)."""
-    out = weight.shape[0]
-    down = torch.randn((rank,) + tuple(weight.shape[1:]), generator=gen) * 0.3
-    up = torch.randn((out, rank) + ((1, 1) if weight.dim() == 4 else ()), generator=gen) * 0.3
-    return down, up
 
 
 def kohya_name(prefix, module):
@@ -125,39 +119,14 @@ def make_file(fmt, unet_sd, te_sd, seed, rank, alpha):
 
 def diffusers_modules(file_sd, unet_config):
     """diffusers' own key conversion: {(component, module): (A, B, alpha / rank)}."""
-    alpha_of = {}  # id(down tensor) -> alpha (kohya keeps alphas beside the pairs)
-    for k, v in file_sd.items():
-        if k.endswith(".lora_down.weight"):
-            a = file_sd.get(k[: -len(".lora_down.weight")] + ".alpha")
-            if a is not None:
-                alpha_of[id(v)] = float(a)
+    alpha_of = kohya_alphas(file_sd)
     sd, _network_alphas = StableDiffusionLoraLoaderMixin.lora_state_dict(dict(file_sd), unet_config=unet_config)
     unet_part = {k[len("unet."):]: v for k, v in sd.items() if k.startswith("unet.")}
     unet_part.update({k: v for k, v in sd.items() if not k.startswith(("unet.", "text_encoder."))})
     te_part = {k[len("text_encoder."):]: v for k, v in sd.items() if k.startswith("text_encoder.")}
     unet_peft = convert_unet_state_dict_to_peft(unet_part)
     te_peft = convert_state_dict_to_peft(convert_state_dict_to_diffusers(te_part)) if te_part else {}
-    out = {}
-    for comp, peft in (("unet", unet_peft), ("text_encoder", te_peft)):
-        for k, a in peft.items():
-            if not k.endswith(".lora_A.weight"):
-                continue
-            module = k[: -len(".lora_A.weight")]
-            b = peft[module + ".lora_B.weight"]
-            rank = a.shape[0]
-            out[(comp, module)] = (a, b, alpha_of.get(id(a), rank) / rank)
-    return out
-
-
-def fuse(base_sd, modules, component, strength):
-    sd = {k: v.clone() for k, v in base_sd.items()}
-    for (comp, module), (a, b, scale) in modules.items():
-        if comp != component:
-            continue
-        w = sd[module + ".weight"]
-        delta = (b.flatten(1) @ a.flatten(1)).reshape(w.shape)
-        sd[module + ".weight"] = w + strength * scale * delta
-    return sd
+    return modules_of((("unet", unet_peft), ("text_encoder", te_peft)), alpha_of)
 
 
 def clip_text_forward(sd, cfg, input_ids):

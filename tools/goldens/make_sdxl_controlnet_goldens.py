@@ -36,7 +36,8 @@ Writes into OUT:
 import argparse
 import json
 import os
-import sys
+
+import tiny_models
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--diffusers", default="/work/diffusers-v0.31.0")
@@ -45,46 +46,29 @@ ap.add_argument("--tiny-sdxl", default="tests/data/tiny-sdxl")
 ap.add_argument("--out", default="tests/data/tiny-sdxl-controlnet")
 args = ap.parse_args()
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, args.shared_tools)
-import diffusers_env  # noqa: E402
-
-diffusers_env.setup(args.diffusers)
+tiny_models.setup(args.diffusers, args.shared_tools)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
-torch.set_num_threads(1)
-import diffusers  # noqa: E402
 from diffusers import (AutoencoderKL, ControlNetModel, EulerDiscreteScheduler,  # noqa: E402
                        StableDiffusionXLControlNetPipeline, UNet2DConditionModel)
 from diffusers.pipelines.controlnet.multicontrolnet import MultiControlNetModel  # noqa: E402
-from safetensors.torch import load_file, save_file  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
 
 SEED_A, SEED_B, IMAGE_SEED, MODEL_INPUT_SEED = 5252, 5353, 5454, 5555
 STEPS, GUIDANCE, SIZE = 5, 5.0, 32
 
 out, tiny = args.out, args.tiny_sdxl
 os.makedirs(out, exist_ok=True)
-provenance = {"diffusers": diffusers.__version__, "torch": torch.__version__,
-              "made_by": "tools/goldens/make_sdxl_controlnet_goldens.py"}
+provenance = tiny_models.provenance("tools/goldens/make_sdxl_controlnet_goldens.py")
 
 unet = UNet2DConditionModel.from_pretrained(os.path.join(tiny, "unet")).eval()
 vae = AutoencoderKL.from_pretrained(os.path.join(tiny, "vae")).eval()
 scheduler = EulerDiscreteScheduler.from_pretrained(os.path.join(tiny, "scheduler"))
 
-
-def make_controlnet(seed, order):
-    torch.manual_seed(seed)
-    cn = ControlNetModel.from_unet(unet, controlnet_conditioning_channel_order=order,
-                                   conditioning_embedding_out_channels=(16, 32), load_weights_from_unet=False)
-    for m in [cn.controlnet_cond_embedding.conv_out, *cn.controlnet_down_blocks, cn.controlnet_mid_block]:
-        m.reset_parameters()
-    return cn.eval()
-
-
 for name, seed, order in [("controlnet_a", SEED_A, "rgb"), ("controlnet_b", SEED_B, "bgr")]:
-    make_controlnet(seed, order).save_pretrained(os.path.join(out, name), safe_serialization=True)
+    tiny_models.random_controlnet(unet, seed, order).save_pretrained(os.path.join(out, name), safe_serialization=True)
 cn_a = ControlNetModel.from_pretrained(os.path.join(out, "controlnet_a")).eval()
 cn_b = ControlNetModel.from_pretrained(os.path.join(out, "controlnet_b")).eval()
 assert cn_a.config.addition_embed_type == "text_time" and cn_a.config.projection_class_embeddings_input_dim == 88
@@ -180,8 +164,7 @@ with torch.no_grad():
 print("single images differ from tiny-sdxl's cfg images by",
       float((tensors["single.images"] - embeds["cfg.images"]).abs().max()))
 
-save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(out, "goldens.safetensors"),
-          metadata=provenance)
+tiny_models.save_tensors(tensors, os.path.join(out, "goldens.safetensors"), provenance)
 with open(os.path.join(out, "goldens.json"), "w") as f:
     json.dump({"down_residuals": len(down), **provenance}, f, indent=1)
 print("wrote", out)

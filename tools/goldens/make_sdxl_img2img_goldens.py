@@ -29,7 +29,8 @@ Writes into TINY_SDXL/goldens:
 """
 import argparse
 import os
-import sys
+
+import tiny_models
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--diffusers", default="/work/diffusers-v0.31.0")
@@ -37,28 +38,21 @@ ap.add_argument("--shared-tools", default="/work/shared/tools")
 ap.add_argument("--tiny-sdxl", default="tests/data/tiny-sdxl")
 args = ap.parse_args()
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, args.shared_tools)
-import diffusers_env  # noqa: E402
-
-diffusers_env.setup(args.diffusers)
+tiny_models.setup(args.diffusers, args.shared_tools)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
-torch.set_num_threads(1)
-import diffusers  # noqa: E402
 import diffusers.models.autoencoders.vae as vae_module  # noqa: E402
 import diffusers.pipelines.stable_diffusion_xl.pipeline_stable_diffusion_xl_img2img as img2img_module  # noqa: E402
 from diffusers import (AutoencoderKL, DDIMScheduler, EulerDiscreteScheduler, StableDiffusionXLImg2ImgPipeline,  # noqa: E402
                        UNet2DConditionModel)
-from safetensors.torch import load_file, save_file  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
 
 WIDTH, HEIGHT, STEPS, GUIDANCE = 32, 64, 8, 5.0
 MICRO = {"original_size": (96, 80), "crops_coords_top_left": (4, 8), "target_size": (48, 40)}
 gold = os.path.join(args.tiny_sdxl, "goldens")
-provenance = {"diffusers": diffusers.__version__, "torch": torch.__version__,
-              "made_by": "tools/goldens/make_sdxl_img2img_goldens.py"}
+provenance = tiny_models.provenance("tools/goldens/make_sdxl_img2img_goldens.py")
 
 
 def init_images(rng):
@@ -82,20 +76,8 @@ lat_shape = (2, 4, HEIGHT // 2, WIDTH // 2)
 posterior_noise = torch.randn(lat_shape, generator=gen)
 noise = torch.randn(lat_shape, generator=gen)
 tensors = {"posterior_noise": posterior_noise, "noise": noise}
-
-
-def fake_randn_vae(shape, generator=None, device=None, dtype=None, layout=None):
-    assert tuple(shape) == tuple(posterior_noise.shape), shape
-    return posterior_noise.clone()
-
-
-def fake_randn_pipeline(shape, generator=None, device=None, dtype=None, layout=None):
-    assert tuple(shape) == tuple(noise.shape), shape
-    return noise.clone()
-
-
-vae_module.randn_tensor = fake_randn_vae
-img2img_module.randn_tensor = fake_randn_pipeline
+vae_module.randn_tensor = tiny_models.returning(posterior_noise)
+img2img_module.randn_tensor = tiny_models.returning(noise)
 
 vae = AutoencoderKL.from_pretrained(os.path.join(args.tiny_sdxl, "vae")).eval()
 assert vae.config.force_upcast
@@ -157,6 +139,5 @@ run_case("euler_s0.75_one", EulerDiscreteScheduler.from_config(config), 0.75, [i
 run_case("euler_s0.75_micro", EulerDiscreteScheduler.from_config(config), 0.75, inits, MICRO)
 run_case("ddim_s0.75", DDIMScheduler.from_config(config), 0.75, inits, {})
 
-save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(gold, "img2img.safetensors"),
-          metadata=provenance)
+tiny_models.save_tensors(tensors, os.path.join(gold, "img2img.safetensors"), provenance)
 print("wrote", os.path.join(gold, "img2img.safetensors"))

@@ -31,9 +31,9 @@ symlinks to tiny-sdxl's, so only the UNet is new):
     ch4_euler_s0.75_one                   init image 0 and mask 0 for both images
 """
 import argparse
-import json
 import os
-import sys
+
+import tiny_models
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--diffusers", default="/work/diffusers-v0.31.0")
@@ -42,50 +42,30 @@ ap.add_argument("--tiny-sdxl", default="tests/data/tiny-sdxl")
 ap.add_argument("--out", default="tests/data/tiny-sdxl-inpaint")
 args = ap.parse_args()
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, args.shared_tools)
-import diffusers_env  # noqa: E402
-
-diffusers_env.setup(args.diffusers)
+tiny_models.setup(args.diffusers, args.shared_tools)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
-torch.set_num_threads(1)
-import diffusers  # noqa: E402
 import diffusers.models.autoencoders.vae as vae_module  # noqa: E402
 import diffusers.pipelines.stable_diffusion_xl.pipeline_stable_diffusion_xl_inpaint as inpaint_module  # noqa: E402
 from diffusers import (AutoencoderKL, EulerDiscreteScheduler, StableDiffusionXLInpaintPipeline,  # noqa: E402
                        UNet2DConditionModel)
 from diffusers.image_processor import VaeImageProcessor  # noqa: E402
-from safetensors.torch import load_file, save_file  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
 
 WIDTH, HEIGHT, STEPS, GUIDANCE = 32, 64, 8, 5.0
 out, tiny = args.out, args.tiny_sdxl
 gold = os.path.join(out, "goldens")
 os.makedirs(gold, exist_ok=True)
-provenance = {"diffusers": diffusers.__version__, "torch": torch.__version__,
-              "made_by": "tools/goldens/make_sdxl_inpaint_goldens.py"}
+provenance = tiny_models.provenance("tools/goldens/make_sdxl_inpaint_goldens.py")
 tiny_goldens = os.path.join(tiny, "goldens")
 
 # ---- the model folder: a new 9-channel UNet, the rest shared with tiny-sdxl ----
-unet_config = dict(UNet2DConditionModel.load_config(os.path.join(tiny, "unet")))
-unet_config = {k: v for k, v in unet_config.items() if not k.startswith("_")}
-unet_config.update(in_channels=9, layers_per_block=1)
-torch.manual_seed(2331)
-unet9 = UNet2DConditionModel(**unet_config).eval()
-unet9.save_pretrained(os.path.join(out, "unet"), safe_serialization=True)
-rel = os.path.relpath(tiny, out)
-for part in ("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "vae", "scheduler"):
-    link = os.path.join(out, part)
-    if not os.path.islink(link):
-        os.symlink(os.path.join(rel, part), link)
-index = json.load(open(os.path.join(tiny, "model_index.json")))
-index["_class_name"] = "StableDiffusionXLInpaintPipeline"
-index["requires_aesthetics_score"] = False
-with open(os.path.join(out, "model_index.json"), "w") as f:
-    json.dump(index, f, indent=2)
-    f.write("\n")
+unet9 = tiny_models.random_unet_like(os.path.join(tiny, "unet"), 2331, in_channels=9, layers_per_block=1)
+tiny_models.write_model_folder(tiny, out, unet9,
+                               ("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "vae", "scheduler"),
+                               "StableDiffusionXLInpaintPipeline", requires_aesthetics_score=False)
 
 # ---- masks ----
 yy, xx = np.mgrid[0:HEIGHT, 0:WIDTH]
@@ -112,22 +92,8 @@ masked_posterior_noise = torch.randn(lat_shape, generator=gen)
 tensors = {"noise": noise, "posterior_noise": posterior_noise, "masked_posterior_noise": masked_posterior_noise}
 
 vae_queue, pipe_queue = [], []
-
-
-def fake_randn_vae(shape, generator=None, device=None, dtype=None, layout=None):
-    eps = vae_queue.pop(0)
-    assert tuple(shape) == tuple(eps.shape), shape
-    return eps.clone()
-
-
-def fake_randn_pipeline(shape, generator=None, device=None, dtype=None, layout=None):
-    drawn = pipe_queue.pop(0)
-    assert tuple(shape) == tuple(drawn.shape), shape
-    return drawn.clone()
-
-
-vae_module.randn_tensor = fake_randn_vae
-inpaint_module.randn_tensor = fake_randn_pipeline
+vae_module.randn_tensor = tiny_models.popping(vae_queue)
+inpaint_module.randn_tensor = tiny_models.popping(pipe_queue)
 
 vae = AutoencoderKL.from_pretrained(os.path.join(tiny, "vae")).eval()
 unet4 = UNet2DConditionModel.from_pretrained(os.path.join(tiny, "unet")).eval()
@@ -220,6 +186,5 @@ for k in range(2):
     assert tensors[f"pad2.crop.{k}"].tolist() != [0, 0, WIDTH, HEIGHT], "the crop should be smaller than the image"
 tensors["pad2.images"] = torch.from_numpy(np.stack(crop_images))
 
-save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(gold, "inpaint.safetensors"),
-          metadata=provenance)
+tiny_models.save_tensors(tensors, os.path.join(gold, "inpaint.safetensors"), provenance)
 print("wrote", out)

@@ -51,6 +51,7 @@ from diffusers.utils.state_dict_utils import (  # noqa: E402
 )
 
 from clip_text_reference import ClipTextReference, check_against_tiny_sd  # noqa: E402
+from lora_reference import fuse, kohya_alphas, lora_pair, modules_of  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -91,14 +92,6 @@ TE2_MODULES = [
 COMPONENTS = (("text_encoder", TE1_MODULES, "lora_te1_"), ("text_encoder_2", TE2_MODULES, "lora_te2_"))
 
 
-def lora_pair(gen, weight, rank):
-    """(down, up): down (rank, in, kh, kw) / (rank, in), up (out, rank, 1, 1) / (out, rank)."""
-    out = weight.shape[0]
-    down = torch.randn((rank,) + tuple(weight.shape[1:]), generator=gen) * 0.3
-    up = torch.randn((out, rank) + ((1, 1) if weight.dim() == 4 else ()), generator=gen) * 0.3
-    return down, up
-
-
 def make_file(fmt, unet_sd, te_sds, seed, rank, alpha):
     gen = torch.Generator().manual_seed(seed)
     sd = {}
@@ -125,12 +118,7 @@ def make_file(fmt, unet_sd, te_sds, seed, rank, alpha):
 
 def diffusers_modules(file_sd, unet_config):
     """diffusers' own key conversion: {(component, module): (A, B, alpha / rank)}."""
-    alpha_of = {}  # id(down tensor) -> alpha (kohya keeps alphas beside the pairs)
-    for k, v in file_sd.items():
-        if k.endswith(".lora_down.weight"):
-            a = file_sd.get(k[: -len(".lora_down.weight")] + ".alpha")
-            if a is not None:
-                alpha_of[id(v)] = float(a)
+    alpha_of = kohya_alphas(file_sd)
     sd, _network_alphas = StableDiffusionXLLoraLoaderMixin.lora_state_dict(dict(file_sd), unet_config=unet_config)
     parts = {"unet": {}, "text_encoder": {}, "text_encoder_2": {}}
     for k, v in sd.items():
@@ -140,27 +128,7 @@ def diffusers_modules(file_sd, unet_config):
     peft = {"unet": convert_unet_state_dict_to_peft(parts["unet"])}
     for comp in ("text_encoder", "text_encoder_2"):
         peft[comp] = convert_state_dict_to_peft(convert_state_dict_to_diffusers(parts[comp])) if parts[comp] else {}
-    out = {}
-    for comp, state in peft.items():
-        for k, a in state.items():
-            if not k.endswith(".lora_A.weight"):
-                continue
-            module = k[: -len(".lora_A.weight")]
-            b = state[module + ".lora_B.weight"]
-            rank = a.shape[0]
-            out[(comp, module)] = (a, b, alpha_of.get(id(a), rank) / rank)
-    return out
-
-
-def fuse(base_sd, modules, component, strength):
-    sd = {k: v.clone() for k, v in base_sd.items()}
-    for (comp, module), (a, b, scale) in modules.items():
-        if comp != component:
-            continue
-        w = sd[module + ".weight"]
-        delta = (b.flatten(1) @ a.flatten(1)).reshape(w.shape)
-        sd[module + ".weight"] = w + strength * scale * delta
-    return sd
+    return modules_of(peft.items(), alpha_of)
 
 
 def fuse_all(base, modules_and_strengths):

@@ -19,6 +19,7 @@
 #include "io/safetensors.h"
 #include "pipeline/controlnet.h"
 #include "pipeline/sharded_pipeline.h"
+#include "golden_requests.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -60,18 +61,12 @@ ControlNetUse controlnet(const fs::path& dir, double scale, std::vector<Image8> 
 
 // The goldens' request: tiny-sd's pipeline prompts, init images, masks and injected noise.
 GenerationRequest golden_request(SchedulerKind kind, double strength, bool nine) {
-  const auto pj = nlohmann::json::parse(read_text_file(test::tiny_sd_dir() / "goldens" / "prompts.json"));
-  GenerationRequest req;
-  for (const auto& p : pj["pipeline_prompts"]) req.prompts.push_back(p.get<std::string>());
-  req.negative_prompts = {pj["pipeline_negative_prompt"].get<std::string>()};
+  GenerationRequest req = test::golden_prompts_request(test::golden_settings(test::tiny_sd_dir()));
   req.steps = 6;
   req.guidance_scale = 7.5;
   req.scheduler = kind;
-  req.compat = Compat::Diffusers;
-  for (int k = 0; k < 2; ++k) {
-    req.init_images.push_back(read_png(test::tiny_sd_dir() / "goldens" / cat("img2img_init_", k, ".png")));
-    req.masks.push_back(read_png(data("tiny-sd-inpaint") / "goldens" / cat("mask_", k, ".png")));
-  }
+  req.init_images = test::golden_init_images(test::tiny_sd_dir());
+  for (int k = 0; k < 2; ++k) req.masks.push_back(read_png(data("tiny-sd-inpaint") / "goldens" / cat("mask_", k, ".png")));
   req.strength = strength;
   req.latents = golden5("noise");
   req.posterior_noise = golden5("posterior_noise");

@@ -20,6 +20,7 @@
 #include "pipeline/metadata.h"
 #include "pipeline/sharded_pipeline.h"
 #include "controlnet_cases.h"
+#include "golden_requests.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -124,22 +125,14 @@ TEST(ControlNetKeep, MatchesDiffusersControlnetKeep) {
 
 namespace {
 
-nlohmann::json prompts_json() {
-  return nlohmann::json::parse(read_text_file(test::tiny_sd_dir() / "goldens" / "prompts.json"));
-}
-
 Image8 control_png(int k) { return test::control_png(cn_dir(), k); }
 
 GenerationRequest pipeline_request(ComputeDType dtype) {
-  auto pj = prompts_json();
   auto base = SafetensorsFile::open(test::tiny_sd_dir() / "goldens" / "pipeline.safetensors");
-  GenerationRequest req;
-  for (const auto& p : pj["pipeline_prompts"]) req.prompts.push_back(p.get<std::string>());
-  req.negative_prompts = {pj["pipeline_negative_prompt"].get<std::string>()};
+  GenerationRequest req = test::golden_prompts_request(test::golden_settings(test::tiny_sd_dir()));
   req.steps = 5;
   req.guidance_scale = 7.5;
   req.scheduler = SchedulerKind::Pndm;
-  req.compat = Compat::Diffusers;
   req.dtype = dtype;
   req.height = req.width = 64;
   req.latents = base->to_f32("latents_init").reshaped({2, 1, 4, 32, 32});
@@ -160,21 +153,12 @@ GenerationResult run_case(const std::string& name, ComputeDType dtype) {
 class ControlNetPipelineParity : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ControlNetPipelineParity, MatchesStableDiffusionControlNetPipeline) {
-  const std::string name = GetParam();
-  auto g = goldens();
-  const GenerationResult res = run_case(name, ComputeDType::F32);
-  EXPECT_EQ(res.model_calls, 6);
-  test::expect_parity("controlnet pipeline " + name + " final latents", res.final_latents.reshaped({2, 4, 32, 32}),
-                      g->to_f32(name + ".latents_final"));
-  test::expect_parity("controlnet pipeline " + name + " images", res.images.reshaped({2, 64, 64, 3}),
-                      g->to_f32(name + ".images"));
+  test::expect_case_parity("controlnet pipeline", GetParam(), run_case(GetParam(), ComputeDType::F32), *goldens(), 6,
+                           {2, 4, 32, 32}, {2, 64, 64, 3});
 }
 
 TEST_P(ControlNetPipelineParity, Bf16ImagesWithinOnePercentOfF32) {
-  const std::string name = GetParam();
-  const GenerationResult f32 = run_case(name, ComputeDType::F32);
-  const GenerationResult bf16 = run_case(name, ComputeDType::BF16);
-  test::expect_close_abs("controlnet pipeline " + name + " bf16 vs f32 images", bf16.images, f32.images, 1e-2);
+  test::expect_bf16_images_close_to_f32("controlnet pipeline", GetParam(), run_case);
 }
 
 INSTANTIATE_TEST_SUITE_P(OneAndTwo, ControlNetPipelineParity, ::testing::Values("single", "multi"),

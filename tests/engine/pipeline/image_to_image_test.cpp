@@ -17,6 +17,7 @@
 #include "kernels/tensor_ops.h"
 #include "pipeline/image_to_image.h"
 #include "pipeline/sharded_pipeline.h"
+#include "golden_requests.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -37,20 +38,14 @@ const SafetensorsFile& goldens() {
   static auto f = SafetensorsFile::open(golden_path("img2img.safetensors"));
   return *f;
 }
-std::vector<Image8> init_images() {
-  return {read_png(golden_path("img2img_init_0.png")), read_png(golden_path("img2img_init_1.png"))};
-}
+std::vector<Image8> init_images() { return test::golden_init_images(test::tiny_sd_dir()); }
 
 // The goldens' request: 2 devices × 1 image, prompts and negative prompt of the text-to-image goldens.
 GenerationRequest golden_request(SchedulerKind kind, double strength) {
-  const auto pj = nlohmann::json::parse(read_text_file(golden_path("prompts.json")));
-  GenerationRequest req;
-  for (const auto& p : pj["pipeline_prompts"]) req.prompts.push_back(p.get<std::string>());
-  req.negative_prompts = {pj["pipeline_negative_prompt"].get<std::string>()};
+  GenerationRequest req = test::golden_prompts_request(test::golden_settings(test::tiny_sd_dir()));
   req.steps = 8;
   req.guidance_scale = 7.5;
   req.scheduler = kind;
-  req.compat = Compat::Diffusers;
   req.init_images = init_images();
   req.strength = strength;
   req.latents = goldens().to_f32("noise").reshaped({2, 1, 4, 32, 32});
@@ -155,19 +150,10 @@ TEST(ImageToImageFlax, NoiseAndPosteriorShareTheDeviceKey) {
   req.posterior_noise.reset();
   const GenerationResult drawn = pipe.run(req);
 
-  const auto keys = jax::split(jax::prng_key(77), 2, jax::RngScheme::Classic);
-  Tensor noise = Tensor::empty({2, 1, 4, 32, 32}), eps = Tensor::empty({2, 1, 4, 32, 32});
-  const int64_t n = 4 * 32 * 32;
-  for (int d = 0; d < 2; ++d) {
-    std::vector<float> flat(n);
-    jax::normal_into(keys[d], n, jax::RngScheme::Classic, flat.data());
-    std::copy(flat.begin(), flat.end(), noise.data() + d * n);
-    for (int c = 0; c < 4; ++c)
-      for (int p = 0; p < 32 * 32; ++p) eps[d * n + c * 1024 + p] = flat[p * 4 + c];  // NHWC → NCHW
-  }
-  test::expect_close_abs("flax img2img noise = normal(key_d)", drawn.initial_latents, noise, 0.0);
-  req.latents = noise;
-  req.posterior_noise = eps;
+  const test::FlaxDraws expected = test::flax_device_draws(77, 2, 32, 32);
+  test::expect_close_abs("flax img2img noise = normal(key_d)", drawn.initial_latents, expected.noise, 0.0);
+  req.latents = expected.noise;
+  req.posterior_noise = expected.posterior_eps;
   const GenerationResult given = pipe.run(req);
   test::expect_close_abs("flax img2img drawn vs given final latents", drawn.final_latents, given.final_latents, 0.0);
   EXPECT_EQ(drawn.model_calls, 6);  // Flax PNDM: calls 2 … 7 of 8

@@ -20,6 +20,7 @@
 #include "pipeline/image_to_image.h"
 #include "pipeline/inpaint.h"
 #include "pipeline/sharded_pipeline.h"
+#include "golden_requests.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -50,10 +51,7 @@ const SafetensorsFile& goldens() {
   static auto f = SafetensorsFile::open(inpaint_dir() / "goldens" / "inpaint.safetensors");
   return *f;
 }
-std::filesystem::path tiny_golden(const std::string& name) { return test::tiny_sd_dir() / "goldens" / name; }
-std::vector<Image8> init_images() {
-  return {read_png(tiny_golden("img2img_init_0.png")), read_png(tiny_golden("img2img_init_1.png"))};
-}
+std::vector<Image8> init_images() { return test::golden_init_images(test::tiny_sd_dir()); }
 std::vector<Image8> masks() {
   return {read_png(inpaint_dir() / "goldens" / "mask_0.png"), read_png(inpaint_dir() / "goldens" / "mask_1.png")};
 }
@@ -61,14 +59,10 @@ Tensor golden5(const std::string& name) { return goldens().to_f32(name).reshaped
 
 // The goldens' request: 2 devices × 1 image, the text-to-image goldens' prompts, everything injected.
 GenerationRequest golden_request(SchedulerKind kind, double strength) {
-  const auto pj = nlohmann::json::parse(read_text_file(tiny_golden("prompts.json")));
-  GenerationRequest req;
-  for (const auto& p : pj["pipeline_prompts"]) req.prompts.push_back(p.get<std::string>());
-  req.negative_prompts = {pj["pipeline_negative_prompt"].get<std::string>()};
+  GenerationRequest req = test::golden_prompts_request(test::golden_settings(test::tiny_sd_dir()));
   req.steps = 8;
   req.guidance_scale = 7.5;
   req.scheduler = kind;
-  req.compat = Compat::Diffusers;
   req.init_images = init_images();
   req.masks = masks();
   req.strength = strength;
@@ -188,24 +182,11 @@ TEST(InpaintFlax, DrawsFromTheDeviceKeyAndItsSplit) {
   const GenerationResult drawn = pipe.run(req);
   EXPECT_EQ(drawn.model_calls, 6);  // Flax PNDM: calls 2 … 7 of 8
 
-  const auto keys = jax::split(jax::prng_key(91), 2, jax::RngScheme::Classic);
-  const int64_t n = 4 * 32 * 32;
-  Tensor noise = Tensor::empty({2, 1, 4, 32, 32}), eps = noise.clone(), masked_eps = noise.clone();
-  auto nhwc_draw = [&](const jax::Key& key, Tensor& out, int d) {
-    std::vector<float> flat(n);
-    jax::normal_into(key, n, jax::RngScheme::Classic, flat.data());
-    for (int c = 0; c < 4; ++c)
-      for (int p = 0; p < 32 * 32; ++p) out[d * n + c * 1024 + p] = flat[p * 4 + c];
-  };
-  for (int d = 0; d < 2; ++d) {
-    jax::normal_into(keys[d], n, jax::RngScheme::Classic, noise.data() + d * n);
-    nhwc_draw(keys[d], eps, d);
-    nhwc_draw(jax::split(keys[d], 2, jax::RngScheme::Classic)[1], masked_eps, d);
-  }
-  test::expect_close_abs("flax inpaint noise = normal(key_d)", drawn.initial_latents, noise, 0.0);
-  req.latents = noise;
-  req.posterior_noise = eps;
-  req.masked_posterior_noise = masked_eps;
+  const test::FlaxDraws expected = test::flax_device_draws(91, 2, 32, 32);
+  test::expect_close_abs("flax inpaint noise = normal(key_d)", drawn.initial_latents, expected.noise, 0.0);
+  req.latents = expected.noise;
+  req.posterior_noise = expected.posterior_eps;
+  req.masked_posterior_noise = expected.masked_eps;
   const GenerationResult given = pipe.run(req);
   test::expect_close_abs("flax inpaint drawn vs given final latents", drawn.final_latents, given.final_latents, 0.0);
 }

@@ -19,6 +19,7 @@
 #include "pipeline/lora.h"
 #include "pipeline/model.h"
 #include "pipeline/sharded_pipeline.h"
+#include "golden_requests.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -100,7 +101,7 @@ TEST(Lora, EachFormatMatchesDiffusersFused) {
 // The whole pipeline (--compat diffusers, PNDM, 5 steps, guidance 7.5, negative prompt "") against
 // diffusers' StableDiffusionPipeline with the same LoRAs fused into the UNet and text encoder.
 TEST(Lora, PipelineMatchesDiffusersWithTheLorasFused) {
-  const auto pj = nlohmann::json::parse(read_text_file(test::tiny_sd_dir() / "goldens" / "prompts.json"));
+  const nlohmann::json pj = test::golden_settings(test::tiny_sd_dir());
   const Tensor init = SafetensorsFile::open(test::tiny_sd_dir() / "goldens" / "pipeline.safetensors")->to_f32("latents_init");
   const std::vector<std::pair<std::string, std::vector<LoraSpec>>> cases = {
       {"base", {}},
@@ -113,13 +114,11 @@ TEST(Lora, PipelineMatchesDiffusersWithTheLorasFused) {
   auto g = goldens();
   for (const auto& [name, loras] : cases) {
     ShardedPipeline pipe(load(loras));
-    GenerationRequest req;
-    for (const auto& p : pj["pipeline_prompts"]) req.prompts.push_back(p.get<std::string>());
-    req.negative_prompts = {""};
+    GenerationRequest req = test::golden_prompts_request(pj);
+    req.negative_prompts = {""};  // not the goldens' negative prompt
     req.steps = 5;
     req.guidance_scale = 7.5;
     req.scheduler = SchedulerKind::Pndm;
-    req.compat = Compat::Diffusers;
     req.latents = init.reshaped({2, 1, 4, 32, 32});
     GenerationResult res = pipe.run(req);
     const std::string key = "pipeline_" + name;

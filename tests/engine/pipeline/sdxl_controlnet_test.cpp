@@ -20,6 +20,7 @@
 #include "pipeline/controlnet.h"
 #include "pipeline/sharded_pipeline.h"
 #include "controlnet_cases.h"
+#include "golden_requests.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -191,21 +192,16 @@ TEST(SdxlControlNetModel, AnSdxlControlNetSingleFileIsRefusedByName) {
 
 namespace {
 
-nlohmann::json settings() { return nlohmann::json::parse(read_text_file(sdxl_dir() / "goldens" / "prompts.json")); }
-
 Image8 control_png(int k) { return test::control_png(cn_dir(), k); }
 
 // tiny-sdxl's `cfg` pipeline golden's request: two prompts (one per device), a negative prompt,
 // 5 Euler steps, guidance 5, 32 × 32, the goldens' initial latents.
 GenerationRequest pipeline_request(ComputeDType dtype) {
-  const nlohmann::json s = settings();
+  const nlohmann::json s = test::golden_settings(sdxl_dir());
   auto base = SafetensorsFile::open(sdxl_dir() / "goldens" / "pipeline.safetensors");
-  GenerationRequest req;
-  for (const auto& p : s["pipeline_prompts"]) req.prompts.push_back(p.get<std::string>());
-  req.negative_prompts = {s["pipeline_negative_prompt"].get<std::string>()};
+  GenerationRequest req = test::golden_prompts_request(s);
   req.steps = s["steps"].get<int>();
   req.guidance_scale = s["guidance"].get<double>();
-  req.compat = Compat::Diffusers;
   req.dtype = dtype;
   req.height = req.width = 32;
   req.latents = base->to_f32("latents_init").reshaped({2, 1, 4, 16, 16});
@@ -236,21 +232,12 @@ TEST(SdxlControlNetKeep, MatchesDiffusersControlnetKeep) {
 class SdxlControlNetPipelineParity : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(SdxlControlNetPipelineParity, MatchesStableDiffusionXLControlNetPipeline) {
-  const std::string name = GetParam();
-  auto g = goldens();
-  const GenerationResult res = run_case(name, ComputeDType::F32);
-  EXPECT_EQ(res.model_calls, 5);
-  test::expect_parity("sdxl controlnet pipeline " + name + " final latents", res.final_latents.reshaped({2, 4, 16, 16}),
-                      g->to_f32(name + ".latents_final"));
-  test::expect_parity("sdxl controlnet pipeline " + name + " images", res.images.reshaped({2, 32, 32, 3}),
-                      g->to_f32(name + ".images"));
+  test::expect_case_parity("sdxl controlnet pipeline", GetParam(), run_case(GetParam(), ComputeDType::F32),
+                           *goldens(), 5, {2, 4, 16, 16}, {2, 32, 32, 3});
 }
 
 TEST_P(SdxlControlNetPipelineParity, Bf16ImagesWithinOnePercentOfF32) {
-  const std::string name = GetParam();
-  const GenerationResult f32 = run_case(name, ComputeDType::F32);
-  const GenerationResult bf16 = run_case(name, ComputeDType::BF16);
-  test::expect_close_abs("sdxl controlnet pipeline " + name + " bf16 vs f32 images", bf16.images, f32.images, 1e-2);
+  test::expect_bf16_images_close_to_f32("sdxl controlnet pipeline", GetParam(), run_case);
 }
 
 INSTANTIATE_TEST_SUITE_P(OneAndTwo, SdxlControlNetPipelineParity, ::testing::Values("single", "multi"),

@@ -20,6 +20,7 @@
 #include "pipeline/image_to_image.h"
 #include "pipeline/sdxl_prompt_encoding.h"
 #include "pipeline/sharded_pipeline.h"
+#include "golden_requests.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -50,9 +51,7 @@ const SafetensorsFile& goldens() {
   static auto f = SafetensorsFile::open(golden_path("img2img.safetensors"));
   return *f;
 }
-std::vector<Image8> init_images() {
-  return {read_png(golden_path("img2img_init_0.png")), read_png(golden_path("img2img_init_1.png"))};
-}
+std::vector<Image8> init_images() { return test::golden_init_images(sdxl_dir()); }
 Tensor golden5(const std::string& name) { return goldens().to_f32(name).reshaped({2, 1, 4, kh, kw}); }
 
 struct Case {
@@ -65,14 +64,11 @@ struct Case {
 
 // The goldens' request: 2 devices × 1 image, the SDXL pipeline goldens' prompts and negative prompt.
 GenerationRequest golden_request(const Case& c) {
-  const auto s = nlohmann::json::parse(read_text_file(golden_path("prompts.json")));
-  GenerationRequest req;
-  for (const auto& p : s["pipeline_prompts"]) req.prompts.push_back(p.get<std::string>());
-  req.negative_prompts = {s["pipeline_negative_prompt"].get<std::string>()};
+  const nlohmann::json s = test::golden_settings(sdxl_dir());
+  GenerationRequest req = test::golden_prompts_request(s);
   req.steps = kSteps;
   req.guidance_scale = s["guidance"].get<double>();
   req.scheduler = c.kind;
-  req.compat = Compat::Diffusers;
   req.init_images = init_images();
   if (c.one_image) req.init_images.resize(1);
   req.strength = c.strength;
@@ -181,19 +177,10 @@ TEST(SdxlImageToImageFlax, NoiseAndPosteriorShareTheDeviceKey) {
   const GenerationResult drawn = pipe.run(req);
   EXPECT_EQ(drawn.model_calls, 6);  // calls 2 … 7 of 8
 
-  const auto keys = jax::split(jax::prng_key(23), 2, jax::RngScheme::Classic);
-  const int64_t plane = kh * kw, n = 4 * plane;
-  Tensor noise = Tensor::empty({2, 1, 4, kh, kw}), eps = Tensor::empty({2, 1, 4, kh, kw});
-  for (int d = 0; d < 2; ++d) {
-    std::vector<float> flat(n);
-    jax::normal_into(keys[d], n, jax::RngScheme::Classic, flat.data());
-    std::copy(flat.begin(), flat.end(), noise.data() + d * n);
-    for (int c = 0; c < 4; ++c)
-      for (int64_t p = 0; p < plane; ++p) eps[d * n + c * plane + p] = flat[p * 4 + c];  // NHWC → NCHW
-  }
-  test::expect_close_abs("sdxl flax img2img noise = normal(key_d)", drawn.initial_latents, noise, 0.0);
-  req.latents = noise;
-  req.posterior_noise = eps;
+  const test::FlaxDraws expected = test::flax_device_draws(23, 2, kh, kw);
+  test::expect_close_abs("sdxl flax img2img noise = normal(key_d)", drawn.initial_latents, expected.noise, 0.0);
+  req.latents = expected.noise;
+  req.posterior_noise = expected.posterior_eps;
   test::expect_close_abs("sdxl flax img2img drawn vs given final latents", pipe.run(req).final_latents,
                          drawn.final_latents, 0.0);
 }

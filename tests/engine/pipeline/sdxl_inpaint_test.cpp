@@ -21,6 +21,7 @@
 #include "pipeline/inpaint.h"
 #include "pipeline/sdxl_prompt_encoding.h"
 #include "pipeline/sharded_pipeline.h"
+#include "golden_requests.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -51,10 +52,7 @@ const SafetensorsFile& goldens() {
   static auto f = SafetensorsFile::open(inpaint_dir() / "goldens" / "inpaint.safetensors");
   return *f;
 }
-std::vector<Image8> init_images() {
-  return {read_png(sdxl_dir() / "goldens" / "img2img_init_0.png"),
-          read_png(sdxl_dir() / "goldens" / "img2img_init_1.png")};
-}
+std::vector<Image8> init_images() { return test::golden_init_images(sdxl_dir()); }
 std::vector<Image8> masks() {
   return {read_png(inpaint_dir() / "goldens" / "mask_0.png"), read_png(inpaint_dir() / "goldens" / "mask_1.png")};
 }
@@ -69,13 +67,10 @@ struct Case {
 
 // The goldens' request: 2 devices × 1 image, tiny-sdxl's pipeline prompts, everything injected.
 GenerationRequest golden_request(const Case& c) {
-  const auto s = nlohmann::json::parse(read_text_file(sdxl_dir() / "goldens" / "prompts.json"));
-  GenerationRequest req;
-  for (const auto& p : s["pipeline_prompts"]) req.prompts.push_back(p.get<std::string>());
-  req.negative_prompts = {s["pipeline_negative_prompt"].get<std::string>()};
+  const nlohmann::json s = test::golden_settings(sdxl_dir());
+  GenerationRequest req = test::golden_prompts_request(s);
   req.steps = kSteps;
   req.guidance_scale = s["guidance"].get<double>();
-  req.compat = Compat::Diffusers;
   req.init_images = init_images();
   req.masks = masks();
   if (c.one_image) {
@@ -246,24 +241,11 @@ TEST(SdxlInpaintFlax, DrawsFromTheDeviceKeyAndItsSplit) {
   const GenerationResult drawn = pipe.run(req);
   EXPECT_EQ(drawn.model_calls, 6);
 
-  const auto keys = jax::split(jax::prng_key(57), 2, jax::RngScheme::Classic);
-  const int64_t plane = kh * kw, n = 4 * plane;
-  Tensor noise = Tensor::empty({2, 1, 4, kh, kw}), eps = noise.clone(), masked_eps = noise.clone();
-  auto nhwc_draw = [&](const jax::Key& key, Tensor& out, int d) {
-    std::vector<float> flat(n);
-    jax::normal_into(key, n, jax::RngScheme::Classic, flat.data());
-    for (int c = 0; c < 4; ++c)
-      for (int64_t p = 0; p < plane; ++p) out[d * n + c * plane + p] = flat[p * 4 + c];
-  };
-  for (int d = 0; d < 2; ++d) {
-    jax::normal_into(keys[d], n, jax::RngScheme::Classic, noise.data() + d * n);
-    nhwc_draw(keys[d], eps, d);
-    nhwc_draw(jax::split(keys[d], 2, jax::RngScheme::Classic)[1], masked_eps, d);
-  }
-  test::expect_close_abs("sdxl flax inpaint noise = normal(key_d)", drawn.initial_latents, noise, 0.0);
-  req.latents = noise;
-  req.posterior_noise = eps;
-  req.masked_posterior_noise = masked_eps;
+  const test::FlaxDraws expected = test::flax_device_draws(57, 2, kh, kw);
+  test::expect_close_abs("sdxl flax inpaint noise = normal(key_d)", drawn.initial_latents, expected.noise, 0.0);
+  req.latents = expected.noise;
+  req.posterior_noise = expected.posterior_eps;
+  req.masked_posterior_noise = expected.masked_eps;
   test::expect_close_abs("sdxl flax inpaint drawn vs given final latents", pipe.run(req).final_latents,
                          drawn.final_latents, 0.0);
 }

@@ -18,6 +18,7 @@
 #include "pipeline/lora.h"
 #include "pipeline/model.h"
 #include "pipeline/sharded_pipeline.h"
+#include "golden_requests.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -126,7 +127,7 @@ TEST(SdxlLora, TwoLorasWithStrengths) {
 // goldens' prompts, negative prompt and initial latents) against StableDiffusionXLPipeline with
 // the same LoRAs fused into the UNet and both text encoders.
 TEST(SdxlLora, PipelineMatchesDiffusersWithTheLorasFused) {
-  const auto settings = nlohmann::json::parse(read_text_file(sdxl_dir() / "goldens" / "prompts.json"));
+  const nlohmann::json settings = test::golden_settings(sdxl_dir());
   const Tensor init = sdxl_golden("pipeline")->to_f32("latents_init");
   const std::vector<std::pair<std::string, std::vector<LoraSpec>>> cases = {
       {"base", {}},
@@ -138,12 +139,9 @@ TEST(SdxlLora, PipelineMatchesDiffusersWithTheLorasFused) {
   auto g = goldens();
   for (const auto& [name, loras] : cases) {
     ShardedPipeline pipe(load(loras));
-    GenerationRequest req;
-    for (const auto& p : settings["pipeline_prompts"]) req.prompts.push_back(p.get<std::string>());
-    req.negative_prompts = {settings["pipeline_negative_prompt"].get<std::string>()};
+    GenerationRequest req = test::golden_prompts_request(settings);
     req.steps = settings["steps"].get<int>();
     req.guidance_scale = settings["guidance"].get<double>();
-    req.compat = Compat::Diffusers;
     req.latents = init.reshaped({2, 1, 4, 16, 16});
     const GenerationResult res = pipe.run(req);
     EXPECT_EQ(res.signature.scheduler, SchedulerKind::Euler);

@@ -27,14 +27,6 @@ std::vector<double> as_doubles(std::initializer_list<int> v) {
 
 // ---- §8: full loops of the diffusers Flax tests ------------------------------------------------
 
-// dummy_sample_deter: arange(768)/768 in f32 (the transpose does not matter: everything is
-// element-wise and only sum/mean of |x| are checked).
-Tensor deterministic_sample() {
-  Tensor x = Tensor::empty({4, 3, 8, 8});
-  for (int64_t i = 0; i < x.numel(); ++i) x[i] = static_cast<float>(i) / 768.0f;
-  return x;
-}
-
 // Runs the scheduler's whole timestep list with the dummy model m(x, t) = x·t/(t + 1).
 Tensor full_loop(SchedulerKind kind, double beta_start, bool set_alpha_to_one) {
   SchedulerConfig c = SchedulerConfig::defaults(kind);
@@ -55,12 +47,7 @@ Tensor full_loop(SchedulerKind kind, double beta_start, bool set_alpha_to_one) {
 }
 
 void expect_sum_mean(const std::string& label, const Tensor& x, double sum, double mean) {
-  double s = 0;
-  for (float v : x) s += std::fabs(v);
-  std::printf("[flax-vector] %-44s sum|x|=%.4f (ref %.4f, diff %.1e)  mean|x|=%.6f (ref %.6f)\n",
-              label.c_str(), s, sum, std::fabs(s - sum), s / x.numel(), mean);
-  EXPECT_NEAR(s, sum, 1e-2) << label;
-  EXPECT_NEAR(s / x.numel(), mean, 1e-3) << label;
+  test::expect_sum_mean("flax-vector", label, x, sum, mean);
 }
 
 TEST(FlaxVectors, Ddim) {
@@ -228,15 +215,22 @@ TEST(FlaxVsTorch, PndmClampsThePreviousTimestep) {
   }
 }
 
-TEST(FlaxVsTorch, DdimMatches) {
+// The Flax scheduler `kind` with `config`, open loop on the torch golden "<golden>.n<N>" (N = 5 and
+// 20), matches torch's samples at every step.
+void expect_flax_trajectory_matches_torch(SchedulerKind kind, const SchedulerConfig& config,
+                                          const std::string& golden) {
   for (int n : {5, 20}) {
-    auto s = flax(SchedulerKind::Ddim, sd_config(SchedulerKind::Ddim));
-    Golden g("ddim.n" + std::to_string(n));
+    auto s = flax(kind, config);
+    Golden g(golden + ".n" + std::to_string(n));
     TrajectoryParity p(g.prefix + " flax vs torch", 1e-4);
     auto out = flax_open_loop(*s, g, n, n);
     for (int k = 0; k < n; ++k) p.add(k, out[k], row(g.samples, k + 1));
     p.report();
   }
+}
+
+TEST(FlaxVsTorch, DdimMatches) {
+  expect_flax_trajectory_matches_torch(SchedulerKind::Ddim, sd_config(SchedulerKind::Ddim), "ddim");
 }
 
 TEST(FlaxVsTorch, DpmSolverStepsToTrainingTimestepZero) {
@@ -268,27 +262,13 @@ TEST(FlaxVsTorch, DpmSolverStepsToTrainingTimestepZero) {
 
 TEST(FlaxVsTorch, LmsOnTheFlaxGrid) {
   // Same algorithm; Flax's f32 sigma interpolation differs from np.interp by rounding only.
-  for (int n : {5, 20}) {
-    auto s = flax(SchedulerKind::Lms, sd_config(SchedulerKind::Lms));
-    Golden g("lms.n" + std::to_string(n));
-    TrajectoryParity p(g.prefix + " flax vs torch", 1e-4);
-    auto out = flax_open_loop(*s, g, n, n);
-    for (int k = 0; k < n; ++k) p.add(k, out[k], row(g.samples, k + 1));
-    p.report();
-  }
+  expect_flax_trajectory_matches_torch(SchedulerKind::Lms, sd_config(SchedulerKind::Lms), "lms");
 }
 
 TEST(FlaxVsTorch, EulerLeadingMatches) {
-  for (int n : {5, 20}) {
-    SchedulerConfig c = sd_config(SchedulerKind::Euler);
-    c.timestep_spacing = TimestepSpacing::Leading;
-    auto s = flax(SchedulerKind::Euler, c);
-    Golden g("euler_leading.n" + std::to_string(n));
-    TrajectoryParity p(g.prefix + " flax vs torch", 1e-4);
-    auto out = flax_open_loop(*s, g, n, n);
-    for (int k = 0; k < n; ++k) p.add(k, out[k], row(g.samples, k + 1));
-    p.report();
-  }
+  SchedulerConfig c = sd_config(SchedulerKind::Euler);
+  c.timestep_spacing = TimestepSpacing::Leading;
+  expect_flax_trajectory_matches_torch(SchedulerKind::Euler, c, "euler_leading");
 }
 
 TEST(FlaxVsTorch, EulerLinspaceFallsBackToIndexZero) {

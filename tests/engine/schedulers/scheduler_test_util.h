@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -98,5 +99,26 @@ class TrajectoryParity {
   double max_abs_ = 0, max_tol_ = 0, worst_ratio_ = 0;
   int max_step_ = -1;
 };
+
+// dummy_sample_deter of diffusers' scheduler tests: arange(768)/768 in f32, as (4, 3, 8, 8) (layout
+// and transposes do not matter: the full loops are element-wise and only sum/mean of |x| are checked).
+inline Tensor deterministic_sample() {
+  Tensor x = Tensor::empty({4, 3, 8, 8});
+  for (int64_t i = 0; i < x.numel(); ++i) x[i] = static_cast<float>(i) / 768.0f;
+  return x;
+}
+
+// sum|x| within 1e-2 of `sum` (unless it is NaN: a reference that gives the mean only) and mean|x|
+// within 1e-3 of `mean`, both printed after `tag` ("torch-vector", "flax-vector").
+inline void expect_sum_mean(const char* tag, const std::string& label, const Tensor& x, double sum, double mean) {
+  double s = 0;
+  for (float v : x) s += std::fabs(v);
+  std::printf("[%s] %-46s sum|x|=%.4f (ref %.4f, diff %.1e)  mean|x|=%.6g (ref %.6g)\n", tag, label.c_str(), s, sum,
+              std::fabs(s - sum), s / x.numel(), mean);
+  if (!std::isnan(sum)) {
+    EXPECT_NEAR(s, sum, 1e-2) << label;
+  }
+  EXPECT_NEAR(s / x.numel(), mean, 1e-3) << label;
+}
 
 }  // namespace octodiff::test

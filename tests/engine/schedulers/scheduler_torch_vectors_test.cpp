@@ -12,14 +12,6 @@ using namespace octodiff::test;
 
 namespace {
 
-// dummy_sample_deter: arange(768)/768 (layout is irrelevant: every operation is element-wise
-// and only sum/mean of |x| are compared).
-Tensor deterministic_sample() {
-  Tensor x = Tensor::empty({4, 3, 8, 8});
-  for (int64_t i = 0; i < x.numel(); ++i) x[i] = static_cast<float>(i) / 768.0f;
-  return x;
-}
-
 SchedulerConfig test_config(SchedulerKind kind, int num_train = 1000) {
   SchedulerConfig c = SchedulerConfig::defaults(kind);
   c.num_train_timesteps = num_train;
@@ -56,14 +48,7 @@ Tensor full_loop(SchedulerKind kind, const SchedulerConfig& config, Loop loop) {
 }
 
 void expect_sum_mean(const std::string& label, const Tensor& x, double sum, double mean) {
-  double s = 0;
-  for (float v : x) s += std::fabs(v);
-  std::printf("[torch-vector] %-46s sum|x|=%.4f (ref %.4f, diff %.1e)  mean|x|=%.6g (ref %.6g)\n",
-              label.c_str(), s, sum, std::fabs(s - sum), s / x.numel(), mean);
-  if (!std::isnan(sum)) {
-    EXPECT_NEAR(s, sum, 1e-2) << label;
-  }
-  EXPECT_NEAR(s / x.numel(), mean, 1e-3) << label;
+  test::expect_sum_mean("torch-vector", label, x, sum, mean);
 }
 
 TEST(TorchVectors, PndmRungeKuttaThenPlms) {

@@ -1,0 +1,69 @@
+// Requests that reproduce a tiny model's diffusers goldens: the prompts of its goldens/prompts.json
+// (written by the script that made the model: tools/goldens/make_tiny_sd*.py, make_tiny_sdxl.py)
+// and the image-to-image init images beside them (make_img2img_goldens.py,
+// make_sdxl_img2img_goldens.py).
+// Header-only: the pipeline tests that use it link the pipeline; the support library does not.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "io/files.h"
+#include "io/png.h"
+#include "pipeline/generation.h"
+#include "random/jax_prng.h"
+
+namespace octodiff::test {
+
+// model_dir/goldens/prompts.json.
+inline nlohmann::json golden_settings(const std::filesystem::path& model_dir) {
+  return nlohmann::json::parse(read_text_file(model_dir / "goldens" / "prompts.json"));
+}
+
+// A request with the goldens' "pipeline_prompts" (one per device) and "pipeline_negative_prompt",
+// under --compat diffusers (the goldens are diffusers' runs); everything else at its default.
+inline GenerationRequest golden_prompts_request(const nlohmann::json& settings) {
+  GenerationRequest req;
+  for (const auto& p : settings["pipeline_prompts"]) req.prompts.push_back(p.get<std::string>());
+  req.negative_prompts = {settings["pipeline_negative_prompt"].get<std::string>()};
+  req.compat = Compat::Diffusers;
+  return req;
+}
+
+// model_dir/goldens/img2img_init_0.png and img2img_init_1.png: one init image per device.
+inline std::vector<Image8> golden_init_images(const std::filesystem::path& model_dir) {
+  const std::filesystem::path dir = model_dir / "goldens";
+  return {read_png(dir / "img2img_init_0.png"), read_png(dir / "img2img_init_1.png")};
+}
+
+// What a Flax-semantics image-to-image or inpaint run draws from `seed` with one image on each of
+// `devices` devices and 4 × h × w latents, as (devices, 1, 4, h, w) NCHW tensors (key_d = device d's
+// key of split(prng_key(seed), devices)): the initial noise normal(key_d) read NCHW, the init image's
+// posterior ε normal(key_d) read NHWC, the masked image's ε normal(split(key_d)[1]) read NHWC.
+struct FlaxDraws {
+  Tensor noise, posterior_eps, masked_eps;
+};
+
+inline FlaxDraws flax_device_draws(int64_t seed, int devices, int64_t h, int64_t w) {
+  const auto keys = jax::split(jax::prng_key(seed), devices, jax::RngScheme::Classic);
+  const int64_t plane = h * w, n = 4 * plane;
+  FlaxDraws out{Tensor::empty({devices, 1, 4, h, w}), Tensor::empty({devices, 1, 4, h, w}),
+                Tensor::empty({devices, 1, 4, h, w})};
+  auto draw_nhwc = [&](const jax::Key& key, Tensor& into, int d) {
+    std::vector<float> flat(n);
+    jax::normal_into(key, n, jax::RngScheme::Classic, flat.data());
+    for (int c = 0; c < 4; ++c)
+      for (int64_t p = 0; p < plane; ++p) into[d * n + c * plane + p] = flat[p * 4 + c];  // NHWC → NCHW
+  };
+  for (int d = 0; d < devices; ++d) {
+    jax::normal_into(keys[d], n, jax::RngScheme::Classic, out.noise.data() + d * n);
+    draw_nhwc(keys[d], out.posterior_eps, d);
+    draw_nhwc(jax::split(keys[d], 2, jax::RngScheme::Classic)[1], out.masked_eps, d);
+  }
+  return out;
+}
+
+}  // namespace octodiff::test
