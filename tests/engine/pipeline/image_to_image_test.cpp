@@ -2,7 +2,7 @@
 //  - Parity: diffusers' StableDiffusionImg2ImgPipeline (goldens/img2img.safetensors, made by
 //    tools/goldens/make_img2img_goldens.py) under --compat diffusers with its posterior noise and
 //    noise injected: PNDM and Euler × strength 0.5 and 0.75, 8 steps, guidance 7.5, one init
-//    image per device. Final latents at the parity bar, images within 1e-3.
+//    image per device. Final latents at the parity bar, images within 1e-4 (the f32 parity bar on the 0–1 scale).
 //  - Flax semantics (no JAX here, so no Flax goldens): the parts against the spec's formulas,
 //    computed in the test — the same key for the noise and the posterior ε (read NHWC).
 //  - Bad input: counts, strength, sizes, a model without its VAE encoder.
@@ -72,7 +72,7 @@ TEST_P(ImageToImageParity, MatchesDiffusers) {
   test::expect_parity("img2img " + name + " final latents", res.final_latents.reshaped({2, 4, 32, 32}),
                       goldens().to_f32(name + ".latents_final"));
   test::expect_close_abs("img2img " + name + " images", res.images.reshaped({2, 64, 64, 3}),
-                         goldens().to_f32(name + ".images"), 1e-3);
+                         goldens().to_f32(name + ".images"), 1e-4);
 }
 
 INSTANTIATE_TEST_SUITE_P(PndmAndEuler, ImageToImageParity,
