@@ -43,6 +43,7 @@ import dataset  # noqa: E402
 import measure  # noqa: E402
 import sampling  # noqa: E402
 import shipped_data  # noqa: E402
+import train_vae  # noqa: E402
 from eval_fast import score  # noqa: E402
 from vae_shape_check import balanced_renders, shape_score  # noqa: E402
 
@@ -67,15 +68,31 @@ def make_taesd(channels):
                            num_encoder_blocks=ENCODER_BLOCKS, num_decoder_blocks=DECODER_BLOCKS)
 
 
-def train_batch(lat, images, gen, batch, noisy_frac):
-    """(scaled latents for the decoder, images + scaled posterior means for the encoder)."""
+def train_batch(pipe, lat, images, gen, args):
+    """(scaled latents for the decoder, images + scaled posterior means for the encoder, which inputs got
+    extra noise, the uint8 images). With --mix-small the first k images are fresh small-shape renders
+    (train_vae.small_shape_renders), encoded by the VAE here."""
+    batch = args.batch
     idx = torch.from_numpy(gen.integers(0, len(images), batch))
     sf = lat["scaling_factor"]
+    u8 = images[idx.numpy()]
     mean, logvar = lat["mean"][idx], lat["logvar"][idx]
+    if args.mix_small:
+        u8[:args.mix_small] = train_vae.small_shape_renders(gen, args.mix_small)
+        with torch.no_grad():
+            mean[:args.mix_small], logvar[:args.mix_small] = pipe.vae.encode(shipped_data.to_tensor(u8[:args.mix_small]))
     z = (mean + torch.exp(0.5 * logvar) * torch.randn_like(mean)) * sf
-    noisy = torch.rand(batch) < noisy_frac
+    noisy = torch.rand(batch) < args.noisy
     z[noisy] += torch.rand(int(noisy.sum()), 1, 1, 1) * 0.6 * torch.randn_like(z[noisy])
-    return z, shipped_data.to_tensor(images[idx.numpy()]), mean * sf, noisy
+    return z, shipped_data.to_tensor(u8), mean * sf, noisy, u8
+
+
+def decoder_loss(rec, target, u8, args):
+    """L1 + MSE, per pixel weighted as train_vae.py with --shape-weight / --edge-weight."""
+    if not (args.shape_weight or args.edge_weight):
+        return (rec - target).abs().mean(), F.mse_loss(rec, target)
+    w = train_vae.shape_weights(u8, args.shape_weight, args.edge_weight)
+    return ((rec - target).abs() * w).sum() / (w.sum() * 3), ((rec - target) ** 2 * w).sum() / (w.sum() * 3)
 
 
 def train(args, pipe, lat, images):
@@ -106,13 +123,13 @@ def train(args, pipe, lat, images):
         lr = args.lr * min(1.0, (step + 1) / 50) * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
-        z, x, target_lat, noisy = train_batch(lat, images, gen, args.batch, args.noisy)
+        z, x, target_lat, noisy, u8 = train_batch(pipe, lat, images, gen, args)
         with torch.no_grad():
             target = pipe.vae.decode(z / lat["scaling_factor"])
             if args.target == "images":  # the image itself, except for the extra-noise inputs
                 target[~noisy] = x[~noisy]
         rec = taesd.decode(z).sample
-        l1, mse = (rec - target).abs().mean(), F.mse_loss(rec, target)
+        l1, mse = decoder_loss(rec, target, u8, args)
         enc = F.mse_loss(taesd.encode(x).latents, target_lat)
         loss = l1 + mse + enc
         opt.zero_grad(set_to_none=True)
@@ -243,6 +260,10 @@ def main():
     ap.add_argument("--eval-only", action="store_true")
     ap.add_argument("--target", choices=list(PATHS), default="vae")
     ap.add_argument("--init", help="start from the weights of this work/ checkpoint (e.g. taesd_ckpt.pt)")
+    ap.add_argument("--shape-weight", type=float, default=0.0,
+                    help="extra decoder-loss weight on shape pixels (train_vae.shape_weights; 0 = off)")
+    ap.add_argument("--edge-weight", type=float, default=0.0, help="extra weight within 2 px of the shape outline")
+    ap.add_argument("--mix-small", type=int, default=0, help="fresh small-shape renders per batch")
     configs.add_version_arg(ap)
     args = ap.parse_args()
     global CKPT, LOG, OUT, TAG
