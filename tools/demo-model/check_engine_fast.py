@@ -14,6 +14,7 @@ Optionally (--heldout) the held-out agreement of engine images, default flax sem
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -37,10 +38,47 @@ import measure  # noqa: E402
 import sampling  # noqa: E402
 import shape_class  # noqa: E402
 import shipped_data  # noqa: E402
+import st_io  # noqa: E402
 import train_lcm  # noqa: E402
 
 MODEL = shipped_data.MODEL  # v1 resources/demo-model, v2 work/v2/export
 TAESD = os.path.join(MODEL, "taesd")
+
+
+def zero_unet_copy(tmp):
+    """MODEL copied with the UNet's conv_out zeroed: eps = 0 exactly in torch and in the engine, so the
+    DDIM loop only rescales the initial latents and the image difference is the decoder's own."""
+    out = os.path.join(tmp, "zero-unet")
+    shutil.copytree(MODEL, out, ignore=shutil.ignore_patterns("taesd"))
+    path = os.path.join(out, "unet", "diffusion_pytorch_model.safetensors")
+    sd, _ = st_io.load(path)
+    for k in ("conv_out.weight", "conv_out.bias"):
+        sd[k] = np.zeros_like(sd[k])
+    st_io.save(path, sd, {"format": "pt"})
+    return out
+
+
+def decoder_rows(cli, entries, taesd, lat, tmp):
+    """Engine vs torch on the zero-UNet copy, DDIM 20: the TAESD and VAE decodes of identical latents."""
+    model, p, res = zero_unet_copy(tmp), entries[4]["prompt"], {}
+    pipe = sampling.Pipeline(model)
+    with torch.no_grad():  # eps = 0: the final latents are c * initial; scale them to std 1
+        lat = lat / float(pipe.generate([p], None, steps=20, sampler="ddim", latents=lat, output="latents").std())
+        z = pipe.generate([p], None, guidance=7.5, steps=20, sampler="ddim", latents=lat, output="latents")
+    np.save(os.path.join(tmp, "lat_zero.npy"), lat.numpy()[None].astype(np.float32))
+    for dec in ("taesd", "vae"):
+        eng = check_engine.run(cli, model, p, ["--compat", "diffusers", "--scheduler", "ddim", "--steps", "20",
+                                               "--latents", os.path.join(tmp, "lat_zero.npy"), "--taesd", TAESD,
+                                               "--decoder", dec], tmp)
+        with torch.no_grad():
+            ours = (sampling.to_images(taesd.decode(z).sample, True) if dec == "taesd" else pipe.decode(z, True))[0]
+        key = f"zero_unet_{dec}_decode_max_abs_image_diff"
+        res[key] = float(np.abs(eng - ours).max())
+        res[f"zero_unet_{dec}_unclamped_pixel_fraction"] = float(((ours > 0) & (ours < 1)).mean())
+        print(f"engine vs torch, UNet conv_out zeroed (decoder alone, final latents std {float(z.std()):.2f}), "
+              f"{dec.upper()}: max abs image diff {res[key]:.2e} ({res[f'zero_unet_{dec}_unclamped_pixel_fraction']:.0%}"
+              f" of the values inside (0, 1))", flush=True)
+    return res
 
 
 def main():
@@ -64,6 +102,7 @@ def main():
         np.save(os.path.join(tmp, "lat.npy"), lat.numpy()[None].astype(np.float32))
         p = entries[4]["prompt"]
         taesd = AutoencoderTiny.from_pretrained(TAESD).eval()
+        res.update(decoder_rows(args.cli, entries, taesd, lat, tmp))
         # TAESD rows; the VAE rows beside them show how much of the difference the denoising loop makes
         for sched in ("ddim", "pndm"):
             with torch.no_grad():
