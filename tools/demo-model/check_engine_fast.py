@@ -7,10 +7,14 @@ the LCM/TAESD wiring; not built by this tool), same initial latents, --compat di
 Optionally (--heldout) the held-out agreement of engine images, default flax semantics, seeds 0..3.
 
   /usr/bin/python3 tools/demo-model/check_engine_fast.py --cli build/engine/cli/octodiff-cli
+  /usr/bin/python3 tools/demo-model/check_engine_fast.py --version 2 --cli ... [--lcm DIR]
+      # version 2: the staging folder work/v2/export with its taesd/ (train_taesd.py --version 2) and
+      # work/v2/export-lcm (train_lcm.py --version 2); results eval/v2/engine_check_fast.json
 """
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -33,9 +37,48 @@ import evaluate  # noqa: E402
 import measure  # noqa: E402
 import sampling  # noqa: E402
 import shape_class  # noqa: E402
+import shipped_data  # noqa: E402
+import st_io  # noqa: E402
+import train_lcm  # noqa: E402
 
-TAESD = os.path.join(evaluate.MODEL, "taesd")
-LCM = os.path.join(configs.ROOT, "resources", "demo-model-lcm")
+MODEL = shipped_data.MODEL  # v1 resources/demo-model, v2 work/v2/export
+TAESD = os.path.join(MODEL, "taesd")
+
+
+def zero_unet_copy(tmp):
+    """MODEL copied with the UNet's conv_out zeroed: eps = 0 exactly in torch and in the engine, so the
+    DDIM loop only rescales the initial latents and the image difference is the decoder's own."""
+    out = os.path.join(tmp, "zero-unet")
+    shutil.copytree(MODEL, out, ignore=shutil.ignore_patterns("taesd"))
+    path = os.path.join(out, "unet", "diffusion_pytorch_model.safetensors")
+    sd, _ = st_io.load(path)
+    for k in ("conv_out.weight", "conv_out.bias"):
+        sd[k] = np.zeros_like(sd[k])
+    st_io.save(path, sd, {"format": "pt"})
+    return out
+
+
+def decoder_rows(cli, entries, taesd, lat, tmp):
+    """Engine vs torch on the zero-UNet copy, DDIM 20: the TAESD and VAE decodes of identical latents."""
+    model, p, res = zero_unet_copy(tmp), entries[4]["prompt"], {}
+    pipe = sampling.Pipeline(model)
+    with torch.no_grad():  # eps = 0: the final latents are c * initial; scale them to std 1
+        lat = lat / float(pipe.generate([p], None, steps=20, sampler="ddim", latents=lat, output="latents").std())
+        z = pipe.generate([p], None, guidance=7.5, steps=20, sampler="ddim", latents=lat, output="latents")
+    np.save(os.path.join(tmp, "lat_zero.npy"), lat.numpy()[None].astype(np.float32))
+    for dec in ("taesd", "vae"):
+        eng = check_engine.run(cli, model, p, ["--compat", "diffusers", "--scheduler", "ddim", "--steps", "20",
+                                               "--latents", os.path.join(tmp, "lat_zero.npy"), "--taesd", TAESD,
+                                               "--decoder", dec], tmp)
+        with torch.no_grad():
+            ours = (sampling.to_images(taesd.decode(z).sample, True) if dec == "taesd" else pipe.decode(z, True))[0]
+        key = f"zero_unet_{dec}_decode_max_abs_image_diff"
+        res[key] = float(np.abs(eng - ours).max())
+        res[f"zero_unet_{dec}_unclamped_pixel_fraction"] = float(((ours > 0) & (ours < 1)).mean())
+        print(f"engine vs torch, UNet conv_out zeroed (decoder alone, final latents std {float(z.std()):.2f}), "
+              f"{dec.upper()}: max abs image diff {res[key]:.2e} ({res[f'zero_unet_{dec}_unclamped_pixel_fraction']:.0%}"
+              f" of the values inside (0, 1))", flush=True)
+    return res
 
 
 def main():
@@ -43,26 +86,38 @@ def main():
     ap.add_argument("--cli", required=True)
     ap.add_argument("--heldout", action="store_true")
     ap.add_argument("--lcm-guidance", type=float, default=7.5)
+    ap.add_argument("--lcm", default=train_lcm.OUT, help="the LCM folder (v1 resources/demo-model-lcm, "
+                                                          "v2 work/v2/export-lcm)")
+    configs.add_version_arg(ap)
     args = ap.parse_args()
+    LCM = args.lcm
     torch.set_num_threads(2)
     with open(os.path.join(configs.HERE, "heldout.json")) as f:
         entries = json.load(f)["prompts"]
     res = {}
     with tempfile.TemporaryDirectory() as tmp:
-        lat = torch.randn(1, 4, 8, 8, generator=torch.Generator().manual_seed(0))
+        base = sampling.Pipeline(MODEL)
+        s = base.unet.config["sample_size"]
+        lat = torch.randn(1, 4, s, s, generator=torch.Generator().manual_seed(0))
         np.save(os.path.join(tmp, "lat.npy"), lat.numpy()[None].astype(np.float32))
         p = entries[4]["prompt"]
-        base = sampling.Pipeline(evaluate.MODEL)
         taesd = AutoencoderTiny.from_pretrained(TAESD).eval()
-        eng = check_engine.run(args.cli, evaluate.MODEL, p, ["--compat", "diffusers", "--scheduler", "ddim", "--steps",
-                                                              "20", "--latents", os.path.join(tmp, "lat.npy"),
-                                                              "--taesd", TAESD], tmp)
-        with torch.no_grad():
-            z = base.generate([p], None, guidance=7.5, steps=20, sampler="ddim", latents=lat, output="latents")
-            ours = sampling.to_images(taesd.decode(z).sample, True)[0]
-        res["taesd_ddim20_max_abs_image_diff"] = float(np.abs(eng - ours).max())
-        print(f"engine vs torch, demo model DDIM 20 + TAESD, '{p}': max abs image diff "
-              f"{res['taesd_ddim20_max_abs_image_diff']:.2e}", flush=True)
+        res.update(decoder_rows(args.cli, entries, taesd, lat, tmp))
+        # TAESD rows; the VAE rows beside them show how much of the difference the denoising loop makes
+        for sched in ("ddim", "pndm"):
+            with torch.no_grad():
+                z = base.generate([p], None, guidance=7.5, steps=20, sampler=sched, latents=lat, output="latents")
+            for dec in ("taesd", "vae"):
+                eng = check_engine.run(args.cli, MODEL, p, ["--compat", "diffusers", "--scheduler", sched, "--steps",
+                                                            "20", "--latents", os.path.join(tmp, "lat.npy"),
+                                                            "--taesd", TAESD, "--decoder", dec], tmp)
+                with torch.no_grad():
+                    ours = (sampling.to_images(taesd.decode(z).sample, True) if dec == "taesd"
+                            else base.decode(z, True))[0]
+                key = f"{dec}_{sched}20_max_abs_image_diff"
+                res[key] = float(np.abs(eng - ours).max())
+                print(f"engine vs torch, demo model {sched.upper()} 20 + {dec.upper()}, '{p}': max abs image diff "
+                      f"{res[key]:.2e}", flush=True)
         if os.path.exists(os.path.join(LCM, "unet", "config.json")):
             lcm = sampling.Pipeline(LCM)
             g = args.lcm_guidance
@@ -85,10 +140,11 @@ def main():
                             shp += shape_class.classify(u8)["shape"] == e["shape"]
                     tag = f"engine_lcm{steps}_g{g}" + ("_taesd" if extra else "")
                     res[tag] = {"agreement": ok / len(imgs), "shape_class": shp / len(imgs), "images": len(imgs)}
-                    evaluate.save_grid(os.path.join(evaluate.EVAL, f"{tag}_heldout.png"), np.stack(imgs), 8)
+                    evaluate.save_grid(os.path.join(configs.EVAL, f"{tag}_heldout.png"), np.stack(imgs), 8)
                     print(f"{tag}: held-out agreement {ok / len(imgs):.3f}, shape class {shp / len(imgs):.3f}",
                           flush=True)
-    with open(os.path.join(evaluate.EVAL, "engine_check_fast.json"), "w") as f:
+    res["model"], res["lcm"] = os.path.relpath(MODEL, configs.ROOT), os.path.relpath(LCM, configs.ROOT)
+    with open(os.path.join(configs.EVAL, "engine_check_fast.json"), "w") as f:
         json.dump(res, f, indent=2)
         f.write("\n")
 

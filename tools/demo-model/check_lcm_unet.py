@@ -2,7 +2,7 @@
 UNet2DConditionModel + LatentConsistencyModelPipeline.get_guidance_scale_embedding on the demo
 UNet's config with a random cond_proj. Exit code 1 on failure (max abs err <= 1e-4 * max|ref|).
 
-  /usr/bin/python3 tools/demo-model/check_lcm_unet.py [--model resources/demo-model-lcm]
+  /usr/bin/python3 tools/demo-model/check_lcm_unet.py [--model resources/demo-model-lcm | work/v2/export-lcm]
 """
 import argparse
 import os
@@ -41,7 +41,8 @@ def main():
     w = torch.tensor([0.0, 2.0, 6.5])
     emb_ref = LatentConsistencyModelPipeline.get_guidance_scale_embedding(None, w, cfg["time_cond_proj_dim"])
     emb = models.guidance_scale_embedding(w, cfg["time_cond_proj_dim"])
-    x = torch.randn(3, 4, 8, 8, generator=g)
+    s = cfg["sample_size"]  # 8 (v1) or 16 (v2)
+    x = torch.randn(3, 4, s, s, generator=g)
     ctx = pipe.embed(["a large red star on a blue background", "a yellow ring", ""])
     t = torch.tensor([999, 499, 19])
     with torch.no_grad():

@@ -5,6 +5,9 @@ with the shape class added everywhere:
   - the three complaint prompts of issue 20.7 x seeds 0, 1, 2 (eval_fast.COMPLAINT);
   - synonym prompts (big / tiny / little / center / middle) x seeds 0, 1, 2.
 Samplers at guidance 7.5: DDIM 20 and DDIM 8 (default), PNDM 50 with --pndm50.
+--position-probe: does the position word move the shape? "a large red circle on a blue background, <pos>"
+for 7 position words x seeds 0..7 (DDIM 8): mean centroid per word, and per seed the spread of the
+centroid over the words (0 px = the position word has no effect; the seed's noise alone places it).
 
   nice -n 10 /usr/bin/python3 tools/demo-model/eval_v2.py --version 2 --from-ckpt --tag step2000
   nice -n 10 /usr/bin/python3 tools/demo-model/eval_v2.py --version 2 --model tools/demo-model/work/v2/export --pndm50
@@ -17,12 +20,14 @@ import os
 import sys
 import time
 
+import numpy as np
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import configs  # noqa: E402
+import measure  # noqa: E402
 import sampling  # noqa: E402
 from eval_fast import COMPLAINT, score  # noqa: E402
 from evaluate import save_grid  # noqa: E402
@@ -53,6 +58,31 @@ def run(pipe, entries, seeds, tag, sampler, steps):
     return res
 
 
+PROBE_POSITIONS = ["left", "right", "top", "bottom", "top left", "bottom right", "centre"]
+
+
+def position_probe(pipe, seeds=8):
+    out = {}
+    cents = []
+    for pos in PROBE_POSITIONS:
+        imgs = pipe.generate([f"a large red circle on a blue background, {pos}"] * seeds, list(range(seeds)),
+                             guidance=7.5, steps=8, sampler="ddim")
+        ms = [measure.measure(i) for i in imgs]
+        c = np.array([[m["cx"], m["cy"]] if m.get("cx") is not None else [np.nan, np.nan] for m in ms])
+        cents.append(c)
+        ok = sum(m.get("cx") is not None and measure.position_ok(pos, m["cx"], m["cy"]) for m in ms)
+        out[pos] = {"mean_cx": float(np.nanmean(c[:, 0])), "mean_cy": float(np.nanmean(c[:, 1])), "agree": ok}
+        print(f"position probe '{pos}': mean centroid ({out[pos]['mean_cx']:.1f}, {out[pos]['mean_cy']:.1f}), "
+              f"position right {ok}/{seeds}", flush=True)
+    cents = np.stack(cents)  # [word, seed, 2]
+    spread = np.nanmax(cents, axis=0) - np.nanmin(cents, axis=0)  # [seed, 2]
+    out["mean_spread_px"] = float(np.nanmean(np.hypot(spread[:, 0], spread[:, 1])))
+    out["agreement"] = sum(out[p]["agree"] for p in PROBE_POSITIONS) / (seeds * len(PROBE_POSITIONS))
+    print(f"position probe: centroid spread over the 7 words, mean over seeds {out['mean_spread_px']:.1f} px; "
+          f"position right {out['agreement']:.3f}", flush=True)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=os.path.join(configs.WORK, "export"))
@@ -61,6 +91,7 @@ def main():
     ap.add_argument("--tag", default="export")
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--pndm50", action="store_true")
+    ap.add_argument("--position-probe", action="store_true")
     configs.add_version_arg(ap)
     args = ap.parse_args()
     torch.set_num_threads(2)
@@ -83,6 +114,8 @@ def main():
             "heldout": run(pipe, heldout, list(range(args.seeds)), f"{args.tag}_{name}_heldout", sampler, n),
             "complaint": run(pipe, COMPLAINT, [0, 1, 2], f"{args.tag}_{name}_complaint", sampler, n),
             "synonyms": run(pipe, SYNONYM_PROMPTS, [0, 1, 2], f"{args.tag}_{name}_synonyms", sampler, n)}
+    if args.position_probe:
+        out["position_probe"] = position_probe(pipe)
     with open(os.path.join(configs.EVAL, f"results_{args.tag}.json"), "w") as f:
         json.dump(out, f, indent=2)
         f.write("\n")

@@ -1,10 +1,16 @@
-"""Training data for the few-step add-ons (train_taesd.py, train_lcm.py), made from the SHIPPED
-demo model (resources/demo-model) rather than from work/ checkpoints, so the add-ons can be
-retrained from a fresh clone:
+"""Training data for the few-step add-ons (train_taesd.py, train_lcm.py).
+
+Version 1 (default): made from the SHIPPED demo model (resources/demo-model) rather than from work/
+checkpoints, so the add-ons can be retrained from a fresh clone:
 
   work/data.npz            the shapes-world dataset, 24 000 images, seed 1 (as train_vae.py)
   work/shipped_latents.pt  the shipped VAE's posterior mean/logvar of every image, the captions'
                            token ids (shipped tokenizer) and the empty prompt's ids
+
+Version 2 (--version 2): the staging folder work/v2/export (export.py --version 2: the v2 VAE, text
+encoder, tokenizer and the UNet of the checkpoint it was exported from) and the files the v2 training
+already wrote: work/v2/data.npz (train_vae.py) and work/v2/latents.pt (train_unet.py: the v2 VAE's
+posterior mean/logvar, v2 token ids); scaling_factor = the staging VAE config's (1 / latent std).
 
   nice -n 5 /usr/bin/python3 tools/demo-model/shipped_data.py
 """
@@ -24,8 +30,12 @@ import dataset  # noqa: E402
 import sampling  # noqa: E402
 
 DATA = os.path.join(configs.WORK, "data.npz")
-LATENTS = os.path.join(configs.WORK, "shipped_latents.pt")
-MODEL = os.path.join(configs.ROOT, "resources", "demo-model")
+if configs.VERSION == 1:
+    LATENTS = os.path.join(configs.WORK, "shipped_latents.pt")
+    MODEL = os.path.join(configs.ROOT, "resources", "demo-model")
+else:
+    LATENTS = os.path.join(configs.WORK, "latents.pt")  # written by train_unet.py --version 2
+    MODEL = os.path.join(configs.WORK, "export")        # written by export.py --version 2
 
 
 def to_tensor(u8):
@@ -45,6 +55,12 @@ def ensure_images(n=24000, seed=1):
 
 @torch.no_grad()
 def ensure_latents(pipe=None):
+    if configs.VERSION != 1:
+        assert os.path.exists(LATENTS), f"{LATENTS} missing: run train_unet.py --version {configs.VERSION} first"
+        lat = torch.load(LATENTS)
+        pipe = pipe or sampling.Pipeline(MODEL)
+        lat["scaling_factor"] = pipe.vae.config["scaling_factor"]
+        return lat
     if os.path.exists(LATENTS):
         return torch.load(LATENTS)
     images, captions = ensure_images()

@@ -20,6 +20,16 @@ At the end writes resources/demo-model-lcm/ (the demo model's text encoder, toke
 copied; the LCM UNet as F16; LCMScheduler config with original_inference_steps = N).
 
   nice -n 5 /usr/bin/python3 tools/demo-model/train_lcm.py --minutes 40
+
+Version 2 (--version 2): teacher = the staging folder work/v2/export (export.py --version 2: v2 UNet,
+text encoder, tokenizer, factor-4 VAE; 16x16x4 latents), or --teacher DIR (e.g. work/v2/export_eval,
+which eval_v2.py --from-ckpt writes from the running checkpoint); data = work/v2/latents.pt (see
+shipped_data.py); checkpoint/log in work/v2/, output work/v2/export-lcm (staging, not resources/).
+--work-dir / --out redirect the checkpoint+log / the folder (a smoke run to a scratch directory):
+
+  nice -n 5 /usr/bin/python3 tools/demo-model/train_lcm.py --version 2 --minutes 50
+  nice -n 5 /usr/bin/python3 tools/demo-model/train_lcm.py --version 2 --minutes 2.5 --eval-every 25 \
+      --work-dir /tmp/lcm_smoke --out /tmp/lcm_smoke/out
 """
 import argparse
 import copy
@@ -46,7 +56,8 @@ import st_io  # noqa: E402
 
 CKPT = os.path.join(configs.WORK, "lcm_ckpt.pt")
 LOG = os.path.join(configs.WORK, "lcm_loss.csv")
-OUT = os.path.join(configs.ROOT, "resources", "demo-model-lcm")
+OUT = (os.path.join(configs.ROOT, "resources", "demo-model-lcm") if configs.VERSION == 1
+       else os.path.join(configs.WORK, "export-lcm"))
 COND_DIM = 256
 
 
@@ -194,8 +205,8 @@ def write_json(path, obj):
         f.write("\n")
 
 
-def export(unet, solver_steps, out=OUT):
-    src = shipped_data.MODEL
+def export(unet, solver_steps, out=OUT, src=shipped_data.MODEL):
+    """The teacher folder `src`'s text encoder, tokenizer and VAE + the LCM UNet and scheduler."""
     for sub in ("text_encoder", "tokenizer", "vae"):
         if os.path.isdir(os.path.join(src, sub)):
             shutil.copytree(os.path.join(src, sub), os.path.join(out, sub), dirs_exist_ok=True)
@@ -227,22 +238,32 @@ def main():
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--export-only", action="store_true", help="write the folder from work/lcm_ckpt.pt's EMA model")
+    ap.add_argument("--teacher", default=shipped_data.MODEL,
+                    help="diffusers folder of the teacher (v1: resources/demo-model, v2: work/v2/export)")
+    ap.add_argument("--work-dir", default=configs.WORK, help="where lcm_ckpt.pt and lcm_loss.csv go")
+    ap.add_argument("--out", default=OUT, help="the LCM model folder written at the end")
+    configs.add_version_arg(ap)
     args = ap.parse_args()
+    global CKPT, LOG
+    os.makedirs(args.work_dir, exist_ok=True)
+    CKPT, LOG = os.path.join(args.work_dir, "lcm_ckpt.pt"), os.path.join(args.work_dir, "lcm_loss.csv")
     torch.set_num_threads(2)
     QUICK_SOLVER[0] = args.solver_steps
-    pipe = sampling.Pipeline(shipped_data.MODEL)
+    pipe = sampling.Pipeline(args.teacher)
+    print(f"teacher {args.teacher}: unet sample_size {pipe.unet.config['sample_size']}, "
+          f"vae scaling_factor {pipe.vae.config['scaling_factor']}", flush=True)
     if args.export_only:
         ck = torch.load(CKPT)
         unet = make_student(pipe.unet)
         unet.load_state_dict(ck["target"])
         print(f"checkpoint: step {ck['step']}, {ck['seconds'] / 60:.1f} min", flush=True)
-        export(unet, ck["args"]["solver_steps"])
+        export(unet, ck["args"]["solver_steps"], args.out, args.teacher)
         return
     lat = shipped_data.ensure_latents(pipe)
     with open(os.path.join(configs.HERE, "heldout.json")) as f:
         entries = json.load(f)["prompts"]
     unet = train(args, pipe, lat, entries)
-    export(unet, args.solver_steps)
+    export(unet, args.solver_steps, args.out, args.teacher)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """A tiny autoencoder (TAESD, diffusers AutoencoderTiny layout) for the demo model, distilled from
-the shipped demo VAE (resources/demo-model/vae):
+the shipped demo VAE (resources/demo-model/vae), or with --version 2 from the version-2 VAE of the
+staging folder work/v2/export (factor 4: 16x16x4 latents, so one up/down-sampling stage fewer:
+num_encoder_blocks (1,3,3), num_decoder_blocks (3,3,1); output work/v2/export/taesd, results eval/v2/):
 
-- decoder: UNet latents AS THE UNET PRODUCES THEM (the VAE's latents x its scaling_factor 0.70969;
+- decoder: UNet latents AS THE UNET PRODUCES THEM (the VAE's latents x its scaling_factor, v1 0.70969;
   TAESD's own scaling_factor is 1.0, so the engine's AutoencoderTiny::decode_nhwc takes the
   pipeline's final latents unchanged) -> the image the demo VAE decodes from them.
   Loss: L1 + MSE against VAE.decode(latents / 0.70969) in [-1, 1]. Inputs: posterior samples of the
@@ -13,6 +15,7 @@ resources/demo-model/taesd/{config.json, diffusion_pytorch_model.safetensors} (f
 
   nice -n 5 /usr/bin/python3 tools/demo-model/train_taesd.py --minutes 18
   /usr/bin/python3 tools/demo-model/train_taesd.py --eval-only        # measurements for the README
+  nice -n 5 /usr/bin/python3 tools/demo-model/train_taesd.py --version 2 --minutes 20 --batch 16
 """
 import argparse
 import csv
@@ -40,6 +43,9 @@ import dataset  # noqa: E402
 import measure  # noqa: E402
 import sampling  # noqa: E402
 import shipped_data  # noqa: E402
+import train_vae  # noqa: E402
+from eval_fast import score  # noqa: E402
+from vae_shape_check import balanced_renders, shape_score  # noqa: E402
 
 # --target vae (the shipped TAESD, a stand-in for the VAE decoder) or --target images (an
 # experiment: a decoder trained on the dataset images themselves from the same latents, i.e. a
@@ -48,23 +54,45 @@ PATHS = {"vae": ("taesd_ckpt.pt", "taesd_loss.csv", os.path.join(shipped_data.MO
          "images": ("taesd_sharp_ckpt.pt", "taesd_sharp_loss.csv",
                     os.path.join(configs.WORK, "taesd-sharp"), "taesd_sharp")}
 CKPT, LOG, OUT, TAG = None, None, None, None
-EVAL = os.path.join(configs.HERE, "eval")
+EVAL = configs.EVAL
+# One stage per VAE resolution level: the first encoder stage and the last decoder stage work at
+# full resolution, each other stage halves / doubles it (v1: 4 stages = factor 8, v2: 3 = factor 4).
+STAGES = len(configs.VAE_BLOCKS)
+ENCODER_BLOCKS = (1, 3, 3, 3)[:STAGES]
+DECODER_BLOCKS = (3, 3, 3, 1)[-STAGES:]
 
 
 def make_taesd(channels):
-    return AutoencoderTiny(encoder_block_out_channels=(channels,) * 4, decoder_block_out_channels=(channels,) * 4,
-                           latent_channels=4, num_encoder_blocks=(1, 3, 3, 3), num_decoder_blocks=(3, 3, 3, 1))
+    return AutoencoderTiny(encoder_block_out_channels=(channels,) * STAGES,
+                           decoder_block_out_channels=(channels,) * STAGES, latent_channels=4,
+                           num_encoder_blocks=ENCODER_BLOCKS, num_decoder_blocks=DECODER_BLOCKS)
 
 
-def train_batch(lat, images, gen, batch, noisy_frac):
-    """(scaled latents for the decoder, images + scaled posterior means for the encoder)."""
+def train_batch(pipe, lat, images, gen, args):
+    """(scaled latents for the decoder, images + scaled posterior means for the encoder, which inputs got
+    extra noise, the uint8 images). With --mix-small the first k images are fresh small-shape renders
+    (train_vae.small_shape_renders), encoded by the VAE here."""
+    batch = args.batch
     idx = torch.from_numpy(gen.integers(0, len(images), batch))
     sf = lat["scaling_factor"]
+    u8 = images[idx.numpy()]
     mean, logvar = lat["mean"][idx], lat["logvar"][idx]
+    if args.mix_small:
+        u8[:args.mix_small] = train_vae.small_shape_renders(gen, args.mix_small)
+        with torch.no_grad():
+            mean[:args.mix_small], logvar[:args.mix_small] = pipe.vae.encode(shipped_data.to_tensor(u8[:args.mix_small]))
     z = (mean + torch.exp(0.5 * logvar) * torch.randn_like(mean)) * sf
-    noisy = torch.rand(batch) < noisy_frac
+    noisy = torch.rand(batch) < args.noisy
     z[noisy] += torch.rand(int(noisy.sum()), 1, 1, 1) * 0.6 * torch.randn_like(z[noisy])
-    return z, shipped_data.to_tensor(images[idx.numpy()]), mean * sf, noisy
+    return z, shipped_data.to_tensor(u8), mean * sf, noisy, u8
+
+
+def decoder_loss(rec, target, u8, args):
+    """L1 + MSE, per pixel weighted as train_vae.py with --shape-weight / --edge-weight."""
+    if not (args.shape_weight or args.edge_weight):
+        return (rec - target).abs().mean(), F.mse_loss(rec, target)
+    w = train_vae.shape_weights(u8, args.shape_weight, args.edge_weight)
+    return ((rec - target).abs() * w).sum() / (w.sum() * 3), ((rec - target) ** 2 * w).sum() / (w.sum() * 3)
 
 
 def train(args, pipe, lat, images):
@@ -95,13 +123,13 @@ def train(args, pipe, lat, images):
         lr = args.lr * min(1.0, (step + 1) / 50) * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
-        z, x, target_lat, noisy = train_batch(lat, images, gen, args.batch, args.noisy)
+        z, x, target_lat, noisy, u8 = train_batch(pipe, lat, images, gen, args)
         with torch.no_grad():
             target = pipe.vae.decode(z / lat["scaling_factor"])
             if args.target == "images":  # the image itself, except for the extra-noise inputs
                 target[~noisy] = x[~noisy]
         rec = taesd.decode(z).sample
-        l1, mse = (rec - target).abs().mean(), F.mse_loss(rec, target)
+        l1, mse = decoder_loss(rec, target, u8, args)
         enc = F.mse_loss(taesd.encode(x).latents, target_lat)
         loss = l1 + mse + enc
         opt.zero_grad(set_to_none=True)
@@ -146,11 +174,8 @@ def psnr(a, b):
     return 10 * np.log10(255.0 ** 2 / mse)
 
 
-@torch.no_grad()
-def evaluate(pipe, taesd, seeds=4):
-    """Held-out numbers: (1) reconstruction on 256 fresh shapes-world images (seed 99, never trained
-    on), (2) the held-out prompts' PNDM-50 (g 7.5) latents decoded by the VAE and by TAESD, measured
-    with evaluate.py's rule."""
+def recon_measures(pipe, taesd):
+    """(1) reconstruction on 256 fresh shapes-world images (seed 99, never trained on)."""
     imgs, _ = dataset.make_dataset(256, 99)
     x = shipped_data.to_tensor(imgs)
     mean, _ = pipe.vae.encode(x)
@@ -170,22 +195,52 @@ def evaluate(pipe, taesd, seeds=4):
            "colours_same_as_vae": int(sum(measure.measure(a)["shape_colour"] == measure.measure(b)["shape_colour"]
                                           and measure.measure(a)["background"] == measure.measure(b)["background"]
                                           for a, b in zip(vae_img, tae_img)))}
+    return res, np.concatenate([imgs[:8], vae_img[:8], tae_img[:8]])
+
+
+def shape_measures(pipe, taesd):
+    """(2) vae_shape_check.py's acceptance set (100 balanced single-shape renders, seed 99): shape class
+    of the VAE's and TAESD's decodes of the VAE's posterior means, and of TAESD encode -> TAESD decode."""
+    imgs, shapes = balanced_renders(100, 99)
+    x = shipped_data.to_tensor(imgs)
+    z = pipe.vae.encode(x)[0] * pipe.vae.config["scaling_factor"]
+    decs = {"ground_truth": imgs, "vae_decode": pipe.decode(z),
+            "taesd_decode_of_vae_latents": sampling.to_images(taesd.decode(z).sample),
+            "taesd_encode_taesd_decode": sampling.to_images(taesd.decode(taesd.encode(x).latents).sample)}
+    res = {f"shape_class_seed99_{k}": shape_score(v, shapes) for k, v in decs.items()}
+    return res, np.concatenate([v[:10] for v in decs.values()])
+
+
+def heldout_measures(pipe, taesd, sampler, steps, seeds=4):
+    """(3) the held-out prompts' latents (g 7.5) decoded by the VAE and by TAESD, measured with
+    evaluate.py's rule (+ shape class)."""
     with open(os.path.join(configs.HERE, "heldout.json")) as f:
         entries = json.load(f)["prompts"]
     E = [e for e in entries for _ in range(seeds)]
     lat = pipe.generate([e["prompt"] for e in E], [s for _ in entries for s in range(seeds)], guidance=7.5,
-                        steps=50, sampler="pndm", output="latents")
-    for name, im in (("vae", pipe.decode(lat)), ("taesd", sampling.to_images(taesd.decode(lat).sample))):
-        r = [measure.agrees(e, measure.measure(i)) for e, i in zip(E, im)]
-        res[f"heldout_pndm50_{name}"] = {k: sum(v[j] for v in r) / len(r)
-                                         for j, k in enumerate(("agreement", "colours", "position"))}
-        if name == "taesd":
-            res["heldout_taesd_vs_vae_mean_abs_u8"] = float(np.abs(im.astype(float) - vae_u8).mean())
-        vae_u8 = im
-    evaluate_grid = np.concatenate([imgs[:8], vae_img[:8], tae_img[:8]])
+                        steps=steps, sampler=sampler, output="latents")
+    res, run = {}, f"{sampler}{steps}"
+    vae_u8, tae_u8 = pipe.decode(lat), sampling.to_images(taesd.decode(lat).sample)
+    for name, im in (("vae", vae_u8), ("taesd", tae_u8)):
+        sc = score(E, im, True)
+        res[f"heldout_{run}_{name}"] = {k: sc[k] for k in ("agreement", "colours", "position", "shape_class")}
+    res["heldout_taesd_vs_vae_mean_abs_u8"] = float(np.abs(tae_u8.astype(float) - vae_u8).mean())
+    return res
+
+
+@torch.no_grad()
+def evaluate(pipe, taesd, seeds=4):
+    res, grid = recon_measures(pipe, taesd)
+    shp, shape_grid = shape_measures(pipe, taesd)
+    res.update(shp)
+    # v1: the shipped UNet with PNDM 50 (its default); v2: DDIM 20 (eval_v2.py's headline sampler)
+    sampler, steps = ("pndm", 50) if configs.VERSION == 1 else ("ddim", 20)
+    res["heldout_unet"] = os.path.relpath(shipped_data.MODEL, configs.ROOT)
+    res.update(heldout_measures(pipe, taesd, sampler, steps, seeds))
     os.makedirs(EVAL, exist_ok=True)
     from evaluate import save_grid
-    save_grid(os.path.join(EVAL, f"{TAG}_recon.png"), evaluate_grid, 8)
+    save_grid(os.path.join(EVAL, f"{TAG}_recon.png"), grid, 8)
+    save_grid(os.path.join(EVAL, f"{TAG}_shapes.png"), shape_grid, 10)
     for k, v in res.items():
         print(f"{k}: {v}", flush=True)
     with open(os.path.join(EVAL, f"{TAG}_results.json"), "w") as f:
@@ -205,6 +260,11 @@ def main():
     ap.add_argument("--eval-only", action="store_true")
     ap.add_argument("--target", choices=list(PATHS), default="vae")
     ap.add_argument("--init", help="start from the weights of this work/ checkpoint (e.g. taesd_ckpt.pt)")
+    ap.add_argument("--shape-weight", type=float, default=0.0,
+                    help="extra decoder-loss weight on shape pixels (train_vae.shape_weights; 0 = off)")
+    ap.add_argument("--edge-weight", type=float, default=0.0, help="extra weight within 2 px of the shape outline")
+    ap.add_argument("--mix-small", type=int, default=0, help="fresh small-shape renders per batch")
+    configs.add_version_arg(ap)
     args = ap.parse_args()
     global CKPT, LOG, OUT, TAG
     ck, lg, OUT, TAG = PATHS[args.target]
