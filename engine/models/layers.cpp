@@ -202,21 +202,6 @@ void add_first_half_products(const float* y_u, const float* r_u, const float* bi
   }, std::max<int64_t>(1, (1 << 14) / channels));
 }
 
-// [x_u; x_c] → [x_u; x_c − x_u] (halves along the batch).
-Tensor to_pair_differences(const Tensor& x) {
-  Tensor d = Tensor::empty(x.shape());
-  const int64_t h = d.numel() / 2;
-  std::memcpy(d.data(), x.data(), sizeof(float) * h);
-  difference(x.data(), x.data() + h, h, d.data() + h);
-  return d;
-}
-
-// y = [W·x_u + b + r_u; W·δ + b + r_c] → second half W·x_u + W·δ + b + r_c.
-void from_pair_differences(Tensor& y, const float* bias, int64_t channels, const Tensor* residual) {
-  const int64_t h = y.numel() / 2;
-  add_first_half_products(y.data(), residual ? residual->data() : nullptr, bias, h / channels, channels, y.data() + h);
-}
-
 }  // namespace
 
 ScopedGuidedPairs::ScopedGuidedPairs(int64_t batch) : previous_(t_guided_pairs_batch) {
@@ -243,8 +228,9 @@ Tensor Linear::operator()(const Tensor& x, const Tensor* residual) const {
     ep.ldr = out;
   }
   if (takes_pairs(x, weight.precision())) {
-    kernels::gemm(to_pair_differences(x).data(), rows, in, weight, y.data(), out, ep);
-    from_pair_differences(y, ep.bias, out, residual);
+    const int64_t half = rows / 2;
+    const float* r = residual ? residual->data() : nullptr;
+    forward_pair(x.data(), x.data() + half * in, half, y.data(), y.data() + half * out, r, r ? r + half * out : nullptr);
     return y;
   }
   kernels::gemm(x.data(), rows, in, weight, y.data(), out, ep);
@@ -268,7 +254,7 @@ void Linear::forward_pair(const float* xu, const float* xc, int64_t n, float* yu
     forward(xc, n, yc, residual_c);
     return;
   }
-  std::vector<float> d(static_cast<size_t>(n * in));
+  Tensor d = Tensor::empty({n, in});
   difference(xu, xc, n * in, d.data());
   forward(d.data(), n, yc, residual_c);
   add_first_half_products(yu, residual_u, bias.empty() ? nullptr : bias.data(), n, out, yc);
@@ -301,10 +287,15 @@ Tensor Conv2d::operator()(const Tensor& x, const Tensor* residual) const {
   const int64_t Wo = kernels::conv2d_out_size(W, weight.kw, geometry.stride, geometry.pad_left, geometry.pad_right);
   Tensor y = Tensor::empty({N, Ho, Wo, weight.out_channels});
   if (residual && residual->shape() != y.shape()) fail("internal: Conv2d residual shape mismatch");
-  if (takes_pairs(x, weight.packed.precision())) {
-    kernels::conv2d_nhwc(to_pair_differences(x).data(), N, H, W, weight, geometry, y.data(),
-                         residual ? residual->data() : nullptr);
-    from_pair_differences(y, weight.bias.empty() ? nullptr : weight.bias.data(), weight.out_channels, residual);
+  if (takes_pairs(x, weight.packed.precision())) {  // layers.h: ScopedGuidedPairs, as Linear::forward_pair
+    const int64_t in_half = x.numel() / 2, out_half = y.numel() / 2;
+    const float* r = residual ? residual->data() : nullptr;
+    kernels::conv2d_nhwc(x.data(), N / 2, H, W, weight, geometry, y.data(), r);
+    Tensor d = Tensor::empty({N / 2, H, W, weight.in_channels});
+    difference(x.data(), x.data() + in_half, in_half, d.data());
+    kernels::conv2d_nhwc(d.data(), N / 2, H, W, weight, geometry, y.data() + out_half, r ? r + out_half : nullptr);
+    add_first_half_products(y.data(), r, weight.bias.empty() ? nullptr : weight.bias.data(),
+                            out_half / weight.out_channels, weight.out_channels, y.data() + out_half);
     return y;
   }
   kernels::conv2d_nhwc(x.data(), N, H, W, weight, geometry, y.data(), residual ? residual->data() : nullptr);
