@@ -507,14 +507,15 @@ class RunPhases {
   RunPhases(const RunPhases&) = delete;
   RunPhases& operator=(const RunPhases&) = delete;
 
-  // fn(d) for every device with `component` prefetched; the phase's wall time into *seconds.
-  void run(std::optional<Phase> announce, ModelComponent component, double* seconds,
+  // fn(d) for every device with `component` (if any: TAESD's decode reads none of the model's
+  // cached networks) prefetched; the phase's wall time into *seconds.
+  void run(std::optional<Phase> announce, std::optional<ModelComponent> component, double* seconds,
            const std::function<void(int)>& fn) {
     const auto t0 = Clock::now();
     if (announce) announce_(*announce);
-    m_.prefetch(component);
+    if (component) m_.prefetch(*component);
     devices_.for_each_device(fn);
-    m_.release(component);
+    if (component) m_.release(*component);
     devices_.trim_arenas();
     *seconds = seconds_since(t0);
   }
@@ -588,7 +589,9 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
                          device_step_noise(r, plan, result.device_keys[d], d), observe, hooks);
   });
   result.vae_tiles = decode_tiling(r, m);
-  phases.run(Phase::Decode, ModelComponent::Vae, &result.timings.decode, [&](int d) {
+  const auto decoder_weights =
+      s.decoder == Decoder::Tiny ? std::nullopt : std::optional<ModelComponent>(ModelComponent::Vae);
+  phases.run(Phase::Decode, decoder_weights, &result.timings.decode, [&](int d) {
     decode_device(m, r, result.vae_tiles, d, work[d]);
     report(Phase::Decode, d);
   });

@@ -189,6 +189,35 @@ TEST(WeightResidency, MinimalDropsEveryNetworkAfterItsPhase) {
     EXPECT_EQ(model->resident_weight_bytes(c), 0u) << "component " << static_cast<int>(c);
 }
 
+// The decode phase maps in the weights of the decoder it runs: the VAE's for a VAE decode, none
+// of the model's cached networks for TAESD's (it was reading the whole VAE back for nothing).
+TEST(WeightResidency, TheDecodePhaseMapsInOnlyTheDecoderItRuns) {
+  const fs::path dir = test::temp_dir("weight_residency_decoder");
+  ModelLoadOptions o = cached(dir);
+  o.tiny_autoencoder = test::data_dir() / "tiny-taesd";
+  auto model = StableDiffusionModel::load(test::tiny_sd_dir(), o);
+  ShardedPipeline pipe(model);
+  for (Decoder decoder : {Decoder::Vae, Decoder::Tiny}) {
+    GenerationRequest r = request(ComputeDType::F32);
+    r.decoder = decoder;
+    uint64_t vae_while_decoding = 0;
+    int decode_reports = 0;
+    pipe.run(r, [&](const ProgressEvent& p) {  // Decode is reported as the phase starts and after each device
+      if (p.phase != Phase::Decode) return;
+      vae_while_decoding = std::max(vae_while_decoding, model->resident_weight_bytes(ModelComponent::Vae));
+      ++decode_reports;
+    });
+    std::printf("[weight residency] %s decode: VAE weights resident during the decode phase %llu bytes\n",
+                decoder_name(decoder).c_str(), static_cast<unsigned long long>(vae_while_decoding));
+    EXPECT_GT(decode_reports, 0);
+    if (decoder == Decoder::Vae)
+      EXPECT_GT(vae_while_decoding, 0u);
+    else
+      EXPECT_EQ(vae_while_decoding, 0u);
+    EXPECT_EQ(model->resident_weight_bytes(ModelComponent::Vae), 0u) << "after the run";
+  }
+}
+
 TEST(WeightResidency, ResidentKeepsEveryNetworkMappedAcrossRuns) {
   const fs::path dir = test::temp_dir("weight_residency_resident");
   ModelLoadOptions o = cached(dir);
