@@ -10,6 +10,13 @@
 //
 // OCTODIFF_KERNEL_TUNING="gemm_kc=512,bf16_kc=640,..." overrides single values for sweeps
 // (bench/tune_kernels.sh); kernel_tuning_keys() lists every key with its range.
+//
+// Not here, on purpose: layout constants every packed weight depends on (kPanel, kPairRow,
+// kBlockLdaBf16: the bf16 micro-kernel's compile-time A stride, which caps bf16_kc at 768), the
+// packing and conversion buffers (kPackRows, gemm_bf16.cpp's kChunk 256 and kBlock 128 — fixed-size
+// stack tiles, not compute blocking), memory budgets (attention's 8 MiB K/V group), parallel
+// grains of the element-wise kernels, and the Winograd channel limits (ScopedWinogradLimit: an
+// algorithm choice that changes results, made by the model loader).
 #pragma once
 
 #include <cstdint>
