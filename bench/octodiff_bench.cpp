@@ -39,6 +39,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "io/files.h"
+#include "kernels/tuning.h"
 #include "bench_timing.h"
 #include "controlnet.h"
 #include "few_step.h"
@@ -200,6 +201,8 @@ nlohmann::json cpu_json() {
   }
   if (cpu.value("vendor", "") == "AuthenticAMD" && cpu.contains("family"))
     cpu["core"] = cpu["family"] == 26 ? "Zen 5" : cpu["family"] == 25 ? "Zen 3/4" : "other AMD";
+  // The kernels' blocking for this core (kernels/tuning.h; OCTODIFF_KERNEL_TUNING overrides it).
+  cpu["kernel_tuning"] = kernels::describe(kernels::kernel_tuning());
   return cpu;
 }
 

@@ -4,10 +4,11 @@
 
 namespace octodiff::bench {
 
-// GFLOP/s over `threads` threads (1 FMA = 2 FLOPs).
-double measure_fp32_peak_gflops(int threads, double seconds = 0.5);
+// GFLOP/s over `threads` threads (1 FMA = 2 FLOPs). cpu_time: against each thread's CPU time
+// (what a core gives while the thread has it, on a shared machine) instead of wall time.
+double measure_fp32_peak_gflops(int threads, double seconds = 0.5, bool cpu_time = false);
 // GFLOP/s of AVX-512 BF16 dot products (VDPBF16PS: 2 products + 2 adds per fp32 lane), or 0
 // when the CPU has no AVX-512 BF16.
-double measure_bf16_peak_gflops(int threads, double seconds = 0.5);
+double measure_bf16_peak_gflops(int threads, double seconds = 0.5, bool cpu_time = false);
 
 }  // namespace octodiff::bench

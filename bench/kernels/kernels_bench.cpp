@@ -1,5 +1,7 @@
 // Kernel benchmarks at the real SD1.5 shapes (512×512 images ⇒ 64×64 latents, batch 2).
-// Compute-bound kernels report FLOP/s ("FLOPS" counter), memory-bound ones bytes/s.
+// Compute-bound kernels report FLOP/s ("FLOPS" counter) and the fraction of the measured fp32 or
+// bf16 peak ("of_peak", bench_context.h), memory-bound ones bytes/s. The JSON context names the
+// CPU and the kernel blocking in use (OCTODIFF_KERNEL_TUNING overrides it: bench/tune_kernels.sh).
 // Short mode for CI: --benchmark_min_time=0.01 runs each case about once.
 // OCTODIFF_ISA=avx2|generic benchmarks the fallback paths; OCTODIFF_THREADS sets the threads.
 // On a shared machine, OCTODIFF_THREADS=1 OCTODIFF_BENCH_CPU_TIME=1 measures rates against the
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_context.h"
 #include "core/memory.h"
 #include "kernels/activations.h"
 #include "kernels/attention.h"
@@ -41,10 +44,7 @@ void timing(benchmark::internal::Benchmark* b) {
   if (!std::getenv("OCTODIFF_BENCH_CPU_TIME")) b->UseRealTime();
 }
 
-void set_flops(benchmark::State& state, double flops_per_iter) {
-  state.counters["FLOPS"] = benchmark::Counter(flops_per_iter, benchmark::Counter::kIsIterationInvariantRate,
-                                               benchmark::Counter::kIs1000);
-}
+using octodiff::bench::set_flops;  // FLOPS and of_peak (bench_context.h)
 
 // Args: M (tokens), K, N. Linear layer with torch (out, in) weight and bias.
 void gemm_case(benchmark::State& state, Precision precision) {
@@ -58,7 +58,7 @@ void gemm_case(benchmark::State& state, Precision precision) {
     gemm(a.data(), M, K, p, c.data(), N, ep);
     benchmark::DoNotOptimize(c.data());
   }
-  set_flops(state, 2.0 * M * N * K);
+  set_flops(state, 2.0 * M * N * K, precision);
 }
 void BM_Gemm(benchmark::State& state) {
   gemm_case(state, Precision::F32);
@@ -97,7 +97,7 @@ void conv_case(benchmark::State& state, Precision precision, ConvAlgorithm algor
     conv2d_nhwc(x.data(), N, H, H, cw, Conv2dGeometry::same(k), y.data());
     benchmark::DoNotOptimize(y.data());
   }
-  set_flops(state, 2.0 * N * H * H * Co * Ci * k * k);
+  set_flops(state, 2.0 * N * H * H * Co * Ci * k * k, precision);
 }
 void BM_Conv(benchmark::State& state) {
   conv_case(state, Precision::F32);
@@ -212,7 +212,7 @@ void attention_case(benchmark::State& state, Precision precision) {
     attention(q.data(), k.data(), v.data(), out.data(), s, scale, false, precision);
     benchmark::DoNotOptimize(out.data());
   }
-  set_flops(state, 4.0 * s.batch * s.heads * s.q_len * s.kv_len * s.head_dim);
+  set_flops(state, 4.0 * s.batch * s.heads * s.q_len * s.kv_len * s.head_dim, precision);
 }
 void BM_Attention(benchmark::State& state) {
   attention_case(state, Precision::F32);

@@ -23,7 +23,7 @@
 #include "models/autoencoder_tiny.h"
 #include "models/flop_count.h"
 #include "models/parameter_catalog.h"
-#include "peak_flops.h"
+#include "bench_context.h"
 
 namespace {
 
@@ -53,11 +53,7 @@ const AutoencoderTiny& taesd(kernels::Precision precision) {
   return *slot;
 }
 
-double peak_gflops(kernels::Precision precision) {
-  static const double f32 = bench::measure_fp32_peak_gflops(current_device().threads);
-  static const double bf16 = bench::measure_bf16_peak_gflops(current_device().threads);
-  return precision == kernels::Precision::BF16 && bf16 > 0 ? bf16 : f32;
-}
+using bench::peak_gflops;  // bench_context.h
 
 Tensor random_tensor(const Shape& shape, float lo, float hi) {
   std::mt19937 gen(7);

@@ -23,8 +23,6 @@ namespace {
 
 using detail::kPanel;
 
-constexpr int64_t kKeyTile = 256;  // Bc, a multiple of kPanel
-
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 struct AlignedBuffer {
@@ -73,8 +71,10 @@ void attention(const float* q, const float* k, const float* v, float* out, const
       std::clamp<int64_t>(kGroupBytes / ((k_size + v_size) * static_cast<int64_t>(sizeof(float))), 1, pairs);
   const detail::CallScratch kv_buffer(static_cast<size_t>(group * (k_size + v_size)) * sizeof(float));
   float* const kv_packed = kv_buffer.get<float>();
-  const int64_t Br = mk.mr * 4;
-  const int64_t Bc = std::min(kKeyTile, Lkp);
+  // Br × Bc score tiles (kernel_tuning(): 4 micro-rows × 256 keys on Zen 4; Bc a multiple of
+  // kPanel). The key tile fixes the order of the softmax updates, the query block does not.
+  const int64_t Br = mk.mr * kernel_tuning().attention_query_micro_rows;
+  const int64_t Bc = std::min(kernel_tuning().attention_key_tile, Lkp);
   const int64_t q_blocks = (Lq + Br - 1) / Br;
   const float ninf = -std::numeric_limits<float>::infinity();
 

@@ -20,8 +20,6 @@
 namespace octodiff::kernels::detail {
 namespace {
 
-constexpr int64_t kKeyTile = 256;  // Bc, a multiple of kPanel (so key tiles start on a pair)
-
 int64_t round_up(int64_t v, int64_t m) {
   return (v + m - 1) / m * m;
 }
@@ -109,8 +107,10 @@ void attention_bf16(const float* q, const float* k, const float* v, float* out, 
     }
   });
 
-  const int64_t Br = mk.mr * 4;
-  const int64_t Bc = std::min(kKeyTile, Lkp);
+  // As attention.cpp: Br × Bc score tiles from kernel_tuning(); Bc a multiple of kPanel, so key
+  // tiles start on a pair.
+  const int64_t Br = mk.mr * kernel_tuning().attention_query_micro_rows;
+  const int64_t Bc = std::min(kernel_tuning().attention_key_tile, Lkp);
   const int64_t q_blocks = (Lq + Br - 1) / Br;
   const float ninf = -std::numeric_limits<float>::infinity();
 

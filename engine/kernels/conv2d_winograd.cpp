@@ -100,9 +100,10 @@ class WinogradConv {
   void run() {
     const int64_t tiles = g_.N * g_.tiles_y * g_.tiles_x;
     const int64_t slots = std::max<int64_t>(1, current_device().threads);
-    // Blocks of up to 8 micro-rows (the GEMM drivers' row block), as many as a multiple of the
-    // thread count so that the threads finish together.
-    int64_t blocks = (tiles + 8 * mr_ - 1) / (8 * mr_);
+    // Blocks of up to winograd_micro_rows micro-rows (8 on Zen 4, the GEMM drivers' row block),
+    // as many as a multiple of the thread count so that the threads finish together.
+    const int64_t block_rows = kernel_tuning().winograd_micro_rows * mr_;
+    int64_t blocks = (tiles + block_rows - 1) / block_rows;
     blocks = (blocks + slots - 1) / slots * slots;
     rows_ = ((tiles + blocks - 1) / blocks + mr_ - 1) / mr_ * mr_;
     blocks = (tiles + rows_ - 1) / rows_;

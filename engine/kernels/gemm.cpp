@@ -246,7 +246,12 @@ void DirectA::prefetch(int64_t i0, int64_t i1, int64_t k0, int64_t kc) const {
 
 MicroKernel micro_kernel(Isa isa) {
   switch (isa) {
-    case Isa::Avx512: return micro_kernel_avx512();
+    case Isa::Avx512: {
+      // Any row count up to the kernel's 14 is a variant it has (kernel_tuning().avx512_mr).
+      MicroKernel mk = micro_kernel_avx512();
+      mk.mr = static_cast<int>(std::min<int64_t>(mk.mr, kernel_tuning().avx512_mr));
+      return mk;
+    }
     case Isa::Avx2: return micro_kernel_avx2();
     case Isa::Generic: break;
   }
@@ -262,14 +267,14 @@ float* thread_scratch(int64_t floats) {
   return b.get<float>(floats);
 }
 
-// K chunk: the B slice of a panel (kc × 32 floats, 48 KiB) and the A block (MC × kc, ≤ 170 KiB)
-// sit in L1/L2; measured 256…512 within noise on Zen 4.
-constexpr int64_t kMaxKc = 384;
-
 }  // namespace
 
+// K chunk (kernel_tuning().gemm_kc, 384 on Zen 4): the B slice of a panel (kc × 32 floats,
+// 48 KiB) and the A block (MC × kc, ≤ 170 KiB) sit in L1/L2; measured 256…512 within noise on
+// Zen 4 (tuning.cpp derives it for other caches).
 int64_t chunk_size_f32(int64_t K) {
-  const int64_t chunks = (K + kMaxKc - 1) / kMaxKc;
+  const int64_t max_kc = kernel_tuning().gemm_kc;
+  const int64_t chunks = (K + max_kc - 1) / max_kc;
   return (K + chunks - 1) / chunks;
 }
 
@@ -290,17 +295,19 @@ void apply_epilogue(float* c, int64_t ldc, int64_t i0, int64_t rows, int64_t j0,
 
 GemmTiling gemm_tiling(int64_t M, int64_t N, int mr) {
   GemmTiling t;
-  // Row blocks of at most mc_max rows, as equal as whole micro-rows allow (so a 128-row conv
-  // at 8×8 splits 70 + 58, not 112 + 16).
-  const int64_t mc_max = static_cast<int64_t>(mr) * (mr >= 8 ? 8 : 16);
+  const KernelTuning& tuning = kernel_tuning();
+  // Row blocks of at most mc_max rows (8 micro-rows of ≥ 8 rows, 16 of fewer on Zen 4), as equal
+  // as whole micro-rows allow (so a 128-row conv at 8×8 splits 70 + 58, not 112 + 16).
+  const int64_t mc_max =
+      static_cast<int64_t>(mr) * (mr >= 8 ? tuning.gemm_mc_micro_rows : tuning.gemm_mc_micro_rows_narrow);
   t.m_blocks = (M + mc_max - 1) / mc_max;
   t.mc = ((M + t.m_blocks - 1) / t.m_blocks + mr - 1) / mr * mr;
   t.panels = (N + kPanel - 1) / kPanel;
-  // Column blocks of up to 32 panels (1024 columns): an A block, gathered or copied once, is
-  // reused across all of them (B slices stream from L2/L3 at a small fraction of the compute
-  // time). Split further until there are enough tiles to keep every thread busy; the tiling
-  // does not affect the result.
-  t.n_blocks = (t.panels + 31) / 32;
+  // Column blocks of up to gemm_nc_panels panels (32: 1024 columns): an A block, gathered or
+  // copied once, is reused across all of them (B slices stream from L2/L3 at a small fraction of
+  // the compute time). Split further until there are enough tiles to keep every thread busy; the
+  // tiling does not affect the result.
+  t.n_blocks = (t.panels + tuning.gemm_nc_panels - 1) / tuning.gemm_nc_panels;
   while (t.n_blocks < t.panels && t.m_blocks * t.n_blocks < 8) ++t.n_blocks;
   t.tile_panels = (t.panels + t.n_blocks - 1) / t.n_blocks;
   return t;
@@ -354,11 +361,14 @@ void run_gemm(const ASource& src, int64_t M, const PackedMatrix& b, float* c, in
   // MLPs: 26–52 MB of weights for 512 rows) would stream every B slice from DRAM once per row
   // block. Then a tile is a few panels for all rows instead: each slice is read once per K chunk
   // and reused, from L2, by every row block. Same sums in the same order either way.
-  const bool b_streams =
-      K * N * int64_t{sizeof(float)} > (int64_t{8} << 20) && tiling.m_blocks <= 8 && src.cheap_rows();
+  const KernelTuning& tuning = kernel_tuning();
+  const bool b_streams = K * N * int64_t{sizeof(float)} > (tuning.gemm_stream_b_mib << 20) &&
+                         tiling.m_blocks <= 8 && src.cheap_rows();
   if (b_streams) {
-    // 8 panels a tile (8 B slices, 320 KiB, stay in L2), or 4 when that leaves few tiles to share.
-    const int64_t kTilePanels = panels >= 64 ? 8 : 4;
+    // 8 panels a tile (gemm_stream_panels: 8 B slices, 320 KiB, stay in L2), or half as many when
+    // that leaves few tiles to share.
+    const int64_t stream_panels = tuning.gemm_stream_panels;
+    const int64_t kTilePanels = panels >= 8 * stream_panels ? stream_panels : std::max<int64_t>(1, stream_panels / 2);
     const int64_t tiles = (panels + kTilePanels - 1) / kTilePanels;
     parallel_for(tiles, [&](int64_t t0, int64_t t1) {
       float* buffer = scratch ? thread_scratch(mc * scratch_lda(kc_max)) : nullptr;

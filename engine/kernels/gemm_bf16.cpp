@@ -32,12 +32,6 @@ ScopedBf16Activations::~ScopedBf16Activations() { t_bf16_activations = previous_
 namespace octodiff::kernels::detail {
 namespace {
 
-// K chunk of whole pairs: a panel's B slice (kc/2 pair-rows of 128 bytes) and the A block
-// (MC × kc bf16) take the bytes an f32 chunk of kc/2 does. Measured on Zen 4: 256…768 within
-// noise for the GEMMs, 768 best for the 3×3 convolutions (fewer C-tile reloads).
-constexpr int64_t kMaxKc = 768;
-static_assert(kMaxKc + 32 <= kBlockLdaBf16, "an A block's row (kc ≤ kMaxKc) fits its stride");
-
 // Portable micro-kernel (4 × 32): widens each pair to float32 (a bf16 is the high half of a
 // float) and adds the odd product, then the even one.
 template <int MR>
@@ -90,16 +84,25 @@ MicroKernelBf16 micro_kernel_bf16_generic() {
   return {4, &dispatch_generic};
 }
 
+// K chunk of whole pairs (kernel_tuning().bf16_kc, 768 on Zen 4; even and ≤ kBlockLdaBf16 − 32,
+// which the tuning's range enforces): a panel's B slice (kc/2 pair-rows of 128 bytes) and the A
+// block (MC × kc bf16) take the bytes an f32 chunk of kc/2 does. Measured on Zen 4: 256…768 within
+// noise for the GEMMs, 768 best for the 3×3 convolutions (fewer C-tile reloads).
 int64_t chunk_size_bf16(int64_t K) {
-  const int64_t chunks = (K + kMaxKc - 1) / kMaxKc;
+  const int64_t max_kc = kernel_tuning().bf16_kc;
+  const int64_t chunks = (K + max_kc - 1) / max_kc;
   const int64_t kc = (K + chunks - 1) / chunks;
   return (kc + 1) / 2 * 2;
 }
 
 MicroKernelBf16 micro_kernel_bf16(Isa isa) {
   switch (isa) {
-    case Isa::Avx512:
-      return kernel_bf16_dot() ? micro_kernel_bf16_avx512_dot() : micro_kernel_bf16_avx512();
+    case Isa::Avx512: {
+      // Any row count up to the kernel's own (14, or 12 widening) is a variant it has.
+      MicroKernelBf16 mk = kernel_bf16_dot() ? micro_kernel_bf16_avx512_dot() : micro_kernel_bf16_avx512();
+      mk.mr = static_cast<int>(std::min<int64_t>(mk.mr, kernel_tuning().avx512_bf16_mr));
+      return mk;
+    }
     case Isa::Avx2:
       return micro_kernel_bf16_avx2();
     case Isa::Generic:

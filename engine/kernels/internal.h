@@ -12,6 +12,7 @@
 #include "kernels/attention.h"
 #include "kernels/conv2d.h"
 #include "kernels/gemm.h"
+#include "kernels/tuning.h"
 
 namespace octodiff::kernels {
 
@@ -216,7 +217,8 @@ void apply_epilogue(float* c, int64_t ldc, int64_t i0, int64_t rows, int64_t j0,
                     const Epilogue& ep);
 
 // How the GEMM drivers cut K (never depending on threads or tiles, so neither changes a bit of
-// the result): equal chunks of at most 384 (f32) or 768 whole pairs' worth (bf16, even).
+// the result): equal chunks of at most kernel_tuning().gemm_kc (f32; 384 on Zen 4) or bf16_kc
+// (bf16, whole pairs; 768 on Zen 4).
 int64_t chunk_size_f32(int64_t K);
 int64_t chunk_size_bf16(int64_t K);
 

@@ -1,0 +1,263 @@
+#include "kernels/tuning.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <cstdlib>
+#include <fstream>
+#include <string_view>
+
+#include "core/error.h"
+#include "kernels/internal.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+namespace octodiff::kernels {
+namespace {
+
+constexpr int64_t kKiB = 1024, kMiB = 1024 * 1024;
+
+// Zen 4's caches, on which today's values were measured, and Zen 5's (AMD's documentation:
+// 48 KiB 12-way L1D, 1 MiB L2 per core).
+constexpr CacheSizes kZen4Caches{32 * kKiB, 1 * kMiB, 0};
+constexpr CacheSizes kZen5Caches{48 * kKiB, 1 * kMiB, 0};
+
+// Rows of the AVX-512 row block the K chunk is budgeted for: 8 micro-rows of 14.
+constexpr int64_t kBudgetRows = 8 * 14;
+
+int64_t round_down(int64_t v, int64_t m) { return v / m * m; }
+
+// The f32 K chunk by the budget gemm.cpp gives for 384 on Zen 4:
+// - a panel's B slice (kc rows × 32 floats = 128 B per k) takes 1.5 × L1D (48 KiB of 32 KiB: it is
+//   reread by each of the 8 micro-rows of a row block, the part beyond L1 streams from L2 behind
+//   the prefetcher — measured 256…512 within noise on Zen 4);
+// - the A block (112 rows × kc floats) takes at most a quarter of L2 (168 KiB of 1 MiB on Zen 4),
+//   leaving the rest to the B slices of the column block and the C tiles.
+// Unknown or absurd cache sizes are clamped to 16 KiB…128 KiB L1D and 256 KiB…4 MiB L2 (0 reads as
+// Zen 4's), the result to 128…1024 in multiples of 32.
+int64_t derived_gemm_kc(const CacheSizes& c) {
+  const int64_t l1d = std::clamp<int64_t>(c.l1d > 0 ? c.l1d : kZen4Caches.l1d, 16 * kKiB, 128 * kKiB);
+  const int64_t l2 = std::clamp<int64_t>(c.l2 > 0 ? c.l2 : kZen4Caches.l2, 256 * kKiB, 4 * kMiB);
+  const int64_t bytes_per_k = detail::kPanel * int64_t{sizeof(float)};
+  const int64_t by_l1 = l1d * 3 / 2 / bytes_per_k;
+  const int64_t by_l2 = l2 / 4 / (kBudgetRows * int64_t{sizeof(float)});
+  return std::clamp<int64_t>(round_down(std::min(by_l1, by_l2), 32), 128, 1024);
+}
+
+// The blocking derived from cache sizes. The bf16 chunk takes the bytes an f32 chunk of half
+// its length does (gemm_bf16.cpp), up to what the A-block stride kBlockLdaBf16 holds. The row,
+// column, Winograd and attention blocks have no cache rule yet: today's values (the sweep,
+// bench/tune_kernels.sh, is how a new core should set them).
+KernelTuning derived_tuning(const CacheSizes& caches) {
+  KernelTuning t;
+  t.gemm_kc = derived_gemm_kc(caches);
+  t.bf16_kc = std::min(2 * t.gemm_kc, detail::kBlockLdaBf16 - 32);
+  return t;
+}
+
+static_assert(KernelTuning{}.bf16_kc + 32 <= detail::kBlockLdaBf16, "a bf16 A block's row fits its stride");
+
+}  // namespace
+
+KernelTuning choose_kernel_tuning(const CpuIdentity& cpu, const CacheSizes& caches) {
+  const bool amd = cpu.vendor == "AuthenticAMD";
+  // Zen 3/4: exactly the values measured there (the rule below gives the same on Zen 4's caches).
+  if (amd && cpu.family == 25) return KernelTuning{};
+  // Zen 5: derived from its documented caches, not yet measured on a Zen 5. Its two 512-bit FMA
+  // ports need 8 independent accumulators in flight; the 14 × 32 micro-kernel has 28, so the
+  // register blocking stays.
+  if (amd && cpu.family == 26) return derived_tuning({kZen5Caches.l1d, kZen5Caches.l2, caches.l3});
+  return derived_tuning(caches);
+}
+
+const std::vector<TuningKey>& kernel_tuning_keys() {
+  static const std::vector<TuningKey> keys = {
+      {"gemm_kc", &KernelTuning::gemm_kc, 16, 4096, 1, "f32 GEMM K chunk"},
+      {"gemm_mc_micro_rows", &KernelTuning::gemm_mc_micro_rows, 1, 64, 1, "GEMM row block, micro-rows (mr >= 8)"},
+      {"gemm_mc_micro_rows_narrow", &KernelTuning::gemm_mc_micro_rows_narrow, 1, 64, 1,
+       "GEMM row block, micro-rows (mr < 8)"},
+      {"gemm_nc_panels", &KernelTuning::gemm_nc_panels, 1, 1024, 1, "GEMM column block, 32-column panels"},
+      {"gemm_stream_b_mib", &KernelTuning::gemm_stream_b_mib, 1, 65536, 1, "weight size (MiB) above which B streams"},
+      {"gemm_stream_panels", &KernelTuning::gemm_stream_panels, 1, 256, 1, "panels per streaming-B tile"},
+      {"avx512_mr", &KernelTuning::avx512_mr, 1, 14, 1, "rows of the f32 AVX-512 micro-kernel"},
+      {"avx512_bf16_mr", &KernelTuning::avx512_bf16_mr, 1, 14, 1, "rows of the bf16 AVX-512 micro-kernel"},
+      {"bf16_kc", &KernelTuning::bf16_kc, 32, detail::kBlockLdaBf16 - 32, 2, "bf16 GEMM K chunk"},
+      {"winograd_micro_rows", &KernelTuning::winograd_micro_rows, 1, 256, 1, "Winograd block of tiles, micro-rows"},
+      {"attention_key_tile", &KernelTuning::attention_key_tile, 32, 4096, detail::kPanel, "attention key tile Bc"},
+      {"attention_query_micro_rows", &KernelTuning::attention_query_micro_rows, 1, 64, 1,
+       "attention query block Br, micro-rows"},
+  };
+  return keys;
+}
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+  return s;
+}
+
+std::string allowed(const TuningKey& k) {
+  std::string r = cat(k.name, " (", k.what, ") takes ", k.min, "...", k.max);
+  if (k.multiple_of == 2) r += ", even";
+  if (k.multiple_of > 2) r += cat(", a multiple of ", k.multiple_of);
+  return r;
+}
+
+const TuningKey& find_key(std::string_view name) {
+  for (const TuningKey& k : kernel_tuning_keys())
+    if (name == k.name) return k;
+  std::string names;
+  for (const TuningKey& k : kernel_tuning_keys()) names += cat(names.empty() ? "" : ", ", k.name);
+  fail(cat("kernel tuning: unknown key '", name, "' (known: ", names, ")"));
+}
+
+void check_value(const TuningKey& key, int64_t v) {
+  if (v < key.min || v > key.max || v % key.multiple_of != 0)
+    fail(cat("kernel tuning: ", key.name, "=", v, " is out of range; ", allowed(key)));
+}
+
+void apply_one(KernelTuning& t, std::string_view item) {
+  const size_t eq = item.find('=');
+  if (eq == std::string_view::npos) fail(cat("kernel tuning: '", item, "' is not key=value"));
+  const TuningKey& key = find_key(trim(item.substr(0, eq)));
+  const std::string_view text = trim(item.substr(eq + 1));
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+    fail(cat("kernel tuning: ", key.name, "='", text, "' is not a whole number; ", allowed(key)));
+  check_value(key, v);
+  t.*key.field = v;
+}
+
+}  // namespace
+
+KernelTuning apply_kernel_tuning_overrides(KernelTuning base, const std::string& spec) {
+  std::string_view rest = spec;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = trim(rest.substr(0, comma));
+    if (!item.empty()) apply_one(base, item);
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+  }
+  return base;
+}
+
+void check_kernel_tuning(const KernelTuning& t) {
+  for (const TuningKey& k : kernel_tuning_keys()) check_value(k, t.*k.field);
+}
+
+std::string describe(const KernelTuning& t) {
+  std::string s;
+  for (const TuningKey& k : kernel_tuning_keys()) s += cat(s.empty() ? "" : ",", k.name, "=", t.*k.field);
+  return s;
+}
+
+CpuIdentity cpu_identity() {
+  CpuIdentity id;
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return id;
+  char vendor[13] = {};
+  for (int i = 0; i < 4; ++i) {
+    vendor[i] = static_cast<char>(b >> (8 * i));
+    vendor[4 + i] = static_cast<char>(d >> (8 * i));
+    vendor[8 + i] = static_cast<char>(c >> (8 * i));
+  }
+  id.vendor = vendor;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return id;
+  const int base_family = static_cast<int>((a >> 8) & 0xF), base_model = static_cast<int>((a >> 4) & 0xF);
+  const int ext_family = static_cast<int>((a >> 20) & 0xFF), ext_model = static_cast<int>((a >> 16) & 0xF);
+  id.family = base_family == 0xF ? base_family + ext_family : base_family;
+  id.model = base_family == 0x6 || base_family == 0xF ? (ext_model << 4) | base_model : base_model;
+#endif
+  return id;
+}
+
+namespace {
+
+// "32K", "1024K", "32M" (sysfs cache sizes) in bytes; 0 if unreadable.
+int64_t read_size(const std::string& path) {
+  std::ifstream in(path);
+  std::string s;
+  if (!(in >> s) || s.empty()) return 0;
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc()) return 0;
+  const char unit = end < s.data() + s.size() ? *end : ' ';
+  return unit == 'K' ? v * kKiB : unit == 'M' ? v * kMiB : unit == 'G' ? v * 1024 * kMiB : v;
+}
+
+std::string read_word(const std::string& path) {
+  std::ifstream in(path);
+  std::string s;
+  in >> s;
+  return s;
+}
+
+int64_t sysconf_bytes(int name) {
+  const long v = ::sysconf(name);
+  return v > 0 ? v : 0;
+}
+
+}  // namespace
+
+// sysfs first: it describes cpu0's own caches (glibc's sysconf L3 is the whole package's, or
+// on some VMs a multiple of it); sysconf for what sysfs does not say.
+CacheSizes cache_sizes() {
+  CacheSizes c;
+  for (int i = 0; i < 8; ++i) {
+    const std::string dir = cat("/sys/devices/system/cpu/cpu0/cache/index", i, "/");
+    const std::string level = read_word(dir + "level"), type = read_word(dir + "type");
+    if (level.empty()) continue;
+    const int64_t size = read_size(dir + "size");
+    if (level == "1" && type == "Data") c.l1d = size;
+    if (level == "2" && type != "Instruction") c.l2 = size;
+    if (level == "3" && type != "Instruction") c.l3 = size;
+  }
+#ifdef _SC_LEVEL1_DCACHE_SIZE
+  if (c.l1d == 0) c.l1d = sysconf_bytes(_SC_LEVEL1_DCACHE_SIZE);
+  if (c.l2 == 0) c.l2 = sysconf_bytes(_SC_LEVEL2_CACHE_SIZE);
+  if (c.l3 == 0) c.l3 = sysconf_bytes(_SC_LEVEL3_CACHE_SIZE);
+#endif
+  return c;
+}
+
+namespace {
+
+std::atomic<const KernelTuning*> g_scoped{nullptr};
+
+const KernelTuning& chosen_at_start_up() {
+  static const KernelTuning t = [] {
+    KernelTuning chosen = choose_kernel_tuning(cpu_identity(), cache_sizes());
+    const char* spec = std::getenv("OCTODIFF_KERNEL_TUNING");
+    if (!spec) return chosen;
+    try {
+      return apply_kernel_tuning_overrides(chosen, spec);
+    } catch (const Error& e) {
+      fail(cat("OCTODIFF_KERNEL_TUNING=\"", spec, "\": ", e.what()));
+    }
+  }();
+  return t;
+}
+
+}  // namespace
+
+const KernelTuning& kernel_tuning() {
+  if (const KernelTuning* scoped = g_scoped.load(std::memory_order_acquire)) return *scoped;
+  return chosen_at_start_up();
+}
+
+ScopedKernelTuning::ScopedKernelTuning(const KernelTuning& t)
+    : tuning_(t), previous_(g_scoped.load(std::memory_order_acquire)) {
+  check_kernel_tuning(tuning_);
+  g_scoped.store(&tuning_, std::memory_order_release);
+}
+ScopedKernelTuning::~ScopedKernelTuning() { g_scoped.store(previous_, std::memory_order_release); }
+
+}  // namespace octodiff::kernels
