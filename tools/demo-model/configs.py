@@ -37,7 +37,9 @@ if VERSION == 1:
     UNET_BLOCKS = [64, 128, 128]
 else:
     VAE_BLOCKS = [16, 32, 64]          # vae_scale_factor 4: 64x64 image <-> 16x16x4 latents
-    UNET_BLOCKS = [32, 64, 128]        # at 16x16 / 8x8 / 4x4; cross-attention only at 8x8 and 4x4 (below)
+    # at 16x16 / 8x8 / 4x4 / 2x2; cross-attention at 8x8 and 4x4 (below). The 3-level [32, 64, 128]
+    # (deepest 4x4) learned colours and shapes but no positions in 7476 steps (README, v2).
+    UNET_BLOCKS = [32, 64, 128, 128]
 LATENT_SIZE = IMAGE_SIZE // 2 ** (len(VAE_BLOCKS) - 1)
 TEXT_HIDDEN = 64
 
@@ -68,8 +70,8 @@ def unet_config():
         down = ["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"]
         up = ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"]
     else:  # SDXL's pattern: self-attention over 16x16 = 256 tokens cost 4x the step time (measured)
-        down = ["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"]
-        up = ["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"]
+        down = ["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"]
+        up = ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"]
     c.update(sample_size=LATENT_SIZE, block_out_channels=UNET_BLOCKS, layers_per_block=1,
              down_block_types=down, up_block_types=up,
              cross_attention_dim=TEXT_HIDDEN, attention_head_dim=4, norm_num_groups=8)
