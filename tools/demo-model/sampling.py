@@ -14,9 +14,12 @@ import st_io
 
 
 def alphas_cumprod(cfg):
-    assert cfg["beta_schedule"] == "scaled_linear"
-    betas = torch.linspace(cfg["beta_start"] ** 0.5, cfg["beta_end"] ** 0.5, cfg["num_train_timesteps"],
-                           dtype=torch.float32) ** 2
+    if cfg["beta_schedule"] == "linear":  # as diffusers: float32 linspace of the betas
+        betas = torch.linspace(cfg["beta_start"], cfg["beta_end"], cfg["num_train_timesteps"], dtype=torch.float32)
+    else:
+        assert cfg["beta_schedule"] == "scaled_linear", cfg["beta_schedule"]
+        betas = torch.linspace(cfg["beta_start"] ** 0.5, cfg["beta_end"] ** 0.5, cfg["num_train_timesteps"],
+                               dtype=torch.float32) ** 2
     return torch.cumprod(1.0 - betas, dim=0)
 
 
