@@ -95,9 +95,13 @@ def scheduler_config():
     (SNR at t=999 4.7e-3, at t=874 1.9e-2, summed over the ~16 latent pixels a shape covers).
     The 3-level run learned colours and shapes but never the position words: the seed's noise
     alone placed the shape. Linear betas leave 100x less signal at t=999 (SNR 4.0e-5; t=874
-    4.3e-4), so the text is what decides the layout at the start of sampling."""
+    4.3e-4), so the text is what decides the layout at the start of sampling.
+    And v-prediction (as SD 2.x): an epsilon loss weighs an error in the predicted image by the
+    SNR, ~0 at the high-noise steps where the layout is decided (1600 steps on linear betas
+    still ignored the position words: x0 predicted at t=999 centred for every word); the v
+    loss weighs it by SNR + 1."""
     with open(os.path.join(TINY, "scheduler", "scheduler_config.json")) as f:
         c = json.load(f)
     if VERSION == 2:
-        c.update(beta_schedule="linear", beta_start=0.0001, beta_end=0.02)
+        c.update(beta_schedule="linear", beta_start=0.0001, beta_end=0.02, prediction_type="v_prediction")
     return c

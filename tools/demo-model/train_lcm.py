@@ -250,6 +250,8 @@ def main():
     torch.set_num_threads(2)
     QUICK_SOLVER[0] = args.solver_steps
     pipe = sampling.Pipeline(args.teacher)
+    if pipe.v_prediction:  # the distillation below treats the teacher's outputs as epsilon
+        sys.exit(f"{args.teacher}: a v-prediction teacher is not supported yet (convert its outputs to epsilon first)")
     print(f"teacher {args.teacher}: unet sample_size {pipe.unet.config['sample_size']}, "
           f"vae scaling_factor {pipe.vae.config['scaling_factor']}", flush=True)
     if args.export_only:
