@@ -92,6 +92,7 @@ def main():
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--pndm50", action="store_true")
     ap.add_argument("--position-probe", action="store_true")
+    ap.add_argument("--probe-only", action="store_true", help="only the position probe (an early check)")
     configs.add_version_arg(ap)
     args = ap.parse_args()
     torch.set_num_threads(2)
@@ -104,7 +105,7 @@ def main():
     pipe = sampling.Pipeline(model)
     with open(os.path.join(configs.HERE, "heldout.json")) as f:
         heldout = json.load(f)["prompts"]
-    runs = [("ddim", 20), ("ddim", 8)] + ([("pndm", 50)] if args.pndm50 else [])
+    runs = [] if args.probe_only else [("ddim", 20), ("ddim", 8)] + ([("pndm", 50)] if args.pndm50 else [])
     out = {"model": os.path.relpath(model, configs.ROOT), "seeds": args.seeds, "guidance": 7.5}
     if args.from_ckpt:
         out["unet_step"] = torch.load(os.path.join(configs.WORK, "unet_ckpt.pt"))["step"]
@@ -114,7 +115,7 @@ def main():
             "heldout": run(pipe, heldout, list(range(args.seeds)), f"{args.tag}_{name}_heldout", sampler, n),
             "complaint": run(pipe, COMPLAINT, [0, 1, 2], f"{args.tag}_{name}_complaint", sampler, n),
             "synonyms": run(pipe, SYNONYM_PROMPTS, [0, 1, 2], f"{args.tag}_{name}_synonyms", sampler, n)}
-    if args.position_probe:
+    if args.position_probe or args.probe_only:
         out["position_probe"] = position_probe(pipe)
     with open(os.path.join(configs.EVAL, f"results_{args.tag}.json"), "w") as f:
         json.dump(out, f, indent=2)

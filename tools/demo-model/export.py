@@ -56,7 +56,9 @@ def export(out, no_ema=False):
     unet_state = uck["unet"] if no_ema else uck["ema"]["unet"]
 
     with open(os.path.join(configs.TINY, "model_index.json")) as f:
-        write_json(os.path.join(out, "model_index.json"), json.load(f))
+        index = json.load(f)
+    index["scheduler"] = ["diffusers", configs.scheduler_config()["_class_name"]]
+    write_json(os.path.join(out, "model_index.json"), index)
     write_json(os.path.join(out, "scheduler", "scheduler_config.json"), configs.scheduler_config())
 
     te_cfg = configs.text_encoder_config(lat["vocab_size"])

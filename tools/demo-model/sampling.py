@@ -14,9 +14,12 @@ import st_io
 
 
 def alphas_cumprod(cfg):
-    assert cfg["beta_schedule"] == "scaled_linear"
-    betas = torch.linspace(cfg["beta_start"] ** 0.5, cfg["beta_end"] ** 0.5, cfg["num_train_timesteps"],
-                           dtype=torch.float32) ** 2
+    if cfg["beta_schedule"] == "linear":  # as diffusers: float32 linspace of the betas
+        betas = torch.linspace(cfg["beta_start"], cfg["beta_end"], cfg["num_train_timesteps"], dtype=torch.float32)
+    else:
+        assert cfg["beta_schedule"] == "scaled_linear", cfg["beta_schedule"]
+        betas = torch.linspace(cfg["beta_start"] ** 0.5, cfg["beta_end"] ** 0.5, cfg["num_train_timesteps"],
+                               dtype=torch.float32) ** 2
     return torch.cumprod(1.0 - betas, dim=0)
 
 
@@ -25,11 +28,16 @@ def leading_timesteps(n, offset=1, train=1000):
     return [int(round(i * ratio)) + offset for i in range(n)][::-1]
 
 
-def ddim_sample(eps_fn, x, ac, steps):
+def to_epsilon(out, x, a_t, v_prediction):
+    """The noise a model output stands for: itself, or from v = sqrt(a) eps - sqrt(1-a) x0 (diffusers)."""
+    return a_t.sqrt() * out + (1 - a_t).sqrt() * x if v_prediction else out
+
+
+def ddim_sample(eps_fn, x, ac, steps, v_prediction=False):
     """DDIM, eta 0, 'leading' spacing, steps_offset 1, set_alpha_to_one false (as diffusers)."""
     ratio = 1000 // steps
     for t in leading_timesteps(steps):
-        eps = eps_fn(x, t)
+        eps = to_epsilon(eps_fn(x, t), x, ac[t], v_prediction)
         prev = t - ratio
         a_t = ac[t]
         a_p = ac[prev] if prev >= 0 else ac[0]
@@ -38,8 +46,10 @@ def ddim_sample(eps_fn, x, ac, steps):
     return x
 
 
-def pndm_sample(eps_fn, x, ac, steps):
-    """diffusers PNDMScheduler with skip_prk_steps (PLMS), torch pipeline: all steps+1 timesteps."""
+def pndm_sample(eps_fn, x, ac, steps, v_prediction=False):
+    """diffusers PNDMScheduler with skip_prk_steps (PLMS), torch pipeline: all steps+1 timesteps.
+    With v_prediction the PLMS combination of the model outputs is converted, as diffusers'
+    _get_prev_sample does (not each output on its own)."""
     ratio = 1000 // steps
     ts = [int(round(i * ratio)) + 1 for i in range(steps)]
     ts = (ts[:-1] + ts[-2:-1] + ts[-1:])[::-1]
@@ -48,6 +58,7 @@ def pndm_sample(eps_fn, x, ac, steps):
     def prev_sample(sample, t, tp, out):
         a_t, a_p = ac[t], (ac[tp] if tp >= 0 else ac[0])
         b_t, b_p = 1 - a_t, 1 - a_p
+        out = to_epsilon(out, sample, a_t, v_prediction)
         denom = a_t * b_p.sqrt() + (a_t * b_t * a_p).sqrt()
         return (a_p / a_t).sqrt() * sample - (a_p - a_t) * out / denom
 
@@ -126,6 +137,7 @@ class Pipeline:
         self.vae = weights(models.AutoencoderKL(cfg("vae", "config.json")), "vae", "diffusion_pytorch_model.safetensors")
         self.sched = cfg("scheduler", "scheduler_config.json")
         self.ac = alphas_cumprod(self.sched)
+        self.v_prediction = self.sched.get("prediction_type", "epsilon") == "v_prediction"
 
     @torch.no_grad()
     def embed(self, prompts):
@@ -161,11 +173,12 @@ class Pipeline:
             return eu + guidance * (ec - eu)
 
         if sampler == "lcm":
+            assert not self.v_prediction, "lcm_sample takes epsilon models only"
             gens = [torch.Generator().manual_seed(10_000 + sd) for sd in seeds]
             noise = lambda shape: torch.stack([torch.randn(shape[1:], generator=g) for g in gens])  # noqa: E731
             x = lcm_sample(eps_fn, x, self.ac, steps, noise, self.sched.get("original_inference_steps", 50))
         else:
-            x = (ddim_sample if sampler == "ddim" else pndm_sample)(eps_fn, x, self.ac, steps)
+            x = (ddim_sample if sampler == "ddim" else pndm_sample)(eps_fn, x, self.ac, steps, self.v_prediction)
         if output == "latents":
             return x
         return self.decode(x, as_float)

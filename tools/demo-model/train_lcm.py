@@ -62,8 +62,8 @@ COND_DIM = 256
 
 
 def lcm_scheduler_config(original_steps):
-    return {"_class_name": "LCMScheduler", "_diffusers_version": "0.31.0", "beta_end": 0.012,
-            "beta_schedule": "scaled_linear", "beta_start": 0.00085, "clip_sample": False, "clip_sample_range": 1.0,
+    betas = {k: configs.scheduler_config()[k] for k in ("beta_start", "beta_end", "beta_schedule")}  # the teacher's
+    return {"_class_name": "LCMScheduler", "_diffusers_version": "0.31.0", **betas, "clip_sample": False, "clip_sample_range": 1.0,
             "dynamic_thresholding_ratio": 0.995, "num_train_timesteps": 1000,
             "original_inference_steps": original_steps, "prediction_type": "epsilon",
             "rescale_betas_zero_snr": False, "sample_max_value": 1.0, "set_alpha_to_one": True, "steps_offset": 1,
@@ -250,6 +250,8 @@ def main():
     torch.set_num_threads(2)
     QUICK_SOLVER[0] = args.solver_steps
     pipe = sampling.Pipeline(args.teacher)
+    if pipe.v_prediction:  # the distillation below treats the teacher's outputs as epsilon
+        sys.exit(f"{args.teacher}: a v-prediction teacher is not supported yet (convert its outputs to epsilon first)")
     print(f"teacher {args.teacher}: unet sample_size {pipe.unet.config['sample_size']}, "
           f"vae scaling_factor {pipe.vae.config['scaling_factor']}", flush=True)
     if args.export_only:

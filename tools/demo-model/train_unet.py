@@ -26,6 +26,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import clip_tokenizer  # noqa: E402
+
+V_PREDICTION = False  # set in main() from the scheduler config
 import configs  # noqa: E402
 import models  # noqa: E402
 import sampling  # noqa: E402
@@ -106,6 +108,9 @@ def main():
           f"scaling_factor {scale:.5f}", flush=True)
 
     ac = sampling.alphas_cumprod(configs.scheduler_config())
+    global V_PREDICTION
+    V_PREDICTION = configs.scheduler_config().get("prediction_type", "epsilon") == "v_prediction"
+    print(f"objective: {'v (unweighted)' if V_PREDICTION else 'epsilon'}", flush=True)
     snr = ac / (1 - ac)
     n = len(lat["ids"])
     budget = args.minutes * 60
@@ -134,8 +139,11 @@ def main():
         a = ac[t][:, None, None, None]
         zt = a.sqrt() * z + (1 - a).sqrt() * noise
         pred = unet(zt, t, te(ids))
-        per = F.mse_loss(pred, noise, reduction="none").mean(dim=(1, 2, 3))
-        if args.snr_gamma:
+        if V_PREDICTION:  # v = sqrt(a) eps - sqrt(1-a) x0, unweighted (x0 errors count SNR + 1 times)
+            per = F.mse_loss(pred, a.sqrt() * noise - (1 - a).sqrt() * z, reduction="none").mean(dim=(1, 2, 3))
+        else:
+            per = F.mse_loss(pred, noise, reduction="none").mean(dim=(1, 2, 3))
+        if args.snr_gamma and not V_PREDICTION:
             w = torch.clamp(snr[t], max=args.snr_gamma) / snr[t]
             loss = (per * w).mean()
         else:
