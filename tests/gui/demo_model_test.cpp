@@ -1,5 +1,5 @@
 // The app on its embedded demo model, as a new user first sees it: eight prompts with the default
-// settings (PNDM, 50 steps, guidance 7.5), a 2×4 grid of matching pictures, and the screenshot the
+// settings (the model's own DDIM, 50 steps, guidance 7.5), a 2×4 grid of matching pictures, and the screenshot the
 // README shows (written to test-results/demo_main_window.png).
 #include <QTest>
 

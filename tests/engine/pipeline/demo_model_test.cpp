@@ -15,12 +15,20 @@
 #include "io/files.h"
 #include "pipeline/export.h"
 #include "pipeline/sharded_pipeline.h"
+#include "shape_class.h"
 #include "test_support.h"
 
 using namespace octodiff;
 using nlohmann::json;
 
 namespace {
+
+// Thresholds below what the shipped model (version 2, 26 Nov) measured through this engine: held-out
+// agreement 0.979, shape class 1.000 (version 1: 0.958 and 0.188); the complaint prompts colours
+// 9/9 and shapes 8/9 (version 1: 6/9 and 2/9).
+constexpr double kAgreementAtLeast = 0.90;
+constexpr double kShapeClassAtLeast = 0.90;
+constexpr int kComplaintColoursAtLeast = 8, kComplaintShapesAtLeast = 7;
 
 const json& heldout() {
   static json j = json::parse(read_text_file(std::filesystem::path(OCTODIFF_SOURCE_DIR) / "tools" /
@@ -111,8 +119,8 @@ bool position_ok(const std::string& position, const Measurement& m) {
 }
 
 // Generates `per_prompt` images of every prompt in one run: one device per prompt, `per_prompt`
-// images per device (each with its own noise), with the app's defaults (PNDM, 50 steps, flax
-// compat). Returns the images device-major: prompt 0's images first.
+// images per device (each with its own noise), with the app's defaults (the model's own
+// scheduler, DDIM; 50 steps; flax compat). Returns the images device-major: prompt 0's first.
 std::vector<Image8> generate(const std::vector<std::string>& prompts, int per_prompt, double guidance,
                              const std::string& negative = "", int64_t seed = 0) {
   ShardedPipeline pipe(demo_model());
@@ -126,14 +134,37 @@ std::vector<Image8> generate(const std::vector<std::string>& prompts, int per_pr
   return result_images(pipe.run(r));
 }
 
-double heldout_agreement(double guidance) {
-  static std::map<double, double> measured;  // both tests use guidance 7.5: generate once
+struct HeldOutRates {
+  double agreement = 0;    // colours, background and position all right
+  double shape_class = 0;  // the shape the caption names (test::classify_shape)
+  double everything = 0;   // both: colours, background, position and the shape itself
+};
+
+// Shape class right per shape: "circle 12/12, square 8/8, …" (prompts' shapes in order of appearance).
+std::string per_shape_counts(const std::vector<std::pair<std::string, bool>>& shape_right) {
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<int, int>> counts;
+  for (const auto& [shape, right] : shape_right) {
+    if (!counts.count(shape)) order.push_back(shape);
+    counts[shape].first += right;
+    counts[shape].second += 1;
+  }
+  std::string out;
+  for (const auto& shape : order)
+    out += (out.empty() ? "" : ", ") + shape + " " + std::to_string(counts[shape].first) + "/" +
+           std::to_string(counts[shape].second);
+  return out;
+}
+
+HeldOutRates heldout_rates(double guidance) {
+  static std::map<double, HeldOutRates> measured;  // several tests use guidance 7.5: generate once
   if (measured.count(guidance)) return measured[guidance];
   std::vector<std::string> prompts;
   for (const auto& e : heldout()["prompts"]) prompts.push_back(e["prompt"].get<std::string>());
   const int per_prompt = 4;
   auto images = generate(prompts, per_prompt, guidance);
-  int agree = 0, colours = 0, position = 0;
+  int agree = 0, colours = 0, position = 0, everything = 0;
+  std::vector<std::pair<std::string, bool>> shape_right;
   for (size_t i = 0; i < images.size(); ++i) {
     const json& e = heldout()["prompts"][i / per_prompt];
     Measurement m = measure(images[i]);
@@ -142,21 +173,73 @@ double heldout_agreement(double guidance) {
     colours += c;
     position += p;
     agree += c && p;
+    const std::string shape = e["shape"].get<std::string>();
+    shape_right.emplace_back(shape, test::classify_shape(images[i]).shape == shape);
+    everything += c && p && shape_right.back().second;
   }
   const double n = static_cast<double>(images.size());
-  std::printf("[demo] held-out captions, guidance %.1f: agreement %d/%zu = %.3f (colours %.3f, position %.3f)\n",
-              guidance, agree, images.size(), agree / n, colours / n, position / n);
-  return measured[guidance] = agree / n;
+  const double shapes = static_cast<double>(std::count_if(shape_right.begin(), shape_right.end(),
+                                                          [](const auto& s) { return s.second; }));
+  std::printf("[demo] held-out captions, guidance %.1f: agreement %d/%zu = %.3f (colours %.3f, position %.3f); "
+              "shape class %.3f (%s); all of it %.3f\n",
+              guidance, agree, images.size(), agree / n, colours / n, position / n, shapes / n,
+              per_shape_counts(shape_right).c_str(), everything / n);
+  return measured[guidance] = {agree / n, shapes / n, everything / n};
 }
+
+double heldout_agreement(double guidance) { return heldout_rates(guidance).agreement; }
 
 }  // namespace
 
 TEST(DemoModel, HeldOutCaptionsMatchTheirImages) {
-  EXPECT_GE(heldout_agreement(7.5), 0.80);
+  EXPECT_GE(heldout_agreement(7.5), kAgreementAtLeast);
 }
 
-TEST(DemoModel, MoreGuidanceAgreesMore) {
-  const double weak = heldout_agreement(1.0), strong = heldout_agreement(7.5);
+// Issue 20.7: the shape itself, not only its colour — points, holes, corners.
+TEST(DemoModel, ShapeClassMatchesThePrompt) {
+  EXPECT_GE(heldout_rates(7.5).shape_class, kShapeClassAtLeast);
+}
+
+// The three prompts a new user tried (issue 20.7), seeds 0, 1 and 2 as the app makes them (one
+// image each, the app's defaults): "a red star on a blue background" gave a red blob, "a yellow
+// ring on a black background" a yellow blob without a hole, "a big green triangle on a white
+// background" an orange blob on green.
+TEST(DemoModel, TheComplaintPromptsGetTheirColoursAndShapes) {
+  struct Complaint {
+    const char* prompt;
+    const char* colour;
+    const char* background;
+    const char* shape;
+  };
+  const Complaint complaints[] = {{"a red star on a blue background", "red", "blue", "star"},
+                                  {"a yellow ring on a black background", "yellow", "black", "ring"},
+                                  {"a big green triangle on a white background", "green", "white", "triangle"}};
+  int colours_right = 0, shapes_right = 0, images = 0;
+  for (const Complaint& c : complaints) {
+    std::string seen;
+    for (int64_t seed : {0, 1, 2}) {
+      const Image8 img = generate({c.prompt}, 1, 7.5, "", seed).at(0);
+      const Measurement m = measure(img);
+      const std::optional<std::string> shape = test::classify_shape(img).shape;
+      colours_right += m.shape_colour == c.colour && m.background == c.background;
+      shapes_right += shape == c.shape;
+      ++images;
+      seen += " seed " + std::to_string(seed) + ": " + m.shape_colour.value_or("no") + " " + shape.value_or("shape") +
+              " on " + m.background + ";";
+    }
+    std::printf("[demo] '%s':%s\n", c.prompt, seen.c_str());
+  }
+  std::printf("[demo] complaint prompts: colours %d/%d, shape class %d/%d\n", colours_right, images, shapes_right,
+              images);
+  EXPECT_GE(colours_right, kComplaintColoursAtLeast);
+  EXPECT_GE(shapes_right, kComplaintShapesAtLeast);
+}
+
+// Guidance makes the pictures follow the prompt more. Measured on everything the prompt says
+// (colours, background, position and the shape): version 2 gets colours and positions right even
+// unguided (agreement 0.979 at guidance 1 and at 7.5), the shapes come with guidance (0.833 -> 1.000).
+TEST(DemoModel, MoreGuidanceFollowsThePromptMore) {
+  const double weak = heldout_rates(1.0).everything, strong = heldout_rates(7.5).everything;
   EXPECT_GT(strong, weak);
 }
 
