@@ -99,14 +99,20 @@ def lcm_boundary(t, timestep_scaling=10.0, sigma_data=0.5):
     return sigma_data ** 2 / (st ** 2 + sigma_data ** 2), st / (st ** 2 + sigma_data ** 2) ** 0.5
 
 
-def lcm_sample(eps_fn, x, ac, steps, noise_fn, original_steps=50):
-    """diffusers LCMScheduler (epsilon, set_alpha_to_one true): denoised = c_out x0 + c_skip x; every
-    step but the last re-noises the denoised latents to the next timestep with noise_fn(shape)."""
+def to_x0(out, x, a_t, v_prediction):
+    """The clean latents a model output stands for (epsilon or v, as diffusers' schedulers)."""
+    if v_prediction:
+        return a_t.sqrt() * x - (1 - a_t).sqrt() * out
+    return (x - (1 - a_t).sqrt() * out) / a_t.sqrt()
+
+
+def lcm_sample(eps_fn, x, ac, steps, noise_fn, original_steps=50, v_prediction=False):
+    """diffusers LCMScheduler (set_alpha_to_one true): denoised = c_out x0 + c_skip x; every step
+    but the last re-noises the denoised latents to the next timestep with noise_fn(shape)."""
     ts = lcm_timesteps(steps, original_steps)
     for i, t in enumerate(ts):
-        eps = eps_fn(x, t)
         a_t = ac[t]
-        x0 = (x - (1 - a_t).sqrt() * eps) / a_t.sqrt()
+        x0 = to_x0(eps_fn(x, t), x, a_t, v_prediction)
         c_skip, c_out = lcm_boundary(float(t))
         denoised = c_out * x0 + c_skip * x
         if i + 1 < len(ts):
@@ -173,10 +179,10 @@ class Pipeline:
             return eu + guidance * (ec - eu)
 
         if sampler == "lcm":
-            assert not self.v_prediction, "lcm_sample takes epsilon models only"
             gens = [torch.Generator().manual_seed(10_000 + sd) for sd in seeds]
             noise = lambda shape: torch.stack([torch.randn(shape[1:], generator=g) for g in gens])  # noqa: E731
-            x = lcm_sample(eps_fn, x, self.ac, steps, noise, self.sched.get("original_inference_steps", 50))
+            x = lcm_sample(eps_fn, x, self.ac, steps, noise, self.sched.get("original_inference_steps", 50),
+                           self.v_prediction)
         else:
             x = (ddim_sample if sampler == "ddim" else pndm_sample)(eps_fn, x, self.ac, steps, self.v_prediction)
         if output == "latents":

@@ -62,10 +62,11 @@ COND_DIM = 256
 
 
 def lcm_scheduler_config(original_steps):
-    betas = {k: configs.scheduler_config()[k] for k in ("beta_start", "beta_end", "beta_schedule")}  # the teacher's
+    betas = {k: configs.scheduler_config().get(k, "epsilon") for k in
+             ("beta_start", "beta_end", "beta_schedule", "prediction_type")}  # the teacher's
     return {"_class_name": "LCMScheduler", "_diffusers_version": "0.31.0", **betas, "clip_sample": False, "clip_sample_range": 1.0,
             "dynamic_thresholding_ratio": 0.995, "num_train_timesteps": 1000,
-            "original_inference_steps": original_steps, "prediction_type": "epsilon",
+            "original_inference_steps": original_steps,
             "rescale_betas_zero_snr": False, "sample_max_value": 1.0, "set_alpha_to_one": True, "steps_offset": 1,
             "thresholding": False, "timestep_scaling": 10.0, "timestep_spacing": "leading", "trained_betas": None}
 
@@ -79,8 +80,15 @@ def make_student(teacher):
     return student
 
 
-def x0_from_eps(x, eps, a):
-    return (x - (1 - a).sqrt() * eps) / a.sqrt()
+V_PREDICTION = False  # the teacher's parameterisation (the student keeps it); set in main()
+
+
+def x0_from_output(x, out, a):
+    return sampling.to_x0(out, x, a, V_PREDICTION)
+
+
+def eps_from_output(x, out, a):
+    return sampling.to_epsilon(out, x, a, V_PREDICTION)
 
 
 def bcast(v):
@@ -104,15 +112,16 @@ def distill_loss(args, pipe, student, target, lat, uncond, gen):
     x_t = a_t.sqrt() * z + (1 - a_t).sqrt() * torch.randn_like(z)
 
     c_skip_t, c_out_t = (bcast(v) for v in sampling.lcm_boundary(t.float()))
-    pred = c_skip_t * x_t + c_out_t * x0_from_eps(x_t, student(x_t, t, ctx, timestep_cond=w_emb), a_t)
+    pred = c_skip_t * x_t + c_out_t * x0_from_output(x_t, student(x_t, t, ctx, timestep_cond=w_emb), a_t)
     with torch.no_grad():
-        e = pipe.unet(torch.cat([x_t, x_t]), torch.cat([t, t]), torch.cat([ctx, uncond.expand(b, -1, -1)]))
-        e_c, e_u = e.chunk(2)
-        x0_c, x0_u = x0_from_eps(x_t, e_c, a_t), x0_from_eps(x_t, e_u, a_t)
+        o = pipe.unet(torch.cat([x_t, x_t]), torch.cat([t, t]), torch.cat([ctx, uncond.expand(b, -1, -1)]))
+        o_c, o_u = o.chunk(2)
+        e_c, e_u = eps_from_output(x_t, o_c, a_t), eps_from_output(x_t, o_u, a_t)
+        x0_c, x0_u = x0_from_output(x_t, o_c, a_t), x0_from_output(x_t, o_u, a_t)
         x0_g, e_g = x0_c + bcast(w) * (x0_c - x0_u), e_c + bcast(w) * (e_c - e_u)
         x_s = a_s.sqrt() * x0_g + (1 - a_s).sqrt() * e_g
         c_skip_s, c_out_s = (bcast(v) for v in sampling.lcm_boundary(s.float()))
-        tgt = c_skip_s * x_s + c_out_s * x0_from_eps(x_s, target(x_s, s, ctx, timestep_cond=w_emb), a_s)
+        tgt = c_skip_s * x_s + c_out_s * x0_from_output(x_s, target(x_s, s, ctx, timestep_cond=w_emb), a_s)
     c = args.huber_c
     return (torch.sqrt((pred - tgt) ** 2 + c * c) - c).mean()
 
@@ -250,8 +259,8 @@ def main():
     torch.set_num_threads(2)
     QUICK_SOLVER[0] = args.solver_steps
     pipe = sampling.Pipeline(args.teacher)
-    if pipe.v_prediction:  # the distillation below treats the teacher's outputs as epsilon
-        sys.exit(f"{args.teacher}: a v-prediction teacher is not supported yet (convert its outputs to epsilon first)")
+    global V_PREDICTION
+    V_PREDICTION = pipe.v_prediction
     print(f"teacher {args.teacher}: unet sample_size {pipe.unet.config['sample_size']}, "
           f"vae scaling_factor {pipe.vae.config['scaling_factor']}", flush=True)
     if args.export_only:
