@@ -180,27 +180,27 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// The processor, as /proc/cpuinfo names it (bench results must say which CPU they were taken on:
-// AMD family 25 is Zen 3/4, 26 is Zen 5).
+// The processor (bench results must say which CPU they were taken on: AMD family 25 is Zen 3/4,
+// 26 is Zen 5): vendor, family and model from CPUID as the kernels read them to choose their
+// blocking (kernels/tuning.h), the marketing name from /proc/cpuinfo.
 nlohmann::json cpu_json() {
   nlohmann::json cpu = nlohmann::json::object();
   std::ifstream in("/proc/cpuinfo");
   std::string line;
   while (std::getline(in, line)) {
     const auto colon = line.find(':');
-    if (colon == std::string::npos) {
-      if (!cpu.empty()) break;  // the first processor's block is enough
-      continue;
+    if (colon == std::string::npos) continue;
+    if (line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1) == "model name") {
+      cpu["model_name"] = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
+      break;  // the first processor's is enough
     }
-    std::string key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
-    const std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
-    if (key == "model name") cpu["model_name"] = value;
-    if (key == "vendor_id") cpu["vendor"] = value;
-    if (key == "cpu family") cpu["family"] = std::atoi(value.c_str());
-    if (key == "model") cpu["model"] = std::atoi(value.c_str());
   }
-  if (cpu.value("vendor", "") == "AuthenticAMD" && cpu.contains("family"))
-    cpu["core"] = cpu["family"] == 26 ? "Zen 5" : cpu["family"] == 25 ? "Zen 3/4" : "other AMD";
+  const kernels::CpuIdentity id = kernels::cpu_identity();
+  cpu["vendor"] = id.vendor;
+  cpu["family"] = id.family;
+  cpu["model"] = id.model;
+  if (id.vendor == "AuthenticAMD")
+    cpu["core"] = id.family == 26 ? "Zen 5" : id.family == 25 ? "Zen 3/4" : "other AMD";
   // The kernels' blocking for this core (kernels/tuning.h; OCTODIFF_KERNEL_TUNING overrides it).
   cpu["kernel_tuning"] = kernels::describe(kernels::kernel_tuning());
   return cpu;
