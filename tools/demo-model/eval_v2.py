@@ -91,6 +91,7 @@ def main():
     ap.add_argument("--tag", default="export")
     ap.add_argument("--seeds", type=int, default=4)
     ap.add_argument("--pndm50", action="store_true")
+    ap.add_argument("--lcm", action="store_true", help="an LCM folder (train_lcm.py): LCM 2 / 4 / 8 steps instead of DDIM")
     ap.add_argument("--position-probe", action="store_true")
     ap.add_argument("--probe-only", action="store_true", help="only the position probe (an early check)")
     configs.add_version_arg(ap)
@@ -105,7 +106,8 @@ def main():
     pipe = sampling.Pipeline(model)
     with open(os.path.join(configs.HERE, "heldout.json")) as f:
         heldout = json.load(f)["prompts"]
-    runs = [] if args.probe_only else [("ddim", 20), ("ddim", 8)] + ([("pndm", 50)] if args.pndm50 else [])
+    runs = ([] if args.probe_only else [("lcm", 2), ("lcm", 4), ("lcm", 8)] if args.lcm
+            else [("ddim", 20), ("ddim", 8)] + ([("pndm", 50)] if args.pndm50 else []))
     out = {"model": os.path.relpath(model, configs.ROOT), "seeds": args.seeds, "guidance": 7.5}
     if args.from_ckpt:
         out["unet_step"] = torch.load(os.path.join(configs.WORK, "unet_ckpt.pt"))["step"]

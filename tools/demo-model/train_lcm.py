@@ -51,10 +51,12 @@ import configs  # noqa: E402
 import measure  # noqa: E402
 import models  # noqa: E402
 import sampling  # noqa: E402
+import shape_class  # noqa: E402
 import shipped_data  # noqa: E402
 import st_io  # noqa: E402
 
 CKPT = os.path.join(configs.WORK, "lcm_ckpt.pt")
+BEST = os.path.join(configs.WORK, "lcm_best.pt")
 LOG = os.path.join(configs.WORK, "lcm_loss.csv")
 OUT = (os.path.join(configs.ROOT, "resources", "demo-model-lcm") if configs.VERSION == 1
        else os.path.join(configs.WORK, "export-lcm"))
@@ -128,6 +130,7 @@ def distill_loss(args, pipe, student, target, lat, uncond, gen):
 
 @torch.no_grad()
 def quick_eval(pipe, unet, entries, seeds=(0, 1), guidance=7.5, steps=(2, 4, 8)):
+    seeds = tuple(range(QUICK_SEEDS[0]))
     saved = pipe.unet, pipe.sched
     pipe.unet = unet.eval()
     pipe.sched = dict(saved[1], original_inference_steps=QUICK_SOLVER[0])
@@ -136,13 +139,15 @@ def quick_eval(pipe, unet, entries, seeds=(0, 1), guidance=7.5, steps=(2, 4, 8))
     for n in steps:
         imgs = pipe.generate([e["prompt"] for e in E], [s for _ in entries for s in seeds], guidance=guidance,
                              steps=n, sampler="lcm")
-        out[n] = sum(measure.agrees(e, measure.measure(i))[0] for e, i in zip(E, imgs)) / len(E)
+        out[n] = sum(measure.agrees(e, measure.measure(i))[0] and shape_class.classify(i)["shape"] == e["shape"]
+                     for e, i in zip(E, imgs)) / len(E)
     pipe.unet, pipe.sched = saved
     unet.train()
     return out
 
 
 QUICK_SOLVER = [50]
+QUICK_SEEDS = [2]
 
 
 def train(args, pipe, lat, entries):
@@ -170,6 +175,7 @@ def train(args, pipe, lat, entries):
     if new_log:
         log.writerow(["step", "seconds", "lr", "huber", "agree2", "agree4", "agree8"])
     acc, n_acc = 0.0, 0
+    best = torch.load(BEST)["score"] if os.path.exists(BEST) else -1.0
     while True:
         frac = min(1.0, (time.time() - start) / budget)
         lr = args.lr * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * frac)))
@@ -192,8 +198,14 @@ def train(args, pipe, lat, entries):
             log.writerow([step, round(time.time() - start, 1), f"{lr:.3g}", f"{acc / n_acc:.6f}",
                           ev.get(2, ""), ev.get(4, ""), ev.get(8, "")])
             logf.flush()
+            score = (ev[4] + ev[8]) / 2 if ev else -1.0
+            if score >= best:  # the EMA model with the best held-out score at 4 and 8 steps so far (the later on ties)
+                best = score
+                torch.save({"target": target.state_dict(), "step": step, "score": score, "eval": ev,
+                            "args": vars(args)}, BEST + ".tmp")
+                os.replace(BEST + ".tmp", BEST)
             print(f"step {step} {(time.time() - start) / 60:.1f}min lr {lr:.2e} huber {acc / n_acc:.5f}"
-                  + (f" held-out agreement (2 seeds, g 7.5) 2/4/8 steps: {ev[2]:.3f} {ev[4]:.3f} {ev[8]:.3f}"
+                  + (f" held-out agreement+shape ({QUICK_SEEDS[0]} seeds, g 7.5) 2/4/8 steps: {ev[2]:.3f} {ev[4]:.3f} {ev[8]:.3f}"
                      if ev else ""), flush=True)
             acc, n_acc = 0.0, 0
         if done or time.time() - last_ckpt > 180:
@@ -247,15 +259,19 @@ def main():
     ap.add_argument("--eval-every", type=int, default=100)
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--export-only", action="store_true", help="write the folder from work/lcm_ckpt.pt's EMA model")
+    ap.add_argument("--best", action="store_true", help="with --export-only: lcm_best.pt (the best quick check) instead")
+    ap.add_argument("--quick-seeds", type=int, default=2, help="seeds per held-out prompt in the quick checks")
     ap.add_argument("--teacher", default=shipped_data.MODEL,
                     help="diffusers folder of the teacher (v1: resources/demo-model, v2: work/v2/export)")
     ap.add_argument("--work-dir", default=configs.WORK, help="where lcm_ckpt.pt and lcm_loss.csv go")
     ap.add_argument("--out", default=OUT, help="the LCM model folder written at the end")
     configs.add_version_arg(ap)
     args = ap.parse_args()
-    global CKPT, LOG
+    global CKPT, LOG, BEST
     os.makedirs(args.work_dir, exist_ok=True)
     CKPT, LOG = os.path.join(args.work_dir, "lcm_ckpt.pt"), os.path.join(args.work_dir, "lcm_loss.csv")
+    BEST = os.path.join(args.work_dir, "lcm_best.pt")
+    QUICK_SEEDS[0] = args.quick_seeds
     torch.set_num_threads(2)
     QUICK_SOLVER[0] = args.solver_steps
     pipe = sampling.Pipeline(args.teacher)
@@ -264,10 +280,11 @@ def main():
     print(f"teacher {args.teacher}: unet sample_size {pipe.unet.config['sample_size']}, "
           f"vae scaling_factor {pipe.vae.config['scaling_factor']}", flush=True)
     if args.export_only:
-        ck = torch.load(CKPT)
+        ck = torch.load(BEST if args.best else CKPT)
         unet = make_student(pipe.unet)
         unet.load_state_dict(ck["target"])
-        print(f"checkpoint: step {ck['step']}, {ck['seconds'] / 60:.1f} min", flush=True)
+        print(f"checkpoint: step {ck['step']}" + (f", quick check {ck['eval']}" if args.best
+                                                  else f", {ck['seconds'] / 60:.1f} min"), flush=True)
         export(unet, ck["args"]["solver_steps"], args.out, args.teacher)
         return
     lat = shipped_data.ensure_latents(pipe)
