@@ -6,19 +6,6 @@
 #include "pipeline/model.h"
 
 namespace octodiff::gui {
-namespace {
-
-bool ownSchedulerIsTrailingEuler(const StableDiffusionModel& m) {
-  const SchedulerKind own = m.default_scheduler();
-  if (own != SchedulerKind::Euler && own != SchedulerKind::EulerAncestral) return false;
-  try {
-    return m.scheduler_config(own).timestep_spacing == TimestepSpacing::Trailing;
-  } catch (...) {
-    return false;  // a config the pipeline will refuse anyway
-  }
-}
-
-}  // namespace
 
 SamplingValues standardSampling() {
   return {};
@@ -29,14 +16,15 @@ SamplingValues lcmLoraPreset() {
 }
 
 FewStepProfile recognizeFewStep(const StableDiffusionModel& m) {
-  const bool own_lcm = m.default_scheduler() == SchedulerKind::Lcm;
-  const std::optional<SchedulerKind> lcm = own_lcm ? std::nullopt : std::optional(SchedulerKind::Lcm);
-  if (m.unet().config().time_cond_proj_dim > 0)
-    return {FewStepKind::LcmDistilled, {4, 8.0, lcm}, QObject::tr("LCM-distilled UNet, guidance embedded")};
-  if (own_lcm) return {FewStepKind::LcmScheduler, {4, 1.5, std::nullopt}, QObject::tr("LCM scheduler")};
-  if (ownSchedulerIsTrailingEuler(m))
-    return {FewStepKind::Turbo, {1, 0.0, std::nullopt}, QObject::tr("Turbo-style: Euler, trailing timesteps")};
-  return {};
+  const octodiff::FewStepProfile p = octodiff::recognize_few_step(m);
+  QString description;
+  switch (p.kind) {
+    case FewStepKind::LcmDistilled: description = QObject::tr("LCM-distilled UNet, guidance embedded"); break;
+    case FewStepKind::LcmScheduler: description = QObject::tr("LCM scheduler"); break;
+    case FewStepKind::Turbo: description = QObject::tr("Turbo-style: Euler, trailing timesteps"); break;
+    case FewStepKind::None: break;
+  }
+  return {p.kind, p.values, description};
 }
 
 QString describeSampling(const SamplingValues& v) {

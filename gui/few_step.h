@@ -1,15 +1,7 @@
 // Few-step models (LCM, SD-Turbo): recognising them from their configuration, the steps and
 // guidance they want, and when the app may set those values for the user.
 //
-// Recognition (recognizeFewStep), in this order:
-//   - an LCM-distilled UNet (unet config time_cond_proj_dim > 0, e.g. LCM-Dreamshaper-v7): the
-//     guidance is an input of the model (one pass a step): 4 steps, guidance 8 (the model card's
-//     and diffusers' LCM example), LCM scheduler;
-//   - the LCM scheduler as the model's own, with an ordinary UNet (an LCM-LoRA fused in): 4 steps,
-//     guidance 1.5 (diffusers' LCM-LoRA guide: guidance 1–2);
-//   - Euler or Euler a with timestep_spacing "trailing" as the model's own (SD-Turbo, SDXL-Turbo):
-//     1 step, guidance 0 (one pass, no negative prompt).
-// Anything else is a standard model: 50 steps, guidance 7.5 (GenerationRequest's defaults).
+// Recognition and the values: engine/pipeline/few_step.h (the CLI's defaults come from there too).
 //
 // When the app sets them (adviseSampling): a heuristic, since the form cannot tell who typed a
 // value. Steps, guidance and scheduler are taken as *not the user's own* when they equal what the
@@ -23,22 +15,12 @@
 #include <QString>
 #include <optional>
 
-#include "schedulers/scheduler.h"
-
-namespace octodiff {
-class StableDiffusionModel;
-}
+#include "pipeline/few_step.h"
 
 namespace octodiff::gui {
 
-struct SamplingValues {
-  int steps = 50;
-  double guidance = 7.5;
-  std::optional<SchedulerKind> scheduler;  // nullopt: the model's own
-  bool operator==(const SamplingValues&) const = default;
-};
-
-enum class FewStepKind { None, LcmDistilled, LcmScheduler, Turbo };
+using octodiff::FewStepKind;
+using octodiff::SamplingValues;
 
 struct FewStepProfile {
   FewStepKind kind = FewStepKind::None;

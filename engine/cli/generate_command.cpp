@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "io/npy.h"
 #include "io/png.h"
+#include "pipeline/few_step.h"
 #include "pipeline/lora.h"
 #include "pipeline/metadata.h"
 #include "pipeline/sharded_pipeline.h"
@@ -50,8 +51,10 @@ const char* kGenerateUsage =
     "                            (DIR/NAME.safetensors; the tags are removed from the prompts and\n"
     "                            the LoRAs apply to every image)\n"
     "  --seed N|random           PRNGKey seed (default 0)\n"
-    "  --steps N                 denoising steps (default 50)\n"
-    "  --guidance G              classifier-free guidance scale (default 7.5); at <= 1 one pass\n"
+    "  --steps N                 denoising steps (default 50; a few-step model's own: LCM-\n"
+    "                            distilled 4, LCM scheduler 4, Turbo-style 1)\n"
+    "  --guidance G              classifier-free guidance scale (default 7.5; LCM-distilled 8,\n"
+    "                            LCM scheduler 1.5, Turbo-style 0); at <= 1 one pass\n"
     "                            on the prompts alone (SD-Turbo: --guidance 0); an LCM-distilled\n"
     "                            UNet takes it as its guidance embedding, one pass per step\n"
     "  --scheduler NAME          pndm, ddim, lms, dpm++, euler, euler-a (Euler ancestral),\n"
@@ -312,6 +315,24 @@ ModelLoadOptions load_options_from_args(const Args& args, GenerationRequest& req
   return load;
 }
 
+// A few-step model's steps, guidance and scheduler (pipeline/few_step.h) where the command line
+// gives none; says so on `info` unless quiet.
+void few_step_defaults(const Args& args, GenerationRequest& req, const StableDiffusionModel& model, FILE* info,
+                       bool quiet) {
+  const FewStepProfile p = recognize_few_step(model);
+  if (p.kind == FewStepKind::None) return;
+  if (!args.get("steps")) req.steps = p.values.steps;
+  if (!args.get("guidance")) req.guidance_scale = p.values.guidance;
+  if (!args.get("scheduler") && p.values.scheduler) req.scheduler = p.values.scheduler;
+  if (quiet) return;
+  std::fprintf(info, "few-step model (%s): %d step%s, guidance %g%s%s\n", few_step_description(p.kind), req.steps,
+               req.steps == 1 ? "" : "s", req.guidance_scale,
+               req.scheduler ? (", " + sampler_display_name(*req.scheduler)).c_str() : "",
+               args.get("steps") || args.get("guidance") || args.get("scheduler")
+                   ? " (given on the command line where named)"
+                   : " (the model's defaults; --steps, --guidance, --scheduler override)");
+}
+
 // The model's notes from notes[from] on, on stderr; returns how many notes it has.
 size_t print_load_notes(const StableDiffusionModel& model, size_t from) {
   const auto notes = model.load_notes();
@@ -459,6 +480,7 @@ int run_generate(const std::vector<std::string>& argv) {
   // 0 (mpirun would end the job on a non-zero exit before rank 0 has printed its error).
   if (!model) return 0;
   g.notes_at_load = print_load_notes(*model, 0);
+  few_step_defaults(args, req, *model, g.info, g.quiet);
   if (sheet && ranks.many()) fail("comparison sheets run in one process (not under mpirun)");
   vae_tiling_options(args, req, model->vae_scale_factor());
   if (sheet) return run_sheet(args, *sheet, req, model, g.info);

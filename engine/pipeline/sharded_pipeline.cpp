@@ -459,14 +459,26 @@ struct RunTokens {
   std::optional<SdxlTokenizedPrompts> sdxl;
 };
 
+// A negative prompt that no UNet pass reads (one pass on the prompts alone) is said, not dropped
+// silently.
+void warn_unused_negative_prompts(const ResolvedRequest& r, GenerationResult& result) {
+  if (r.signature.guidance) return;
+  if (std::all_of(r.negative_prompts.begin(), r.negative_prompts.end(), [](const auto& n) { return n.empty(); })) return;
+  result.warnings.push_back(r.signature.embedded_guidance
+                                ? "the negative prompt is not used: an LCM-distilled UNet takes the guidance as an "
+                                  "input and runs one pass on the prompts alone"
+                                : "the negative prompt is not used: at guidance <= 1 each step is one pass on the "
+                                  "prompts alone");
+}
+
 RunTokens tokenize_run(const ResolvedRequest& r, const StableDiffusionModel& m, GenerationResult& result) {
   RunTokens t;
-  if (!m.is_sdxl()) {
+  if (!m.is_sdxl())
     t.sd = tokenize_request(r, m, result);
-    return t;
-  }
-  t.sdxl = tokenize_sdxl_request(m, r.request, r.prompts, r.negative_prompts,
-                                 sdxl_zeros_for_empty_negative(m, r.signature.compat), result);
+  else
+    t.sdxl = tokenize_sdxl_request(m, r.request, r.prompts, r.negative_prompts,
+                                   sdxl_zeros_for_empty_negative(m, r.signature.compat), result);
+  warn_unused_negative_prompts(r, result);
   return t;
 }
 

@@ -35,7 +35,7 @@ for f in ./usr/bin/octodiff ./usr/bin/octodiff-cli \
          ./usr/share/octodiff/demo-model/taesd/config.json; do
   grep -qx -- "$f" <<<"$contents" || fail "the package lacks $f"
 done
-if grep -q demo-model-lcm <<<"$contents"; then fail "the package holds the demo-model-lcm experiment"; fi
+if grep -q demo-model-ddim <<<"$contents"; then fail "the package holds demo-model-ddim (the tests' teacher model)"; fi
 depends=$(dpkg-deb --field "$deb" Depends)
 for lib in libqt6widgets6 libpng16-16 libicu72; do
   grep -q "$lib" <<<"$depends" || fail "Depends lacks $lib: $depends"
