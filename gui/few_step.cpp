@@ -16,7 +16,7 @@ SamplingValues lcmLoraPreset() {
 }
 
 FewStepProfile recognizeFewStep(const StableDiffusionModel& m) {
-  const octodiff::FewStepProfile p = octodiff::recognize_few_step(m);
+  const octodiff::FewStepSampling p = octodiff::recognize_few_step(m);
   QString description;
   switch (p.kind) {
     case FewStepKind::LcmDistilled: description = QObject::tr("LCM-distilled UNet, guidance embedded"); break;

@@ -163,6 +163,7 @@ QWidget* MainWindow::buildFormColumn() {
   connect(live_, &LiveMode::regenerateRequested, this, &MainWindow::generateKeepingSeed);
   connect(prompts_, &PromptPanel::promptsChanged, live_, &LiveMode::inputsChanged);
   connect(prompts_->negativeField(), &QLineEdit::textChanged, live_, &LiveMode::inputsChanged);
+  connect(settings_panel_->guidanceBox(), &QDoubleSpinBox::valueChanged, this, &MainWindow::updateNegativePromptUse);
 
   auto* buttons = new QHBoxLayout;
   buttons->addWidget(generate_, 3);

@@ -153,6 +153,9 @@ class MainWindow : public QMainWindow {
   SamplingValues currentSampling() const;
   void setSampling(const SamplingValues& values);
   void adviseSamplingFor(const StableDiffusionModel& model);
+  // Greys the negative prompt out (its text kept) while no UNet pass would read it: an
+  // LCM-distilled model, or guidance <= 1; the tooltip says why.
+  void updateNegativePromptUse();
   void showModelExtras(const StableDiffusionModel& model);
   // Starts merging `loras`; `then` runs once they are in (dropped when merging fails).
   void connectSheet();  // main_window_sheet.cpp
@@ -204,6 +207,7 @@ class MainWindow : public QMainWindow {
   QTimer lora_apply_timer_;           // a LoRA check or strength changed: merge after a pause
   std::function<void()> pending_run_;  // what waits for the LoRAs being merged or the model reloaded
   QString model_path_;  // the path the current model was loaded from (as given to loadModel)
+  bool embedded_guidance_ = false;  // the loaded model's UNet takes the guidance as an input (LCM)
   bool retrying_after_merge_ = false;  // pending_run_ is running: the LoRAs were just merged
   std::vector<LoraSpec> merged_loras_;  // what the last merge asked for
   QTimer progress_timer_;

@@ -96,6 +96,19 @@ void MainWindow::adviseSamplingFor(const StableDiffusionModel& model) {
   if (advice.apply) setSampling(advice.values);
   if (advice.remember) settings_.setAutomaticSampling(advice.values);
   few_step_->setNote(advice.note);
+  embedded_guidance_ = recognizeFewStep(model).kind == FewStepKind::LcmDistilled;
+  updateNegativePromptUse();
+}
+
+void MainWindow::updateNegativePromptUse() {
+  QLineEdit* field = prompts_->negativeField();
+  const bool unread = embedded_guidance_ || settings_panel_->guidanceBox()->value() <= 1.0;
+  field->setEnabled(!unread);
+  field->setToolTip(!unread ? QString()
+                    : embedded_guidance_
+                        ? tr("Not used by this model: an LCM-distilled UNet takes the guidance as an input and runs "
+                             "one pass on the prompts alone")
+                        : tr("Not used at guidance 1 or less: each step is one pass on the prompts alone"));
 }
 
 void MainWindow::applyFewStepPreset() {

@@ -319,7 +319,7 @@ ModelLoadOptions load_options_from_args(const Args& args, GenerationRequest& req
 // gives none; says so on `info` unless quiet.
 void few_step_defaults(const Args& args, GenerationRequest& req, const StableDiffusionModel& model, FILE* info,
                        bool quiet) {
-  const FewStepProfile p = recognize_few_step(model);
+  const FewStepSampling p = recognize_few_step(model);
   if (p.kind == FewStepKind::None) return;
   if (!args.get("steps")) req.steps = p.values.steps;
   if (!args.get("guidance")) req.guidance_scale = p.values.guidance;

@@ -17,7 +17,7 @@ bool own_scheduler_is_trailing_euler(const StableDiffusionModel& m) {
 
 }  // namespace
 
-FewStepProfile recognize_few_step(const StableDiffusionModel& m) {
+FewStepSampling recognize_few_step(const StableDiffusionModel& m) {
   const bool own_lcm = m.default_scheduler() == SchedulerKind::Lcm;
   const std::optional<SchedulerKind> lcm = own_lcm ? std::nullopt : std::optional(SchedulerKind::Lcm);
   if (m.unet().config().time_cond_proj_dim > 0) return {FewStepKind::LcmDistilled, {4, 8.0, lcm}};

@@ -29,12 +29,12 @@ struct SamplingValues {
 
 enum class FewStepKind { None, LcmDistilled, LcmScheduler, Turbo };
 
-struct FewStepProfile {
+struct FewStepSampling {
   FewStepKind kind = FewStepKind::None;
   SamplingValues values;  // what the model wants (the standard values for None)
 };
 
-FewStepProfile recognize_few_step(const StableDiffusionModel& model);
+FewStepSampling recognize_few_step(const StableDiffusionModel& model);
 
 // "LCM-distilled UNet, guidance embedded" … ; empty for None (English; the app translates its own).
 const char* few_step_description(FewStepKind kind);

@@ -1,7 +1,8 @@
 // Few-step models in the app: recognition from the configuration (tiny-lcm: LCMScheduler and an
 // LCM-distilled UNet; a Turbo-style Euler-trailing copy of tiny-sd; tiny-sd itself is standard),
 // the steps and guidance set on load with a note, the user's own values kept, the standard values
-// back for a standard model, and the few-step preset.
+// back for a standard model, the negative prompt greyed out while no pass reads it, and the
+// few-step preset.
 #include <QFile>
 
 #include "few_step.h"
@@ -82,6 +83,10 @@ class FewStepTest : public QObject {
     QVERIFY(w->fewStepPanel()->noteLabel()->isVisibleTo(w.get()));
     QCOMPARE(w->fewStepPanel()->note(),
              QString("Few-step model (LCM-distilled UNet, guidance embedded): 4 steps, guidance 8 — change freely"));
+    // No pass reads a negative prompt: the field is greyed out, its text kept, the tooltip says why.
+    QLineEdit* negative = w->promptPanel()->negativeField();
+    QVERIFY(!negative->isEnabled());
+    QVERIFY2(negative->toolTip().contains("LCM-distilled"), qPrintable(negative->toolTip()));
     // It runs as recognised: one UNet pass a step, guidance embedded.
     w->promptPanel()->setPrompts({"a few-step test"});
     QVERIFY(w->generate());
@@ -99,6 +104,12 @@ class FewStepTest : public QObject {
     QCOMPARE(s->stepsBox()->value(), 50);
     QCOMPARE(s->guidanceBox()->value(), 7.5);
     QVERIFY(!w->fewStepPanel()->noteLabel()->isVisibleTo(w.get()));
+    QVERIFY(negative->isEnabled());
+    s->guidanceBox()->setValue(1.0);  // one pass on the prompts alone
+    QVERIFY(!negative->isEnabled());
+    QVERIFY2(negative->toolTip().contains("guidance 1 or less"), qPrintable(negative->toolTip()));
+    s->guidanceBox()->setValue(7.5);
+    QVERIFY(negative->isEnabled());
 
     // The user's own values survive loading the few-step model.
     s->stepsBox()->setValue(6);
