@@ -216,3 +216,39 @@ TEST(Cli, SchedulerDefaultsToTheModelsOwnAndCanBeOverridden) {
   EXPECT_NE(help.out.find("lcm"), std::string::npos);
   EXPECT_NE(help.out.find("--timestep-spacing"), std::string::npos);
 }
+
+// A few-step model's own steps and guidance when the command line names none (pipeline/few_step.h):
+// tiny-lcm is LCM-distilled, so 4 steps at guidance 8, said on stdout; given values win; a standard
+// model keeps 50 steps (checked on its metadata elsewhere: Cli.EightPrompts… uses --steps).
+TEST(Cli, AFewStepModelGetsItsOwnStepsAndGuidanceUnlessGiven) {
+  auto dir = test::temp_dir("cli_few_step_defaults");
+  const std::string lcm = (test::data_dir() / "tiny-lcm").string();
+  CliRun r = cli({"generate", "--model", lcm, "--prompt", "a red circle", "--out", "own.png"}, dir);
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("few-step model (LCM-distilled UNet, guidance embedded): 4 steps, guidance 8"),
+            std::string::npos) << r.out;
+  std::vector<PngText> texts;
+  read_png(dir / "own.png", &texts);
+  auto own = parse_png_metadata(texts);
+  ASSERT_TRUE(own.has_value());
+  EXPECT_EQ(own->steps, 4);
+  EXPECT_EQ(own->guidance_scale, 8.0);
+  EXPECT_EQ(own->scheduler, SchedulerKind::Lcm);
+
+  r = cli({"generate", "--model", lcm, "--prompt", "a red circle", "--steps", "2", "--guidance", "3", "--out", "given.png"},
+          dir);
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  texts.clear();
+  read_png(dir / "given.png", &texts);
+  auto given = parse_png_metadata(texts);
+  ASSERT_TRUE(given.has_value());
+  EXPECT_EQ(given->steps, 2);
+  EXPECT_EQ(given->guidance_scale, 3.0);
+
+  r = cli(tiny({"--prompt", "a red circle", "--out", "standard.png"}), dir);
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  EXPECT_EQ(r.out.find("few-step model"), std::string::npos) << r.out;
+  texts.clear();
+  read_png(dir / "standard.png", &texts);
+  EXPECT_EQ(parse_png_metadata(texts)->steps, 50);
+}

@@ -296,7 +296,7 @@ TEST(DemoModel, MoreGuidanceFollowsThePromptMore) {
 
 // An LCM-distilled UNet runs one pass on the prompts alone: a negative prompt does nothing, and the
 // run says so (the app greys the field out for such a model).
-TEST(DemoModel, TheFewStepDefaultSaysANegativePromptIsNotUsed) {
+TEST(DemoModel, ARunSaysWhenItsNegativePromptIsNotUsed) {
   ShardedPipeline pipe(demo_model());
   GenerationRequest r;
   r.prompts = {"a large red circle on a blue background"};
@@ -307,6 +307,16 @@ TEST(DemoModel, TheFewStepDefaultSaysANegativePromptIsNotUsed) {
   EXPECT_NE(got.warnings[0].find("negative prompt is not used"), std::string::npos) << got.warnings[0];
   r.negative_prompts.clear();
   EXPECT_TRUE(pipe.run(r).warnings.empty());
+  // The same with a guided model at guidance <= 1 (one pass on the prompts alone).
+  ShardedPipeline ddim(ddim_model());
+  r.negative_prompts = {"red"};
+  r.steps = 2;
+  r.guidance_scale = 1.0;
+  const GenerationResult unguided = ddim.run(r);
+  ASSERT_EQ(unguided.warnings.size(), 1u);
+  EXPECT_NE(unguided.warnings[0].find("at guidance <= 1"), std::string::npos) << unguided.warnings[0];
+  r.guidance_scale = 7.5;
+  EXPECT_TRUE(ddim.run(r).warnings.empty());
 }
 
 // The DDIM model (classifier-free guidance: the negative prompt is the unconditional half).
