@@ -87,6 +87,7 @@ class FewStepTest : public QObject {
     QLineEdit* negative = w->promptPanel()->negativeField();
     QVERIFY(!negative->isEnabled());
     QVERIFY2(negative->toolTip().contains("LCM-distilled"), qPrintable(negative->toolTip()));
+    QCOMPARE(negative->placeholderText(), QString("Not used by this model (guidance is built into its UNet)"));
     // It runs as recognised: one UNet pass a step, guidance embedded.
     w->promptPanel()->setPrompts({"a few-step test"});
     QVERIFY(w->generate());
@@ -105,6 +106,7 @@ class FewStepTest : public QObject {
     QCOMPARE(s->guidanceBox()->value(), 7.5);
     QVERIFY(!w->fewStepPanel()->noteLabel()->isVisibleTo(w.get()));
     QVERIFY(negative->isEnabled());
+    QCOMPARE(negative->placeholderText(), QString("What to steer away from (every image)"));
     s->guidanceBox()->setValue(1.0);  // one pass on the prompts alone
     QVERIFY(!negative->isEnabled());
     QVERIFY2(negative->toolTip().contains("guidance 1 or less"), qPrintable(negative->toolTip()));
