@@ -271,7 +271,10 @@ std::optional<GenerationRequest> MainWindow::requestFromForm(QString* error) con
     }
     r.prompts = {""};
   }
-  if (!prompts_->negativePrompt().isEmpty()) r.negative_prompts = {prompts_->negativePrompt().toStdString()};
+  // An LCM-distilled model reads no negative prompt (the field is greyed out, its text kept for the
+  // next model): not sent, so neither the run's warning nor the PNG's metadata names it.
+  if (!prompts_->negativePrompt().isEmpty() && !embedded_guidance_)
+    r.negative_prompts = {prompts_->negativePrompt().toStdString()};
   r.preview = progress_->previewEnabled();
   r.decoder = decoder_panel_->decoder();
   init_panel_->applyTo(&r);  // image to image when there is an init image

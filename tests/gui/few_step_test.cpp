@@ -88,10 +88,16 @@ class FewStepTest : public QObject {
     QVERIFY(!negative->isEnabled());
     QVERIFY2(negative->toolTip().contains("LCM-distilled"), qPrintable(negative->toolTip()));
     QCOMPARE(negative->placeholderText(), QString("Not used by this model (guidance is built into its UNet)"));
-    // It runs as recognised: one UNet pass a step, guidance embedded.
+    // It runs as recognised: one UNet pass a step, guidance embedded; a negative prompt typed for
+    // another model stays in the field and is not sent (no warning, not in the metadata).
     w->promptPanel()->setPrompts({"a few-step test"});
+    w->promptPanel()->setNegativePrompt("blurry");
     QVERIFY(w->generate());
     QCOMPARE(waitForJob(*w), std::optional<JobOutcome>(JobOutcome::Completed));
+    QVERIFY(w->lastRun()->result.warnings.empty());
+    QCOMPARE(w->lastRun()->result.negative_prompts, std::vector<std::string>{""});
+    QCOMPARE(negative->text(), QString("blurry"));
+    w->promptPanel()->setNegativePrompt(QString());
     const Signature& sig = w->lastRun()->result.signature;
     QVERIFY(sig.embedded_guidance);
     QVERIFY(!sig.guidance);
