@@ -91,12 +91,12 @@ void MainWindow::setSampling(const SamplingValues& v) {
 }
 
 void MainWindow::adviseSamplingFor(const StableDiffusionModel& model) {
-  const SamplingAdvice advice =
-      adviseSampling(recognizeFewStep(model), currentSampling(), settings_.automaticSampling());
+  const FewStepProfile profile = recognizeFewStep(model);
+  const SamplingAdvice advice = adviseSampling(profile, currentSampling(), settings_.automaticSampling());
   if (advice.apply) setSampling(advice.values);
   if (advice.remember) settings_.setAutomaticSampling(advice.values);
   few_step_->setNote(advice.note);
-  embedded_guidance_ = recognizeFewStep(model).kind == FewStepKind::LcmDistilled;
+  embedded_guidance_ = profile.kind == FewStepKind::LcmDistilled;
   updateNegativePromptUse();
 }
 
