@@ -101,18 +101,15 @@ void MainWindow::adviseSamplingFor(const StableDiffusionModel& model) {
 }
 
 void MainWindow::updateNegativePromptUse() {
-  QLineEdit* field = prompts_->negativeField();
-  const bool unread = embedded_guidance_ || settings_panel_->guidanceBox()->value() <= 1.0;
-  if (!field->property("usualPlaceholder").isValid()) field->setProperty("usualPlaceholder", field->placeholderText());
-  field->setEnabled(!unread);
-  field->setToolTip(!unread ? QString()
-                    : embedded_guidance_
-                        ? tr("Not used by this model: an LCM-distilled UNet takes the guidance as an input and runs "
-                             "one pass on the prompts alone")
-                        : tr("Not used at guidance 1 or less: each step is one pass on the prompts alone"));
-  field->setPlaceholderText(!unread ? field->property("usualPlaceholder").toString()
-                            : embedded_guidance_ ? tr("Not used by this model (guidance is built into its UNet)")
-                                                 : tr("Not used at guidance 1 or less"));
+  if (embedded_guidance_)
+    prompts_->setNegativePromptUnused(tr("Not used by this model (guidance is built into its UNet)"),
+                                      tr("Not used by this model: an LCM-distilled UNet takes the guidance as an "
+                                         "input and runs one pass on the prompts alone"));
+  else if (settings_panel_->guidanceBox()->value() <= 1.0)
+    prompts_->setNegativePromptUnused(tr("Not used at guidance 1 or less"),
+                                      tr("Not used at guidance 1 or less: each step is one pass on the prompts alone"));
+  else
+    prompts_->setNegativePromptUnused(QString(), QString());
 }
 
 void MainWindow::applyFewStepPreset() {

@@ -26,7 +26,7 @@ PromptPanel::PromptPanel(QWidget* parent) : QWidget(parent) {
   auto* neg_label = new QLabel(tr("Negative"));
   negative_ = new QLineEdit;
   negative_->setObjectName(QStringLiteral("negativePrompt"));
-  negative_->setPlaceholderText(tr("What to steer away from (every image)"));
+  setNegativePromptUnused(QString(), QString());
   negative_->setClearButtonEnabled(true);
   connect(negative_, &QLineEdit::returnPressed, this, &PromptPanel::submitted);
   grid->addWidget(neg_label, kPromptFields, 0, 1, 2);
@@ -49,6 +49,12 @@ QStringList PromptPanel::nonEmptyPrompts() const {
 
 void PromptPanel::setPrompts(const QStringList& prompts) {
   for (int i = 0; i < kPromptFields; ++i) fields_[i]->setText(i < prompts.size() ? prompts[i] : QString());
+}
+
+void PromptPanel::setNegativePromptUnused(const QString& placeholder, const QString& why) {
+  negative_->setEnabled(why.isEmpty());
+  negative_->setToolTip(why);
+  negative_->setPlaceholderText(why.isEmpty() ? tr("What to steer away from (every image)") : placeholder);
 }
 
 }  // namespace octodiff::gui

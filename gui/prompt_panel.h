@@ -23,6 +23,9 @@ class PromptPanel : public QWidget {
   void setNegativePrompt(const QString& text) { negative_->setText(text); }
   QLineEdit* promptField(int i) const { return fields_.at(i); }
   QLineEdit* negativeField() const { return negative_; }
+  // Greys the negative prompt out (its text kept) with `placeholder` and `why` (the tooltip) while
+  // no UNet pass would read it; an empty `why` puts it back in use with its usual placeholder.
+  void setNegativePromptUnused(const QString& placeholder, const QString& why);
 
  signals:
   void promptsChanged();
