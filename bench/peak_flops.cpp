@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/cpu.h"
+#include "kernels/isa.h"
 
 namespace octodiff::bench {
 namespace detail {
@@ -75,9 +76,15 @@ double measure_fp32_peak_gflops(int threads, double seconds, bool cpu_time) {
   return measure(loop, threads, seconds, cpu_time);
 }
 
-double measure_bf16_peak_gflops(int threads, double seconds, bool cpu_time) {
+double measure_vdpbf16ps_peak_gflops(int threads, double seconds, bool cpu_time) {
   if (!has_avx512_bf16()) return 0;
   return measure(detail::bf16_loop_avx512, threads, seconds, cpu_time);
+}
+
+double measure_bf16_peak_gflops(int threads, double seconds, bool cpu_time) {
+  if (!has_avx512_bf16()) return 0;
+  if (!kernels::kernel_bf16_dot()) return measure_fp32_peak_gflops(threads, seconds, cpu_time);
+  return measure_vdpbf16ps_peak_gflops(threads, seconds, cpu_time);
 }
 
 }  // namespace octodiff::bench

@@ -7,6 +7,7 @@
 #include "bench_context.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "kernels/isa.h"
 #include "kernels/tuning.h"
 #include "peak_flops.h"
 
@@ -39,6 +40,10 @@ void add_context() {
   benchmark::AddCustomContext("octodiff_threads", std::to_string(current_device().threads));
   benchmark::AddCustomContext("octodiff_peak_fp32_gflops", std::to_string(peak_gflops(kernels::Precision::F32)));
   benchmark::AddCustomContext("octodiff_peak_bf16_gflops", std::to_string(peak_gflops(kernels::Precision::BF16)));
+  static const bool cpu_time = std::getenv("OCTODIFF_BENCH_CPU_TIME") != nullptr;
+  benchmark::AddCustomContext("octodiff_peak_vdpbf16ps_gflops",
+                              std::to_string(measure_vdpbf16ps_peak_gflops(current_device().threads, 0.5, cpu_time)));
+  benchmark::AddCustomContext("octodiff_bf16_products", kernels::kernel_bf16_dot() ? "VDPBF16PS" : "FMA on widened values");
 }
 
 }  // namespace

@@ -98,7 +98,7 @@ int64_t chunk_size_bf16(int64_t K) {
 MicroKernelBf16 micro_kernel_bf16(Isa isa) {
   switch (isa) {
     case Isa::Avx512: {
-      // Any row count up to the kernel's own (14, or 12 widening) is a variant it has.
+      // Any row count up to the kernel's own (14) is a variant it has.
       MicroKernelBf16 mk = kernel_bf16_dot() ? micro_kernel_bf16_avx512_dot() : micro_kernel_bf16_avx512();
       mk.mr = static_cast<int>(std::min<int64_t>(mk.mr, kernel_tuning().avx512_bf16_mr));
       return mk;
@@ -209,12 +209,22 @@ void pack_bf16_panels(int64_t K, int64_t N, const PanelRows& rows, uint16_t* dst
 
 void block_gemm_bf16(const MicroKernelBf16& mk, const uint16_t* a, int64_t lda, int64_t M, int64_t pairs,
                      const uint16_t* b, int64_t panel_stride, int64_t N, float* c, int64_t ldc, bool load) {
+  const float* aw = nullptr;
+  if (mk.wide) {  // widened once for every panel
+    thread_local ThreadBuffer wide;
+    float* w = wide.get<float>(M * lda);
+    mk.widen(a, lda, M, 2 * pairs, w);
+    aw = w;
+  }
   for (int64_t j0 = 0; j0 < N; j0 += kPanel) {
     const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - j0));
     const uint16_t* bp = b + (j0 / kPanel) * panel_stride;
     for (int64_t i0 = 0; i0 < M; i0 += mk.mr) {
       const int rows = static_cast<int>(std::min<int64_t>(mk.mr, M - i0));
-      mk.fn(pairs, a + i0 * lda, lda, bp, c + i0 * ldc + j0, ldc, rows, cols, load, TileEpilogue{});
+      if (aw)
+        mk.wide(pairs, aw + i0 * lda, lda, bp, c + i0 * ldc + j0, ldc, rows, cols, load, TileEpilogue{});
+      else
+        mk.fn(pairs, a + i0 * lda, lda, bp, c + i0 * ldc + j0, ldc, rows, cols, load, TileEpilogue{});
     }
   }
 }
@@ -239,8 +249,9 @@ void run_gemm_bf16(const ASource& src, int64_t M, const PackedMatrix& b, float* 
   const int64_t tiles = tiling.m_blocks * n_blocks;
   std::atomic<int64_t> counter{0};
   parallel_for(std::min<int64_t>(current_device().threads, tiles), [&](int64_t, int64_t) {
-    thread_local ThreadBuffer buffer;
+    thread_local ThreadBuffer buffer, wide_buffer;
     uint16_t* a = buffer.get<uint16_t>(mc * lda);
+    float* aw = mk.wide ? wide_buffer.get<float>(mc * lda) : nullptr;  // A widened once for its panels
     for (int64_t t = counter.fetch_add(1); t < tiles;) {
       const int64_t t_next = counter.fetch_add(1);
       const int64_t i0 = (t / n_blocks) * mc, rows = std::min(mc, M - i0);
@@ -251,6 +262,7 @@ void run_gemm_bf16(const ASource& src, int64_t M, const PackedMatrix& b, float* 
           const bool last_chunk = k0 + kc == K, last = last_chunk && half + 1 == halves;
           const bool load = k0 > 0 || half > 0 || ep.accumulate;
           src.rows_bf16(i0, rows, k0, kc, half == 0 ? convert : convert_low, a, lda);
+          if (aw) mk.widen(a, lda, rows, kc + kc % 2, aw);
           // The A block this thread gathers next (its next K chunk, or its next tile's first):
           // fetched piecewise while this one computes, so that gathering it does not wait on
           // memory (an activation matrix of tens of MiB is read from DRAM once per GEMM).
@@ -279,7 +291,10 @@ void run_gemm_bf16(const ASource& src, int64_t M, const PackedMatrix& b, float* 
                 tile.residual = ep.residual ? ep.residual + (i0 + r) * ep.ldr + j0 : nullptr;
                 tile.ldr = ep.ldr;
               }
-              mk.fn((kc + 1) / 2, a + r * lda, lda, bp, ct, ldc, mr, cols, load, tile);
+              if (aw)
+                mk.wide((kc + 1) / 2, aw + r * lda, lda, bp, ct, ldc, mr, cols, load, tile);
+              else
+                mk.fn((kc + 1) / 2, a + r * lda, lda, bp, ct, ldc, mr, cols, load, tile);
             }
           }
         }

@@ -1,6 +1,7 @@
 // AVX-512 bf16 micro-kernels: VDPBF16PS (14 rows × 32 columns, like the f32 kernel: 28 zmm
-// accumulators, 2 for B, 1 broadcast pair), and for AVX-512 CPUs without BF16 a kernel that
-// widens the pairs to float32 and uses FMA (12 × 32: two more registers per B and A).
+// accumulators, 2 for B, 1 broadcast pair), and one that uses FMA on A widened beforehand and B
+// widened pair by pair (14 × 32 too), for AVX-512 CPUs without BF16 and for those where
+// VDPBF16PS issues at half the FMA rate.
 #include <immintrin.h>
 
 #include <array>
@@ -142,41 +143,59 @@ inline __m512 odd_f32(__m512i v) {
 inline __m512 even_f32(__m512i v) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
 }
-inline __m512 bcast_f32(uint32_t bits) {
-  return _mm512_castsi512_ps(_mm512_set1_epi32(static_cast<int>(bits)));
+inline __m512 odd_half(const uint16_t* p) {  // odd_f32 of the 64 bytes at p
+  return _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(__mmask32(0xAAAAAAAAu), p));
 }
 
-template <int MR, bool kHalf>
-void widen_kernel(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
-                  int cols, bool load, const TileEpilogue& ep) {
+// FMA on widened values, 14 × 32 like the f32 kernel (28 accumulators, 2 widened B vectors): A
+// comes widened (the driver widens a block once for all its panels) and is broadcast from
+// memory, so per pair only B is split — 4 integer operations per 56 FMAs. Per pair the odd
+// products go first, then the even ones: VDPBF16PS's order, the same bits. For cores where
+// VDPBF16PS issues at half the FMA rate (Intel Sapphire/Emerald Rapids, measured) and AVX-512
+// cores without BF16.
+template <int MR, bool kHalf, int64_t kLda = 0>
+void wide_kernel(int64_t pairs, const float* a, int64_t lda_, const uint16_t* b, float* c, int64_t ldc, int cols,
+                 bool load, const TileEpilogue& ep) {
+  const int64_t lda = kLda ? kLda : lda_;
   __m512 c0[MR], c1[kHalf ? 1 : MR];
   const __mmask16 m0 = lane_mask(cols), m1 = lane_mask(cols - 16);
   start_tile<MR, kHalf>(c0, c1, c, ldc, m0, m1, load, pairs);
   for (int64_t q = 0; q < pairs; ++q) {
-    const __m512i x0 = _mm512_load_si512(b + q * kPairRow);
-    const __m512 b0o = odd_f32(x0), b0e = even_f32(x0);
-    if constexpr (kHalf) {
-      #pragma GCC unroll 16
-      for (int r = 0; r < MR; ++r) {
-        const uint32_t pr = load_pair(a + r * lda + 2 * q);
-        c0[r] = _mm512_fmadd_ps(bcast_f32(pr & 0xFFFF0000u), b0o, c0[r]);
-        c0[r] = _mm512_fmadd_ps(bcast_f32(pr << 16), b0e, c0[r]);
-      }
-    } else {
-      const __m512i x1 = _mm512_load_si512(b + q * kPairRow + 32);
-      const __m512 b1o = odd_f32(x1), b1e = even_f32(x1);
-      #pragma GCC unroll 16
-      for (int r = 0; r < MR; ++r) {
-        const uint32_t pr = load_pair(a + r * lda + 2 * q);
-        const __m512 ao = bcast_f32(pr & 0xFFFF0000u), ae = bcast_f32(pr << 16);
-        c0[r] = _mm512_fmadd_ps(ao, b0o, c0[r]);
-        c1[r] = _mm512_fmadd_ps(ao, b1o, c1[r]);
-        c0[r] = _mm512_fmadd_ps(ae, b0e, c0[r]);
-        c1[r] = _mm512_fmadd_ps(ae, b1e, c1[r]);
+    _mm_prefetch(reinterpret_cast<const char*>(b + (q + 16) * kPairRow), _MM_HINT_T0);
+    if constexpr (!kHalf) _mm_prefetch(reinterpret_cast<const char*>(b + (q + 16) * kPairRow + 32), _MM_HINT_T0);
+    const uint16_t* bq = b + q * kPairRow;
+    #pragma GCC unroll 2
+    for (int e = 1; e >= 0; --e) {  // the odd element of the pair, then the even one
+      // The odd halves by a masked load (a k register, not a 32nd zmm: 28 accumulators, 2 B
+      // vectors and the broadcast A value are all the kernel can hold without spilling).
+      const __m512 b0 = e ? odd_half(bq) : even_f32(_mm512_load_si512(bq));
+      if constexpr (kHalf) {
+        #pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r) c0[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + 2 * q + e]), b0, c0[r]);
+      } else {
+        const __m512 b1 = e ? odd_half(bq + 32) : even_f32(_mm512_load_si512(bq + 32));
+        #pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r) {
+          const __m512 av = _mm512_set1_ps(a[r * lda + 2 * q + e]);
+          c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);
+          c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
+        }
       }
     }
   }
   store_tile<MR, kHalf>(c0, c1, c, ldc, m0, m1, ep);
+}
+
+void widen_rows(const uint16_t* a, int64_t lda, int64_t rows, int64_t n, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* x = a + r * lda;
+    float* y = out + r * lda;
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = lane_mask(static_cast<int>(n - i));
+      const __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, x + i));
+      _mm512_mask_storeu_ps(y + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+    }
+  }
 }
 
 using Fn = void (*)(int64_t, const uint16_t*, int64_t, const uint16_t*, float*, int64_t, int, bool,
@@ -207,20 +226,32 @@ struct DotNarrow {
     dot_kernel_narrow<MR>(p, a, lda, b, c, ldc, cols, load, ep);
   }
 };
-template <int MR, bool kHalf>
-struct Widen {
-  static void run(int64_t p, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
-                  int cols, bool load, const TileEpilogue& ep) {
-    widen_kernel<MR, kHalf>(p, a, lda, b, c, ldc, cols, load, ep);
+using WideFn = void (*)(int64_t, const float*, int64_t, const uint16_t*, float*, int64_t, int, bool,
+                        const TileEpilogue&);
+template <int MR, bool kHalf, int64_t kLda>
+struct WideWithLda {
+  static void run(int64_t p, const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc, int cols,
+                  bool load, const TileEpilogue& ep) {
+    wide_kernel<MR, kHalf, kLda>(p, a, lda, b, c, ldc, cols, load, ep);
   }
 };
+template <int MR, bool kHalf>
+struct Wide : WideWithLda<MR, kHalf, 0> {};
+template <int MR, bool kHalf>
+struct WideFixed : WideWithLda<MR, kHalf, kBlockLdaBf16> {};
+template <template <int, bool> class K, bool kHalf, int... R>
+constexpr auto wide_by_rows(std::integer_sequence<int, R...>) {
+  return std::array<WideFn, sizeof...(R) + 1>{nullptr, &K<R + 1, kHalf>::run...};
+}
 
 constexpr auto kDot = by_rows<Dot, false>(std::make_integer_sequence<int, 14>{});
 constexpr auto kDotHalf = by_rows<Dot, true>(std::make_integer_sequence<int, 14>{});
 constexpr auto kDotFixed = by_rows<DotFixed, false>(std::make_integer_sequence<int, 14>{});
 constexpr auto kDotNarrow = by_rows<DotNarrow, true>(std::make_integer_sequence<int, 14>{});
-constexpr auto kWiden = by_rows<Widen, false>(std::make_integer_sequence<int, 12>{});
-constexpr auto kWidenHalf = by_rows<Widen, true>(std::make_integer_sequence<int, 12>{});
+constexpr auto kWide = wide_by_rows<Wide, false>(std::make_integer_sequence<int, 14>{});
+constexpr auto kWideHalf = wide_by_rows<Wide, true>(std::make_integer_sequence<int, 14>{});
+constexpr auto kWideFixed = wide_by_rows<WideFixed, false>(std::make_integer_sequence<int, 14>{});
+constexpr auto kWideFixedHalf = wide_by_rows<WideFixed, true>(std::make_integer_sequence<int, 14>{});
 
 void dispatch_dot(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
                   int rows, int cols, bool load, const TileEpilogue& ep) {
@@ -228,9 +259,11 @@ void dispatch_dot(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t*
   kernels[rows](pairs, a, lda, b, c, ldc, cols, load, ep);
 }
 
-void dispatch_widen(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
-                    int rows, int cols, bool load, const TileEpilogue& ep) {
-  (cols <= 16 ? kWidenHalf : kWiden)[rows](pairs, a, lda, b, c, ldc, cols, load, ep);
+void dispatch_wide(int64_t pairs, const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc, int rows,
+                   int cols, bool load, const TileEpilogue& ep) {
+  const bool fixed = lda == kBlockLdaBf16;
+  const auto& kernels = cols <= 16 ? (fixed ? kWideFixedHalf : kWideHalf) : (fixed ? kWideFixed : kWide);
+  kernels[rows](pairs, a, lda, b, c, ldc, cols, load, ep);
 }
 
 }  // namespace
@@ -239,7 +272,7 @@ MicroKernelBf16 micro_kernel_bf16_avx512_dot() {
   return {14, &dispatch_dot};
 }
 MicroKernelBf16 micro_kernel_bf16_avx512() {
-  return {12, &dispatch_widen};
+  return {14, nullptr, &dispatch_wide, &widen_rows};
 }
 
 }  // namespace octodiff::kernels::detail

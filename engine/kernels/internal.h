@@ -93,15 +93,25 @@ struct TileEpilogue {
 };
 using MicroKernelBf16Fn = void (*)(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c,
                                    int64_t ldc, int rows, int cols, bool load, const TileEpilogue& ep);
+// The same product with A already widened to float32 (each bf16 value as the float it is, row
+// stride lda floats, rows zero-padded to 2·pairs): a kernel that multiplies with FMA takes its A
+// values by broadcast loads instead of splitting every pair for every row and panel.
+using MicroKernelBf16WideFn = void (*)(int64_t pairs, const float* a, int64_t lda, const uint16_t* b, float* c,
+                                       int64_t ldc, int rows, int cols, bool load, const TileEpilogue& ep);
+// Widens rows × n bf16 values (row stride lda) to float32 (row stride lda).
+using WidenBf16Fn = void (*)(const uint16_t* a, int64_t lda, int64_t rows, int64_t n, float* out);
+// Either fn, or wide with widen: the drivers widen an A block once and reuse it for every panel.
 struct MicroKernelBf16 {
   int mr = 0;
   MicroKernelBf16Fn fn = nullptr;
+  MicroKernelBf16WideFn wide = nullptr;
+  WidenBf16Fn widen = nullptr;
 };
 // VDPBF16PS when the ISA is AVX-512 and kernel_bf16_dot() allows it, else the ISA's fallback.
 MicroKernelBf16 micro_kernel_bf16(Isa isa);
 MicroKernelBf16 micro_kernel_bf16_generic();
 MicroKernelBf16 micro_kernel_bf16_avx2();
-MicroKernelBf16 micro_kernel_bf16_avx512();      // widening fallback (AVX-512F, no BF16)
+MicroKernelBf16 micro_kernel_bf16_avx512();      // FMA on widened values (no BF16, or VDPBF16PS slow)
 MicroKernelBf16 micro_kernel_bf16_avx512_dot();  // VDPBF16PS
 
 // float32 → bf16, round to nearest even (core/half.h's f32_to_bf16, bit for bit), per ISA.

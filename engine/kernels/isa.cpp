@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 
+#include "kernels/tuning.h"
+
 namespace octodiff::kernels {
 namespace {
 
@@ -18,7 +20,8 @@ Isa kernel_isa() {
 }
 
 bool kernel_bf16_dot() {
-  return kernel_isa() == Isa::Avx512 && has_avx512_bf16() && g_bf16_dot.load(std::memory_order_relaxed);
+  return kernel_isa() == Isa::Avx512 && has_avx512_bf16() && g_bf16_dot.load(std::memory_order_relaxed) &&
+         kernel_tuning().bf16_dot != 0;
 }
 
 ScopedKernelIsa::ScopedKernelIsa(Isa isa, bool bf16_dot)

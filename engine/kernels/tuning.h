@@ -54,6 +54,11 @@ struct KernelTuning {
   // micro-rows (Br = mr × this): the Br × Bc score tile stays in L1/L2.
   int64_t attention_key_tile = 256;
   int64_t attention_query_micro_rows = 4;
+  // 1: bf16 products use AVX-512 BF16's VDPBF16PS where the CPU has it; 0: they widen bf16 to
+  // float32 and use FMA (the same bits). VDPBF16PS does 2 products + 2 sums per lane and
+  // instruction; worth it where it issues as often as an FMA (Zen 4: 2× the FMA rate), not where
+  // it issues half as often (Intel Sapphire/Emerald Rapids: the FMA rate, measured).
+  int64_t bf16_dot = 1;
 
   bool operator==(const KernelTuning&) const = default;
 };
@@ -75,7 +80,8 @@ CacheSizes cache_sizes();    // this CPU (/sys/devices/system/cpu/cpu0/cache, el
 
 // The blocking for a core: AMD family 25 → the values measured on Zen 4 (KernelTuning{});
 // AMD family 26 → derived from Zen 5's caches (48 KiB L1D, 1 MiB L2), not yet measured on one;
-// anything else → derived from its cache sizes, clamped to the supported ranges. Pure.
+// anything else → derived from its cache sizes, clamped to the supported ranges, and on Intel
+// Sapphire/Emerald Rapids without VDPBF16PS (measured slower there). Pure.
 KernelTuning choose_kernel_tuning(const CpuIdentity& cpu, const CacheSizes& caches);
 
 // One overridable value: its key, the range it accepts and whether it must be even or a

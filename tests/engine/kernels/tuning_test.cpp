@@ -12,6 +12,7 @@
 #include "kernels/attention.h"
 #include "kernels/conv2d.h"
 #include "kernels/gemm.h"
+#include "kernels/isa.h"
 #include "kernels/tuning.h"
 
 namespace octodiff::kernels::test {
@@ -44,8 +45,22 @@ TEST(KernelTuningChoice, Zen4GetsTodaysValuesExactly) {
 
 TEST(KernelTuningChoice, CacheRuleGivesTodaysValuesOnZen4Caches) {
   // Any other CPU goes through the cache-budget rule, which must land on the measured values.
-  EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, 0x8f}, kZen4Caches), KernelTuning{});
+  EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, 0x6a}, kZen4Caches), KernelTuning{});
   EXPECT_EQ(choose_kernel_tuning({"AuthenticAMD", 23, 0x31}, kZen4Caches), KernelTuning{});
+}
+
+TEST(KernelTuningChoice, SapphireAndEmeraldRapidsMultiplyBf16WithFma) {
+  // VDPBF16PS issues at half the FMA rate there (measured on model 207): the bf16 kernels widen.
+  for (int model : {143, 207}) {
+    KernelTuning expected;
+    expected.bf16_dot = 0;
+    EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, model}, kZen4Caches), expected) << model;
+  }
+  // Other Intel cores (Cooper Lake 85, Granite Rapids 173) are not measured: VDPBF16PS stays.
+  EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, 85}, kZen4Caches).bf16_dot, 1);
+  EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, 173}, kZen4Caches).bf16_dot, 1);
+  EXPECT_EQ(choose_kernel_tuning({"AuthenticAMD", 25, 0x11}, kZen4Caches).bf16_dot, 1);
+  EXPECT_EQ(choose_kernel_tuning({"AuthenticAMD", 26, 0x44}, kZen4Caches).bf16_dot, 1);
 }
 
 TEST(KernelTuningChoice, Zen5IsDerivedFromItsCaches) {
@@ -65,6 +80,7 @@ TEST(KernelTuningChoice, OtherCpusDerivedWithinClamps) {
   const KernelTuning intel = choose_kernel_tuning({"GenuineIntel", 6, 0x8f}, {48 * kKiB, 2 * kMiB, 105 * kMiB});
   EXPECT_EQ(intel.gemm_kc, 576) << describe(intel);
   EXPECT_EQ(intel.bf16_kc, 768);
+  EXPECT_EQ(intel.bf16_dot, 0);
   EXPECT_NO_THROW(check_kernel_tuning(intel));
 
   // Unknown caches (0) read as Zen 4's.
@@ -250,6 +266,30 @@ TEST(KernelTuningKernels, RowAndColumnBlockingChangeNoBit) {
   ScopedKernelTuning scope(t);
   EXPECT_EQ(0, std::memcmp(f32.data(), run_gemm(d, Precision::F32).data(), f32.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(bf16.data(), run_gemm(d, Precision::BF16).data(), bf16.size() * sizeof(float)));
+}
+
+// bf16 products by VDPBF16PS or by FMA on widened values: the same bits (here the GEMM; the
+// convolutions and attention on every path in bf16_test.cpp), and kernel_bf16_dot() follows the
+// key (it can only be on where the CPU has BF16).
+TEST(KernelTuningKernels, Bf16DotOrWidenedFmaChangeNoBit) {
+  const GemmData d;
+  KernelTuning dot = kernel_tuning(), fma = kernel_tuning();
+  dot.bf16_dot = 1;
+  fma.bf16_dot = 0;
+  std::vector<float> with_dot, with_fma;
+  {
+    ScopedKernelTuning scope(dot);
+    EXPECT_EQ(kernel_bf16_dot(), has_avx512_bf16() && kernel_isa() == Isa::Avx512);
+    with_dot = run_gemm(d, Precision::BF16);
+  }
+  {
+    ScopedKernelTuning scope(fma);
+    EXPECT_FALSE(kernel_bf16_dot());
+    with_fma = run_gemm(d, Precision::BF16);
+  }
+  EXPECT_EQ(0, std::memcmp(with_dot.data(), with_fma.data(), with_dot.size() * sizeof(float)));
+  std::printf("[bf16 products] this CPU %s VDPBF16PS; chosen: %s\n", has_avx512_bf16() ? "has" : "has no",
+              kernel_tuning().bf16_dot ? "VDPBF16PS" : "FMA on widened values");
 }
 
 // 3×3 same convolution, odd size (partial tiles), Ci spanning two chunks at gemm_kc = 64.
