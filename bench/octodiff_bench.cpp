@@ -202,6 +202,11 @@ nlohmann::json cpu_json() {
   cpu["model"] = id.model;
   if (id.vendor == "AuthenticAMD")
     cpu["core"] = id.family == 26 ? "Zen 5" : id.family == 25 ? "Zen 3/4" : "other AMD";
+  if (id.vendor == "GenuineIntel" && id.family == 6)  // the server cores with AVX-512 BF16
+    cpu["core"] = id.model == 143   ? "Sapphire Rapids"
+                  : id.model == 207 ? "Emerald Rapids"
+                  : id.model == 173 || id.model == 174 ? "Granite Rapids"
+                                                       : "other Intel";
   // The kernels' blocking for this core (kernels/tuning.h; OCTODIFF_KERNEL_TUNING overrides it).
   cpu["kernel_tuning"] = kernels::describe(kernels::kernel_tuning());
   return cpu;

@@ -18,7 +18,7 @@ set -eu
 bench=build/bench/octodiff-kernel-bench
 reps=3
 min_time=0.2
-grid="gemm_kc=256,384,512,576,768;bf16_kc=384,512,640,768;attention_key_tile=128,256,512;winograd_micro_rows=4,8,16;gemm_mc_micro_rows=4,8,12"
+grid="gemm_kc=256,384,512,576,768;bf16_kc=384,512,640,768;attention_key_tile=128,256,512;winograd_micro_rows=4,8,16;gemm_mc_micro_rows=4,8,12;bf16_dot=0,1"
 filter=""
 out="tune-$(date -u +%Y%m%d-%H%M%S)"
 while [ $# -gt 0 ]; do
@@ -52,6 +52,7 @@ shapes_for() {
     avx512_mr) f32_only "($gemm|$conv|$wino|$attn)" ;;
     bf16_kc) bf16_only "($gemm|$conv|$wino)" ;;
     avx512_bf16_mr) bf16_only "($gemm|$conv|$wino|$attn)" ;;
+    bf16_dot) bf16_only "($gemm|$conv|$wino|$attn)" ;;
     gemm_*) echo "($gemm|$conv)" ;;
     attention_*) echo "$attn" ;;
     winograd_*) echo "$wino" ;;
@@ -75,27 +76,27 @@ done
 python3 - "$out" <<'EOF'
 import glob, json, os, sys
 out = sys.argv[1]
-table = {}  # shape -> {setting: median of_peak}
-context = None
+table = {}  # shape -> {setting: (median GFLOP/s, median of_peak)}
 for path in sorted(glob.glob(os.path.join(out, "*.json"))):
     setting = os.path.basename(path)[:-5]
     data = json.load(open(path))
-    context = context or data["context"]
     for b in data["benchmarks"]:
         if b.get("aggregate_name") not in ("median", None) or "of_peak" not in b:
             continue
-        table.setdefault(b["run_name"], {})[setting] = b["of_peak"]
+        table.setdefault(b["run_name"], {})[setting] = (b["FLOPS"] / 1e9, b["of_peak"])
+context = json.load(open(os.path.join(out, "chosen.json")))["context"]
 print("CPU:", context.get("octodiff_cpu"), "|", context.get("octodiff_caches"), "| threads", context.get("octodiff_threads"))
 print("chosen tuning:", context.get("octodiff_kernel_tuning"))
-print("of_peak, median of the repetitions; 'chosen' is the CPU's own tuning, the others change one key.")
-print("Winograd rows count the direct convolution's products (effective figures, up to 2.25x).\n")
+print("GFLOP/s and of_peak, medians of the repetitions; 'chosen' is the CPU's own tuning, the others")
+print("change one key. Best by GFLOP/s: every run measures its own peak, and bf16_dot changes which")
+print("instruction the bf16 peak is. Winograd rows count the direct convolution's products.\n")
 for shape in sorted(table):
     runs = table[shape]
-    best = max(runs, key=runs.get)
+    best = max(runs, key=lambda s: runs[s][0])
     print(shape)
     for setting in sorted(runs, key=lambda s: (s != "chosen", s)):
         mark = "  <- best" if setting == best else ""
-        print(f"  {setting:32s} {runs[setting]:.3f}{mark}")
+        print(f"  {setting:32s} {runs[setting][0]:7.1f} GFLOP/s  {runs[setting][1]:.3f}{mark}")
     print()
 EOF
 echo "raw results: $out/" >&2

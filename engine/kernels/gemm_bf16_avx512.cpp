@@ -136,15 +136,12 @@ void dot_kernel_narrow(int64_t pairs, const uint16_t* a, int64_t lda, const uint
 }
 
 // The bf16 values of a pair-row as float32: the odd element is the high half of each 32-bit
-// lane, the even one the low half.
-inline __m512 odd_f32(__m512i v) {
-  return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(int(0xFFFF0000u))));
+// lane (kept by a masked load of the 64 bytes at p), the even one the low half (shifted up).
+inline __m512 odd_f32(const uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(__mmask32(0xAAAAAAAAu), p));
 }
 inline __m512 even_f32(__m512i v) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-}
-inline __m512 odd_half(const uint16_t* p) {  // odd_f32 of the 64 bytes at p
-  return _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(__mmask32(0xAAAAAAAAu), p));
 }
 
 // FMA on widened values, 14 × 32 like the f32 kernel (28 accumulators, 2 widened B vectors): A
@@ -168,12 +165,12 @@ void wide_kernel(int64_t pairs, const float* a, int64_t lda_, const uint16_t* b,
     for (int e = 1; e >= 0; --e) {  // the odd element of the pair, then the even one
       // The odd halves by a masked load (a k register, not a 32nd zmm: 28 accumulators, 2 B
       // vectors and the broadcast A value are all the kernel can hold without spilling).
-      const __m512 b0 = e ? odd_half(bq) : even_f32(_mm512_load_si512(bq));
+      const __m512 b0 = e ? odd_f32(bq) : even_f32(_mm512_load_si512(bq));
       if constexpr (kHalf) {
         #pragma GCC unroll 16
         for (int r = 0; r < MR; ++r) c0[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + 2 * q + e]), b0, c0[r]);
       } else {
-        const __m512 b1 = e ? odd_half(bq + 32) : even_f32(_mm512_load_si512(bq + 32));
+        const __m512 b1 = e ? odd_f32(bq + 32) : even_f32(_mm512_load_si512(bq + 32));
         #pragma GCC unroll 16
         for (int r = 0; r < MR; ++r) {
           const __m512 av = _mm512_set1_ps(a[r * lda + 2 * q + e]);
