@@ -9,8 +9,9 @@ namespace octodiff::kernels {
 // The ISA the kernels dispatch on for the calling process right now.
 Isa kernel_isa();
 
-// Whether bf16 products use AVX-512 BF16's VDPBF16PS (the ISA is AVX-512, the CPU has it and no
-// ScopedKernelIsa turned it off); otherwise they widen bf16 to float32, with the same results.
+// Whether bf16 products use AVX-512 BF16's VDPBF16PS (the ISA is AVX-512, the CPU has it, no
+// ScopedKernelIsa turned it off and the core's tuning says it pays: kernel_tuning().bf16_dot);
+// otherwise they widen bf16 to float32 and use FMA, with the same results.
 bool kernel_bf16_dot();
 
 // Test/benchmark hook: makes the kernels use `isa` (clamped to best_isa()) until destroyed;
