@@ -39,7 +39,6 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "io/files.h"
-#include "kernels/isa.h"
 #include "kernels/tuning.h"
 #include "bench_timing.h"
 #include "controlnet.h"
@@ -357,7 +356,7 @@ double measure_peaks_again(nlohmann::json& j, int threads, const Peaks& start, C
   j["bf16_peak_gflops"] = bf16_peak;
   j["bf16_peak_gflops_start_end"] = {start.bf16, bf16_peak_end};
   // bf16_peak_gflops is the rate of the instruction the bf16 kernels multiply with on this CPU.
-  j["bf16_products"] = kernels::kernel_bf16_dot() ? "VDPBF16PS" : "FMA on widened values";
+  j["bf16_products"] = bench::bf16_products();
   return dtype == ComputeDType::BF16 && bf16_peak > 0 ? bf16_peak : peak;
 }
 

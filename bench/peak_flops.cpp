@@ -81,6 +81,10 @@ double measure_vdpbf16ps_peak_gflops(int threads, double seconds, bool cpu_time)
   return measure(detail::bf16_loop_avx512, threads, seconds, cpu_time);
 }
 
+const char* bf16_products() {
+  return kernels::kernel_bf16_dot() ? "VDPBF16PS" : "FMA on widened values";
+}
+
 double measure_bf16_peak_gflops(int threads, double seconds, bool cpu_time) {
   if (!has_avx512_bf16()) return 0;
   if (!kernels::kernel_bf16_dot()) return measure_fp32_peak_gflops(threads, seconds, cpu_time);

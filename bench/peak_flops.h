@@ -14,5 +14,7 @@ double measure_fp32_peak_gflops(int threads, double seconds = 0.5, bool cpu_time
 double measure_bf16_peak_gflops(int threads, double seconds = 0.5, bool cpu_time = false);
 // VDPBF16PS alone, whether the kernels use it or not (0 without AVX-512 BF16).
 double measure_vdpbf16ps_peak_gflops(int threads, double seconds = 0.5, bool cpu_time = false);
+// What measure_bf16_peak_gflops measured for this CPU: "VDPBF16PS" or "FMA on widened values".
+const char* bf16_products();
 
 }  // namespace octodiff::bench

@@ -7,7 +7,6 @@
 #include "bench_context.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "kernels/isa.h"
 #include "kernels/tuning.h"
 #include "peak_flops.h"
 
@@ -43,7 +42,7 @@ void add_context() {
   static const bool cpu_time = std::getenv("OCTODIFF_BENCH_CPU_TIME") != nullptr;
   benchmark::AddCustomContext("octodiff_peak_vdpbf16ps_gflops",
                               std::to_string(measure_vdpbf16ps_peak_gflops(current_device().threads, 0.5, cpu_time)));
-  benchmark::AddCustomContext("octodiff_bf16_products", kernels::kernel_bf16_dot() ? "VDPBF16PS" : "FMA on widened values");
+  benchmark::AddCustomContext("octodiff_bf16_products", bf16_products());
 }
 
 }  // namespace
