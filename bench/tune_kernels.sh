@@ -6,11 +6,16 @@
 #
 #   bench/tune_kernels.sh [--bench build/bench/octodiff-kernel-bench] [--reps 3] [--min-time 0.2]
 #                         [--grid "gemm_kc=256,384,512;bf16_kc=512,768"] [--filter REGEX] [--out DIR]
+#                         [--paired]
 #
 # --grid   keys and candidates, ';' between keys (default: the small grid below). The keys and
 #          their ranges: any bad key makes the bench print them.
 # --filter benchmark regex for every key (default: per key, the hot shapes that key affects).
 # --out    directory for the raw Google Benchmark JSON of every run (default ./tune-DATE).
+# --paired each setting runs as OCTODIFF_BENCH_VERSUS="key=value" instead: every iteration runs
+#          the CPU's tuning and the setting back to back, and the table gives the median speed-up
+#          of the setting over the chosen tuning (1.10 = 10 % faster). Separate runs compare what
+#          the machine gave each run: on a shared VM that swings 2x from run to run, use this.
 # The environment passes through: on a quiet machine run as is (2 threads: the deployment's
 # figure); on a shared one, OCTODIFF_THREADS=1 OCTODIFF_BENCH_CPU_TIME=1.
 set -eu
@@ -21,6 +26,7 @@ min_time=0.2
 grid="gemm_kc=256,384,512,576,768;bf16_kc=384,512,640,768;attention_key_tile=128,256,512;winograd_micro_rows=4,8,16;gemm_mc_micro_rows=4,8,12;bf16_dot=0,1"
 filter=""
 out="tune-$(date -u +%Y%m%d-%H%M%S)"
+paired=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --bench) bench=$2; shift 2 ;;
@@ -29,7 +35,8 @@ while [ $# -gt 0 ]; do
     --grid) grid=$2; shift 2 ;;
     --filter) filter=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --paired) paired=1; shift ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "tune_kernels.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -62,6 +69,12 @@ shapes_for() {
 
 run() {  # run NAME TUNING FILTER
   echo "tune_kernels.sh: $1 ..." >&2
+  if [ "$paired" = 1 ] && [ -n "$2" ]; then
+    OCTODIFF_BENCH_VERSUS="$2" "$bench" --benchmark_filter="$3" --benchmark_repetitions="$reps" \
+      --benchmark_min_time="$min_time" --benchmark_report_aggregates_only=true \
+      --benchmark_format=json --benchmark_out_format=json --benchmark_out="$out/$1.json" >/dev/null
+    return
+  fi
   OCTODIFF_KERNEL_TUNING="$2" "$bench" --benchmark_filter="$3" --benchmark_repetitions="$reps" \
     --benchmark_min_time="$min_time" --benchmark_report_aggregates_only=true \
     --benchmark_format=json --benchmark_out_format=json --benchmark_out="$out/$1.json" >/dev/null
@@ -73,20 +86,38 @@ echo "$grid" | tr ';' '\n' | while IFS='=' read -r key values; do
   for v in $(echo "$values" | tr ',' ' '); do run "$key=$v" "$key=$v" "$(shapes_for "$key")"; done
 done
 
-python3 - "$out" <<'EOF'
+python3 - "$out" "$paired" <<'EOF'
 import glob, json, os, sys
-out = sys.argv[1]
+out, paired = sys.argv[1], sys.argv[2] == "1"
 table = {}  # shape -> {setting: (median GFLOP/s, median of_peak)}
+speedups = {}  # paired: shape -> {setting: median versus_speedup}
 for path in sorted(glob.glob(os.path.join(out, "*.json"))):
     setting = os.path.basename(path)[:-5]
     data = json.load(open(path))
     for b in data["benchmarks"]:
         if b.get("aggregate_name") not in ("median", None) or "of_peak" not in b:
             continue
-        table.setdefault(b["run_name"], {})[setting] = (b["FLOPS"] / 1e9, b["of_peak"])
+        if "versus_speedup" in b:
+            speedups.setdefault(b["run_name"], {})[setting] = b["versus_speedup"]
+        else:
+            table.setdefault(b["run_name"], {})[setting] = (b["FLOPS"] / 1e9, b["of_peak"])
 context = json.load(open(os.path.join(out, "chosen.json")))["context"]
 print("CPU:", context.get("octodiff_cpu"), "|", context.get("octodiff_caches"), "| threads", context.get("octodiff_threads"))
 print("chosen tuning:", context.get("octodiff_kernel_tuning"))
+if paired:
+    print("Paired: each setting's speed-up over the chosen tuning, median over back-to-back pairs")
+    print("(medians of the repetitions); above 1 is faster. 'chosen' is the chosen tuning's own run.\n")
+    for shape in sorted(set(table) | set(speedups)):
+        print(shape)
+        if shape in table:
+            print(f"  {'chosen':32s} {table[shape]['chosen'][0]:7.1f} GFLOP/s  {table[shape]['chosen'][1]:.3f}")
+        runs = speedups.get(shape, {})
+        best = max(runs, key=runs.get) if runs else None
+        for setting in sorted(runs):
+            mark = "  <- best" if setting == best and runs[setting] > 1 else ""
+            print(f"  {setting:32s} x{runs[setting]:.3f}{mark}")
+        print()
+    sys.exit(0)
 print("GFLOP/s and of_peak, medians of the repetitions; 'chosen' is the CPU's own tuning, the others")
 print("change one key. Best by GFLOP/s: every run measures its own peak, and bf16_dot changes which")
 print("instruction the bf16 peak is. Winograd rows count the direct convolution's products.\n")

@@ -4,6 +4,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <functional>
+
 #include "kernels/gemm.h"
 
 namespace octodiff::bench {
@@ -16,5 +18,19 @@ double peak_gflops(kernels::Precision precision);
 // "FLOPS" (rate of flops_per_iter) and "of_peak" (that rate over peak_gflops(precision)), with the
 // benchmark's own clock: wall time, or the thread's CPU time under OCTODIFF_BENCH_CPU_TIME.
 void set_flops(benchmark::State& state, double flops_per_iter, kernels::Precision precision);
+
+// The benchmark's loop: `call` once per iteration, then set_flops. Two opt-in modes for machines
+// whose speed changes from second to second (a shared VM: one Emerald Rapids VM core gave 87 or
+// 170 GFLOP/s of FMAs from one run to the next), where separate runs compare different machines:
+// - OCTODIFF_BENCH_VERSUS="key=value,…": each iteration also runs `call` under that tuning (the
+//   tuning in use with these overrides), the benchmark's clock paused, the two in alternating
+//   order; "versus_speedup" is the median over the iterations of (time in use / time with
+//   VERSUS), "versus_pairs" their number (tune_kernels.sh --paired).
+// - OCTODIFF_BENCH_ADJACENT_PEAK=1: a 10 ms peak probe (fp32, or the bf16 products' for BF16) runs
+//   between iterations, clock paused; "of_adjacent_peak" is the median over the iterations of the
+//   call's rate over the mean of the probes just before and after it.
+// Times are the benchmark's clock: wall, or the thread's CPU time under OCTODIFF_BENCH_CPU_TIME.
+void iterate(benchmark::State& state, double flops_per_iter, kernels::Precision precision,
+             const std::function<void()>& call);
 
 }  // namespace octodiff::bench

@@ -1,8 +1,13 @@
 // octodiff-kernel-bench's main: Google Benchmark's, plus a JSON context that says which CPU and
 // which kernel blocking (kernels/tuning.h) produced the results, and the peaks of_peak divides by.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "bench_context.h"
 #include "core/device.h"
@@ -29,6 +34,95 @@ void set_flops(benchmark::State& state, double flops_per_iter, kernels::Precisio
 
 namespace {
 
+double now_seconds() {
+  static const bool cpu_time = std::getenv("OCTODIFF_BENCH_CPU_TIME") != nullptr;
+  if (!cpu_time) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// OCTODIFF_BENCH_VERSUS applied to the tuning in use; checked once, before any benchmark runs.
+const std::optional<kernels::KernelTuning>& versus_tuning() {
+  static const std::optional<kernels::KernelTuning> t = []() -> std::optional<kernels::KernelTuning> {
+    const char* spec = std::getenv("OCTODIFF_BENCH_VERSUS");
+    if (!spec) return std::nullopt;
+    try {
+      return kernels::apply_kernel_tuning_overrides(kernels::kernel_tuning(), spec);
+    } catch (const Error& e) {
+      fail(cat("OCTODIFF_BENCH_VERSUS=\"", spec, "\": ", e.what()));
+    }
+  }();
+  return t;
+}
+
+}  // namespace
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+double adjacent_probe(kernels::Precision precision) {
+  static const bool cpu_time = std::getenv("OCTODIFF_BENCH_CPU_TIME") != nullptr;
+  const int threads = current_device().threads;
+  const double bf16 = precision == kernels::Precision::BF16 ? measure_bf16_peak_gflops(threads, 0.01, cpu_time) : 0;
+  return bf16 > 0 ? bf16 : measure_fp32_peak_gflops(threads, 0.01, cpu_time);  // as peak_gflops()
+}
+
+}  // namespace
+
+void iterate(benchmark::State& state, double flops_per_iter, kernels::Precision precision,
+             const std::function<void()>& call) {
+  const std::optional<kernels::KernelTuning>& versus = versus_tuning();
+  static const bool adjacent = std::getenv("OCTODIFF_BENCH_ADJACENT_PEAK") != nullptr;
+  if (!versus && !adjacent) {
+    for (auto _ : state) call();
+    set_flops(state, flops_per_iter, precision);
+    return;
+  }
+  auto paused = [&](auto&& f) {
+    state.PauseTiming();
+    const auto r = f();
+    state.ResumeTiming();
+    return r;
+  };
+  auto timed = [&] {
+    const double t0 = now_seconds();
+    call();
+    return now_seconds() - t0;
+  };
+  auto timed_versus = [&] {
+    const kernels::ScopedKernelTuning scoped(*versus);
+    return timed();
+  };
+  std::vector<double> ratios, fractions;
+  double probe_before = 0;
+  for (auto _ : state) {
+    if (adjacent && probe_before == 0) probe_before = paused([&] { return adjacent_probe(precision); });
+    const bool versus_first = versus && ratios.size() % 2 == 1;
+    const double tv_before = versus_first ? paused(timed_versus) : 0.0;
+    const double t = timed();
+    if (versus) ratios.push_back(t / (versus_first ? tv_before : paused(timed_versus)));
+    if (adjacent) {
+      const double probe_after = paused([&] { return adjacent_probe(precision); });
+      fractions.push_back(flops_per_iter / t / 1e9 / (0.5 * (probe_before + probe_after)));
+      probe_before = probe_after;
+    }
+  }
+  set_flops(state, flops_per_iter, precision);
+  if (versus) {
+    state.counters["versus_speedup"] = median(ratios);
+    state.counters["versus_pairs"] = static_cast<double>(ratios.size());
+  }
+  if (adjacent) state.counters["of_adjacent_peak"] = median(fractions);
+}
+
+namespace {
+
 void add_context() {
   const kernels::CpuIdentity cpu = kernels::cpu_identity();
   const kernels::CacheSizes caches = kernels::cache_sizes();
@@ -43,6 +137,7 @@ void add_context() {
   benchmark::AddCustomContext("octodiff_peak_vdpbf16ps_gflops",
                               std::to_string(measure_vdpbf16ps_peak_gflops(current_device().threads, 0.5, cpu_time)));
   benchmark::AddCustomContext("octodiff_bf16_products", bf16_products());
+  if (const auto& versus = versus_tuning()) benchmark::AddCustomContext("octodiff_versus_tuning", kernels::describe(*versus));
 }
 
 }  // namespace

@@ -3,6 +3,10 @@
 // bf16 peak ("of_peak", bench_context.h), memory-bound ones bytes/s. The JSON context names the
 // CPU and the kernel blocking in use (OCTODIFF_KERNEL_TUNING overrides it: bench/tune_kernels.sh).
 // Short mode for CI: --benchmark_min_time=0.01 runs each case about once.
+// On a shared machine whose speed swings from run to run, two opt-in modes pair every GEMM,
+// convolution and attention iteration with a neighbour (bench_context.h): OCTODIFF_BENCH_VERSUS=
+// "key=value" with the same call under that tuning ("versus_speedup"; tune_kernels.sh --paired),
+// OCTODIFF_BENCH_ADJACENT_PEAK=1 with peak probes ("of_adjacent_peak").
 // OCTODIFF_ISA=avx2|generic benchmarks the fallback paths; OCTODIFF_THREADS sets the threads.
 // On a shared machine, OCTODIFF_THREADS=1 OCTODIFF_BENCH_CPU_TIME=1 measures rates against the
 // benchmark thread's CPU time (what the kernel achieves while it has a core).
@@ -44,7 +48,6 @@ void timing(benchmark::internal::Benchmark* b) {
   if (!std::getenv("OCTODIFF_BENCH_CPU_TIME")) b->UseRealTime();
 }
 
-using octodiff::bench::set_flops;  // FLOPS and of_peak (bench_context.h)
 
 // Args: M (tokens), K, N. Linear layer with torch (out, in) weight and bias.
 void gemm_case(benchmark::State& state, Precision precision) {
@@ -54,11 +57,10 @@ void gemm_case(benchmark::State& state, Precision precision) {
   std::vector<float> c(M * N);
   Epilogue ep;
   ep.bias = bias.data();
-  for (auto _ : state) {
+  octodiff::bench::iterate(state, 2.0 * M * N * K, precision, [&] {
     gemm(a.data(), M, K, p, c.data(), N, ep);
     benchmark::DoNotOptimize(c.data());
-  }
-  set_flops(state, 2.0 * M * N * K, precision);
+  });
 }
 void BM_Gemm(benchmark::State& state) {
   gemm_case(state, Precision::F32);
@@ -93,11 +95,10 @@ void conv_case(benchmark::State& state, Precision precision, ConvAlgorithm algor
   auto x = random_vec(N * H * H * Ci, 4), w = random_vec(Co * Ci * k * k, 5), bias = random_vec(Co, 6);
   const Conv2dWeights cw = pack_conv2d(w.data(), bias.data(), Co, Ci, k, k, precision, algorithm);
   std::vector<float> y(N * H * H * Co);
-  for (auto _ : state) {
+  octodiff::bench::iterate(state, 2.0 * N * H * H * Co * Ci * k * k, precision, [&] {
     conv2d_nhwc(x.data(), N, H, H, cw, Conv2dGeometry::same(k), y.data());
     benchmark::DoNotOptimize(y.data());
-  }
-  set_flops(state, 2.0 * N * H * H * Co * Ci * k * k, precision);
+  });
 }
 void BM_Conv(benchmark::State& state) {
   conv_case(state, Precision::F32);
@@ -208,11 +209,10 @@ void attention_case(benchmark::State& state, Precision precision) {
   auto v = random_vec(s.batch * s.kv_len * C, 9);
   std::vector<float> out(q.size());
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-  for (auto _ : state) {
+  octodiff::bench::iterate(state, 4.0 * s.batch * s.heads * s.q_len * s.kv_len * s.head_dim, precision, [&] {
     attention(q.data(), k.data(), v.data(), out.data(), s, scale, false, precision);
     benchmark::DoNotOptimize(out.data());
-  }
-  set_flops(state, 4.0 * s.batch * s.heads * s.q_len * s.kv_len * s.head_dim, precision);
+  });
 }
 void BM_Attention(benchmark::State& state) {
   attention_case(state, Precision::F32);
