@@ -35,6 +35,30 @@ inline double steady_median_seconds(int repeats, const std::function<void()>& fn
   return t.size() == 1 ? t[0] : median(std::vector<double>(t.begin() + 1, t.end()));
 }
 
+// Like steady_median_seconds, with a peak probe (`probe`: GFLOP/s, measured for a moment) run
+// before the first call and after every call, outside the calls' times, so that each call has the
+// machine's speed just before and just after it: on a shared VM whose speed swings 2x from one
+// minute to the next, a peak measured once at start-up says little about a call seconds later.
+// *calls gets every call's seconds, *probes the calls + 1 rates, *fraction the median over the
+// steady calls (all, for one call) of (gflop / seconds) / (mean of the probes around the call).
+inline double steady_median_seconds_probed(int repeats, const std::function<void()>& fn, double gflop,
+                                           const std::function<double()>& probe, std::vector<double>* calls,
+                                           std::vector<double>* probes, double* fraction) {
+  std::vector<double> t, f;
+  probes->assign(1, probe());
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    probes->push_back(probe());
+    const double around = 0.5 * ((*probes)[r] + (*probes)[r + 1]);
+    if (r > 0 || repeats == 1) f.push_back(around > 0 ? gflop / t.back() / around : 0.0);
+  }
+  *calls = t;
+  *fraction = median(f);
+  return t.size() == 1 ? t[0] : median(std::vector<double>(t.begin() + 1, t.end()));
+}
+
 // Deterministic values in [-1, 1) (a linear congruential generator): inputs for timing only.
 inline Tensor pseudo_random(Shape shape, uint32_t seed) {
   Tensor t = Tensor::empty(std::move(shape));

@@ -21,7 +21,8 @@ case " $* " in
   *) keys="$keys fp32_peak_gflops compile_seconds text_encode_seconds unet_b2_seconds unet_b2_gflops
            unet_b2_fraction_of_peak unet_b1_seconds vae_decode_seconds vae_decode_fraction_of_peak
            unet_b2_executed_gflop unet_b2_first_call_seconds unet_b1_first_call_seconds
-           vae_decode_first_call_seconds"
+           vae_decode_first_call_seconds unet_b2_fraction_of_adjacent_peak unet_b1_fraction_of_adjacent_peak
+           vae_decode_fraction_of_adjacent_peak unet_b2_adjacent_peak_gflops"
      # A bf16 run also times the guided step as a bf16 run's first call makes it (split activations).
      [ "$dtype" = bf16 ] && keys="$keys unet_b2_split_seconds" ;;
 esac

@@ -13,11 +13,27 @@
 #include "models/layers.h"
 #include "pipeline/sdxl_prompt_encoding.h"
 #include "pipeline/sharded_pipeline.h"
+#include "peak_flops.h"
 
 namespace octodiff::bench {
 namespace {
 
 const char kPrompt[] = "a photograph of an astronaut riding a horse";
+
+// The peak a call of `o.dtype` is a fraction of, measured for 0.1 s: the fp32 FMA peak, or the
+// rate of the instruction the bf16 kernels multiply with (bench/peak_flops.h).
+std::function<double()> adjacent_probe(const GuidedStepOptions& o) {
+  return [&o] {
+    const double bf16 = o.dtype == ComputeDType::BF16 ? measure_bf16_peak_gflops(o.threads, 0.1) : 0;
+    return bf16 > 0 ? bf16 : measure_fp32_peak_gflops(o.threads, 0.1);
+  };
+}
+
+// <k>_adjacent_peak_gflops (the probes around the calls) and <k>_fraction_of_adjacent_peak.
+void record_adjacent(const std::string& k, const std::vector<double>& probes, double fraction, nlohmann::json& j) {
+  j[k + "_adjacent_peak_gflops"] = probes;
+  j[k + "_fraction_of_adjacent_peak"] = fraction;
+}
 
 // --img2img: the pipeline's request again from an init image (the text-to-image run's first image,
 // so that the encoder sees a picture) at `strength`: first and second call, and the second call's
@@ -90,17 +106,19 @@ void time_unet(const StableDiffusionModel& model, const GuidedStepOptions& o, co
     model.unet().forward_nhwc(x, std::vector<double>(batch, 500.0), ctx, nullptr, numerics, nullptr, nullptr, tt_arg);
   };
   std::vector<size_t> misses;  // blocks the arena had to get from the system, per call
-  std::vector<double> calls;
-  const double s = steady_median_seconds(
+  std::vector<double> calls, probes;
+  const double gflop = unet_flops(uc, batch, h, w) / 1e9;
+  double fraction = 0;
+  const double s = steady_median_seconds_probed(
       o.repeats,
       [&] {
         const size_t before = arena.system_allocations();
         forward();
         misses.push_back(arena.system_allocations() - before);
       },
-      &calls);
-  const double gflop = unet_flops(uc, batch, h, w) / 1e9;
+      gflop, adjacent_probe(o), &calls, &probes, &fraction);
   const std::string k = "unet_b" + std::to_string(batch);
+  record_adjacent(k, probes, fraction, j);
   j[k + "_seconds"] = s;
   j[k + "_call_seconds"] = calls;
   j[k + "_first_call_seconds"] = calls.front();
@@ -149,9 +167,12 @@ void time_vae_decode(const StableDiffusionModel& model, const GuidedStepOptions&
   Tensor z = pseudo_random({1, h, w, model.vae().config().latent_channels}, 11);
   std::fprintf(stderr, "VAE decode %dx%d...\n", o.width, o.height);
   model.prefetch(ModelComponent::Vae);
-  std::vector<double> calls;
-  const double s = steady_median_seconds(o.repeats, [&] { model.vae().decode_nhwc(z); }, &calls);
+  std::vector<double> calls, probes;
   const double gflop = vae_decode_flops(model.vae().config(), 1, h, w) / 1e9;
+  double fraction = 0;
+  const double s = steady_median_seconds_probed(o.repeats, [&] { model.vae().decode_nhwc(z); }, gflop,
+                                                adjacent_probe(o), &calls, &probes, &fraction);
+  record_adjacent("vae_decode", probes, fraction, j);
   j["vae_decode_seconds"] = s;
   j["vae_decode_call_seconds"] = calls;
   j["vae_decode_first_call_seconds"] = calls.front();
@@ -229,10 +250,12 @@ void print_networks(const nlohmann::json& j) {
       std::snprintf(t, sizeof t, "%s%.2f", calls.empty() ? "" : " ", c.get<double>());
       calls += t;
     }
-    std::printf("%-11s %8.2f s  %7.1f GFLOP  %6.1f GFLOP/s  %5.1f %% of peak  (first call %.2f s; calls: %s s)\n",
+    std::printf("%-11s %8.2f s  %7.1f GFLOP  %6.1f GFLOP/s  %5.1f %% of peak, %5.1f %% of the adjacent peak  "
+                "(first call %.2f s; calls: %s s)\n",
                 k, j[std::string(k) + "_seconds"].get<double>(), j[std::string(k) + "_gflop"].get<double>(),
                 j[std::string(k) + "_gflops"].get<double>(),
                 100 * j[std::string(k) + "_fraction_of_peak"].get<double>(),
+                100 * j[std::string(k) + "_fraction_of_adjacent_peak"].get<double>(),
                 j[std::string(k) + "_first_call_seconds"].get<double>(), calls.c_str());
   }
   if (j.contains("unet_b2_guided_pairs_seconds"))

@@ -6,7 +6,10 @@
 //   - the networks alone, phase by phase as the pipeline runs them (each network's weights mapped
 //     in before it runs, dropped after): the text encoder on [uncond; cond] (2×77 tokens; SDXL:
 //     both towers and the text_time conditioning), the UNet at batch 2 (a guided step) and batch
-//     1 with their analytic and executed FLOPs, and the VAE decode.
+//     1 with their analytic and executed FLOPs, and the VAE decode; a 0.1 s peak probe runs before
+//     each of those calls and after it (outside its time), and <k>_fraction_of_adjacent_peak is
+//     the steady calls' median rate over the probes around them (bench_timing.h), beside
+//     <k>_fraction_of_peak (over the larger of the peaks measured at start-up and at the end).
 // Every figure goes to the report's top level (the keys check_bench_json.sh checks).
 #pragma once
 
