@@ -19,6 +19,10 @@ double peak_gflops(kernels::Precision precision);
 // benchmark's own clock: wall time, or the thread's CPU time under OCTODIFF_BENCH_CPU_TIME.
 void set_flops(benchmark::State& state, double flops_per_iter, kernels::Precision precision);
 
+// Seconds on the benchmarks' clock: wall (steady), or the thread's CPU time under
+// OCTODIFF_BENCH_CPU_TIME.
+double now_seconds();
+
 // The benchmark's loop: `call` once per iteration, then set_flops. Two opt-in modes for machines
 // whose speed changes from second to second (a shared VM: one Emerald Rapids VM core gave 87 or
 // 170 GFLOP/s of FMAs from one run to the next), where separate runs compare different machines:

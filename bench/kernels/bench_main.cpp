@@ -1,6 +1,5 @@
 // octodiff-kernel-bench's main: Google Benchmark's, plus a JSON context that says which CPU and
 // which kernel blocking (kernels/tuning.h) produced the results, and the peaks of_peak divides by.
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +9,7 @@
 #include <vector>
 
 #include "bench_context.h"
+#include "bench_timing.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "kernels/tuning.h"
@@ -25,6 +25,14 @@ double peak_gflops(kernels::Precision precision) {
   return precision == kernels::Precision::BF16 && bf16 > 0 ? bf16 : f32;
 }
 
+double now_seconds() {
+  static const bool cpu_time = std::getenv("OCTODIFF_BENCH_CPU_TIME") != nullptr;
+  if (!cpu_time) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 void set_flops(benchmark::State& state, double flops_per_iter, kernels::Precision precision) {
   state.counters["FLOPS"] = benchmark::Counter(flops_per_iter, benchmark::Counter::kIsIterationInvariantRate,
                                                benchmark::Counter::kIs1000);
@@ -33,14 +41,6 @@ void set_flops(benchmark::State& state, double flops_per_iter, kernels::Precisio
 }
 
 namespace {
-
-double now_seconds() {
-  static const bool cpu_time = std::getenv("OCTODIFF_BENCH_CPU_TIME") != nullptr;
-  if (!cpu_time) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
 
 // OCTODIFF_BENCH_VERSUS applied to the tuning in use; checked once, before any benchmark runs.
 const std::optional<kernels::KernelTuning>& versus_tuning() {
@@ -54,16 +54,6 @@ const std::optional<kernels::KernelTuning>& versus_tuning() {
     }
   }();
   return t;
-}
-
-}  // namespace
-
-namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
 }
 
 double adjacent_probe(kernels::Precision precision) {
@@ -115,10 +105,10 @@ void iterate(benchmark::State& state, double flops_per_iter, kernels::Precision 
   }
   set_flops(state, flops_per_iter, precision);
   if (versus) {
-    state.counters["versus_speedup"] = median(ratios);
+    state.counters["versus_speedup"] = ratios.empty() ? 0.0 : median(ratios);
     state.counters["versus_pairs"] = static_cast<double>(ratios.size());
   }
-  if (adjacent) state.counters["of_adjacent_peak"] = median(fractions);
+  if (adjacent) state.counters["of_adjacent_peak"] = fractions.empty() ? 0.0 : median(fractions);
 }
 
 namespace {

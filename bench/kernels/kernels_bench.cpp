@@ -48,7 +48,6 @@ void timing(benchmark::internal::Benchmark* b) {
   if (!std::getenv("OCTODIFF_BENCH_CPU_TIME")) b->UseRealTime();
 }
 
-
 // Args: M (tokens), K, N. Linear layer with torch (out, in) weight and bias.
 void gemm_case(benchmark::State& state, Precision precision) {
   const int64_t M = state.range(0), K = state.range(1), N = state.range(2);

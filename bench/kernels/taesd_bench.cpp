@@ -8,9 +8,7 @@
 // with OCTODIFF_THREADS=1, what the model achieves while it has a core on a shared machine.
 #include <benchmark/benchmark.h>
 
-#include <chrono>
 #include <cstdlib>
-#include <ctime>
 #include <map>
 #include <memory>
 #include <filesystem>
@@ -53,7 +51,8 @@ const AutoencoderTiny& taesd(kernels::Precision precision) {
   return *slot;
 }
 
-using bench::peak_gflops;  // bench_context.h
+using bench::now_seconds;  // bench_context.h
+using bench::peak_gflops;
 
 Tensor random_tensor(const Shape& shape, float lo, float hi) {
   std::mt19937 gen(7);
@@ -64,14 +63,6 @@ Tensor random_tensor(const Shape& shape, float lo, float hi) {
 }
 
 bool cpu_time() { return std::getenv("OCTODIFF_BENCH_CPU_TIME") != nullptr; }
-
-double now_seconds() {
-  if (!cpu_time())
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
 
 // Runs `call` per iteration, reporting FLOP/s and the fraction of the peak.
 template <typename Call>

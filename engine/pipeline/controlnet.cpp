@@ -105,7 +105,7 @@ std::shared_ptr<const ControlNetModel> load_controlnet(const fs::path& path, Com
     fail("'", path.string(), "': Octodiff loads ControlNets from .safetensors files or diffusers folders only "
          "(pickled .pth/.ckpt files can run code)");
   auto weights = open_controlnet_single_file(path);
-  const ControlNetConfig config = controlnet_config_from_weights(*weights, "'" + path.string() + "'");
+  const ControlNetConfig config = controlnet_config_from_weights(*weights, cat("'", path.string(), "'"));
   return std::make_shared<const ControlNetModel>(ControlNetModel::load(*weights, config, precision));
 }
 

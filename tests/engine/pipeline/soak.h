@@ -162,7 +162,9 @@ inline void soak_one(SoakSession& session, const SoakCase& c, SoakReport& report
     ++report.cancelled;
   }
   if (canceller.joinable()) canceller.join();
-  if (c.cancel == SoakCase::Cancel::AtStep) EXPECT_FALSE(result.has_value()) << "not cancelled: " << describe(c);
+  if (c.cancel == SoakCase::Cancel::AtStep) {
+    EXPECT_FALSE(result.has_value()) << "not cancelled: " << describe(c);
+  }
   if (!result) return;
   ++report.completed;
   const GenerationResult fresh = fresh_run(c);

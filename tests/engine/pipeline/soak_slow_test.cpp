@@ -2,8 +2,9 @@
 // schedulers, f32/bf16 and LoRA sets, a third of them cancelled; every completed one identical to
 // a fresh run. RSS at start and end is printed and kept in test-results/soak.json (a report, not
 // asserted). Label slow. Under LeakSanitizer without a sanitizer build (the allocator interposed):
-//   OCTODIFF_SOAK_GENERATIONS=200 LD_PRELOAD=/usr/lib/x86_64-linux-gnu/liblsan.so.0 \
+//   OCTODIFF_SOAK_GENERATIONS=200 LD_PRELOAD=/usr/lib/x86_64-linux-gnu/liblsan.so.0
 //     LSAN_OPTIONS=exitcode=23 build/tests/test_pipeline_slow --gtest_filter='Soak.*'
+//   (one command line)
 // (exit status 23 = a leak). 2026-11-26, 2-core Zen 4 under load ~12: 200 generations in 336 s,
 // 132 completed (all identical to fresh runs), 68 cancelled, RSS 4.9 MiB at start, 34.3 MiB after
 // the first generation, 42.2 MiB at the end (32-49 MiB between). The same 200 under LSan: 281 s,
