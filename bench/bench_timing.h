@@ -23,13 +23,16 @@ inline double median(std::vector<double> t) {
 // shared machine the spread says how far to trust the figure. Returns the median of the steady
 // calls — every call after the first, which alone may pay for page faults, arena growth and cold
 // caches (reported on its own from *calls) — or the one call when repeats is 1.
+// after_each, when given, runs after every call, outside its time.
 inline double steady_median_seconds(int repeats, const std::function<void()>& fn,
-                                    std::vector<double>* calls = nullptr) {
+                                    std::vector<double>* calls = nullptr,
+                                    const std::function<void()>& after_each = {}) {
   std::vector<double> t;
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = Clock::now();
     fn();
     t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    if (after_each) after_each();
   }
   if (calls) *calls = t;
   return t.size() == 1 ? t[0] : median(std::vector<double>(t.begin() + 1, t.end()));
@@ -44,19 +47,15 @@ inline double steady_median_seconds(int repeats, const std::function<void()>& fn
 inline double steady_median_seconds_probed(int repeats, const std::function<void()>& fn, double gflop,
                                            const std::function<double()>& probe, std::vector<double>* calls,
                                            std::vector<double>* probes, double* fraction) {
-  std::vector<double> t, f;
   probes->assign(1, probe());
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = Clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-    probes->push_back(probe());
+  const double s = steady_median_seconds(repeats, fn, calls, [&] { probes->push_back(probe()); });
+  std::vector<double> f;
+  for (size_t r = calls->size() == 1 ? 0 : 1; r < calls->size(); ++r) {
     const double around = 0.5 * ((*probes)[r] + (*probes)[r + 1]);
-    if (r > 0 || repeats == 1) f.push_back(around > 0 ? gflop / t.back() / around : 0.0);
+    f.push_back(around > 0 ? gflop / (*calls)[r] / around : 0.0);
   }
-  *calls = t;
   *fraction = median(f);
-  return t.size() == 1 ? t[0] : median(std::vector<double>(t.begin() + 1, t.end()));
+  return s;
 }
 
 // Deterministic values in [-1, 1) (a linear congruential generator): inputs for timing only.

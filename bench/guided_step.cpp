@@ -23,10 +23,7 @@ const char kPrompt[] = "a photograph of an astronaut riding a horse";
 // The peak a call of `o.dtype` is a fraction of, measured for 0.1 s: the fp32 FMA peak, or the
 // rate of the instruction the bf16 kernels multiply with (bench/peak_flops.h).
 std::function<double()> adjacent_probe(const GuidedStepOptions& o) {
-  return [&o] {
-    const double bf16 = o.dtype == ComputeDType::BF16 ? measure_bf16_peak_gflops(o.threads, 0.1) : 0;
-    return bf16 > 0 ? bf16 : measure_fp32_peak_gflops(o.threads, 0.1);
-  };
+  return [&o] { return measure_peak_gflops(o.dtype == ComputeDType::BF16, o.threads, 0.1); };
 }
 
 // <k>_adjacent_peak_gflops (the probes around the calls) and <k>_fraction_of_adjacent_peak.

@@ -91,4 +91,9 @@ double measure_bf16_peak_gflops(int threads, double seconds, bool cpu_time) {
   return measure_vdpbf16ps_peak_gflops(threads, seconds, cpu_time);
 }
 
+double measure_peak_gflops(bool bf16, int threads, double seconds, bool cpu_time) {
+  const double bf16_peak = bf16 ? measure_bf16_peak_gflops(threads, seconds, cpu_time) : 0;
+  return bf16_peak > 0 ? bf16_peak : measure_fp32_peak_gflops(threads, seconds, cpu_time);
+}
+
 }  // namespace octodiff::bench

@@ -16,5 +16,8 @@ double measure_bf16_peak_gflops(int threads, double seconds = 0.5, bool cpu_time
 double measure_vdpbf16ps_peak_gflops(int threads, double seconds = 0.5, bool cpu_time = false);
 // What measure_bf16_peak_gflops measured for this CPU: "VDPBF16PS" or "FMA on widened values".
 const char* bf16_products();
+// The peak a computation is a fraction of: measure_bf16_peak_gflops for bf16 where the CPU has
+// AVX-512 BF16, else measure_fp32_peak_gflops.
+double measure_peak_gflops(bool bf16, int threads, double seconds = 0.5, bool cpu_time = false);
 
 }  // namespace octodiff::bench

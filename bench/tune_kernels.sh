@@ -69,13 +69,9 @@ shapes_for() {
 
 run() {  # run NAME TUNING FILTER
   echo "tune_kernels.sh: $1 ..." >&2
-  if [ "$paired" = 1 ] && [ -n "$2" ]; then
-    OCTODIFF_BENCH_VERSUS="$2" "$bench" --benchmark_filter="$3" --benchmark_repetitions="$reps" \
-      --benchmark_min_time="$min_time" --benchmark_report_aggregates_only=true \
-      --benchmark_format=json --benchmark_out_format=json --benchmark_out="$out/$1.json" >/dev/null
-    return
-  fi
-  OCTODIFF_KERNEL_TUNING="$2" "$bench" --benchmark_filter="$3" --benchmark_repetitions="$reps" \
+  var=OCTODIFF_KERNEL_TUNING  # the setting instead of the chosen tuning, or (--paired) beside it
+  [ "$paired" = 1 ] && [ -n "$2" ] && var=OCTODIFF_BENCH_VERSUS
+  env "$var=$2" "$bench" --benchmark_filter="$3" --benchmark_repetitions="$reps" \
     --benchmark_min_time="$min_time" --benchmark_report_aggregates_only=true \
     --benchmark_format=json --benchmark_out_format=json --benchmark_out="$out/$1.json" >/dev/null
 }

@@ -19,8 +19,10 @@ double peak_gflops(kernels::Precision precision);
 // benchmark's own clock: wall time, or the thread's CPU time under OCTODIFF_BENCH_CPU_TIME.
 void set_flops(benchmark::State& state, double flops_per_iter, kernels::Precision precision);
 
-// Seconds on the benchmarks' clock: wall (steady), or the thread's CPU time under
-// OCTODIFF_BENCH_CPU_TIME.
+// Whether OCTODIFF_BENCH_CPU_TIME is set: rates (and the peaks) against the benchmark thread's CPU
+// time instead of wall time.
+bool cpu_time_clock();
+// Seconds on the benchmarks' clock: wall (steady), or the thread's CPU time (cpu_time_clock()).
 double now_seconds();
 
 // The benchmark's loop: `call` once per iteration, then set_flops. Two opt-in modes for machines

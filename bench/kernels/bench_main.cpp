@@ -18,16 +18,19 @@
 namespace octodiff::bench {
 
 // Under OCTODIFF_BENCH_CPU_TIME the peak too is measured against CPU time, as the rates are.
-double peak_gflops(kernels::Precision precision) {
+bool cpu_time_clock() {
   static const bool cpu_time = std::getenv("OCTODIFF_BENCH_CPU_TIME") != nullptr;
-  static const double f32 = measure_fp32_peak_gflops(current_device().threads, 0.5, cpu_time);
-  static const double bf16 = measure_bf16_peak_gflops(current_device().threads, 0.5, cpu_time);
-  return precision == kernels::Precision::BF16 && bf16 > 0 ? bf16 : f32;
+  return cpu_time;
+}
+
+double peak_gflops(kernels::Precision precision) {
+  static const double f32 = measure_fp32_peak_gflops(current_device().threads, 0.5, cpu_time_clock());
+  static const double bf16 = measure_bf16_peak_gflops(current_device().threads, 0.5, cpu_time_clock());
+  return precision == kernels::Precision::BF16 && bf16 > 0 ? bf16 : f32;  // measure_peak_gflops' rule, measured once
 }
 
 double now_seconds() {
-  static const bool cpu_time = std::getenv("OCTODIFF_BENCH_CPU_TIME") != nullptr;
-  if (!cpu_time) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (!cpu_time_clock()) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   timespec t{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
@@ -57,10 +60,7 @@ const std::optional<kernels::KernelTuning>& versus_tuning() {
 }
 
 double adjacent_probe(kernels::Precision precision) {
-  static const bool cpu_time = std::getenv("OCTODIFF_BENCH_CPU_TIME") != nullptr;
-  const int threads = current_device().threads;
-  const double bf16 = precision == kernels::Precision::BF16 ? measure_bf16_peak_gflops(threads, 0.01, cpu_time) : 0;
-  return bf16 > 0 ? bf16 : measure_fp32_peak_gflops(threads, 0.01, cpu_time);  // as peak_gflops()
+  return measure_peak_gflops(precision == kernels::Precision::BF16, current_device().threads, 0.01, cpu_time_clock());
 }
 
 }  // namespace
@@ -90,9 +90,8 @@ void iterate(benchmark::State& state, double flops_per_iter, kernels::Precision 
     return timed();
   };
   std::vector<double> ratios, fractions;
-  double probe_before = 0;
+  double probe_before = adjacent ? adjacent_probe(precision) : 0;  // the clock starts with the loop
   for (auto _ : state) {
-    if (adjacent && probe_before == 0) probe_before = paused([&] { return adjacent_probe(precision); });
     const bool versus_first = versus && ratios.size() % 2 == 1;
     const double tv_before = versus_first ? paused(timed_versus) : 0.0;
     const double t = timed();
@@ -123,9 +122,8 @@ void add_context() {
   benchmark::AddCustomContext("octodiff_threads", std::to_string(current_device().threads));
   benchmark::AddCustomContext("octodiff_peak_fp32_gflops", std::to_string(peak_gflops(kernels::Precision::F32)));
   benchmark::AddCustomContext("octodiff_peak_bf16_gflops", std::to_string(peak_gflops(kernels::Precision::BF16)));
-  static const bool cpu_time = std::getenv("OCTODIFF_BENCH_CPU_TIME") != nullptr;
   benchmark::AddCustomContext("octodiff_peak_vdpbf16ps_gflops",
-                              std::to_string(measure_vdpbf16ps_peak_gflops(current_device().threads, 0.5, cpu_time)));
+                              std::to_string(measure_vdpbf16ps_peak_gflops(current_device().threads, 0.5, cpu_time_clock())));
   benchmark::AddCustomContext("octodiff_bf16_products", bf16_products());
   if (const auto& versus = versus_tuning()) benchmark::AddCustomContext("octodiff_versus_tuning", kernels::describe(*versus));
 }

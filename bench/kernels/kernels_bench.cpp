@@ -45,7 +45,7 @@ std::vector<float> random_vec(int64_t n, uint32_t seed) {
 // Milliseconds; wall-clock rates (the kernels are multi-threaded) unless OCTODIFF_BENCH_CPU_TIME.
 void timing(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMillisecond);
-  if (!std::getenv("OCTODIFF_BENCH_CPU_TIME")) b->UseRealTime();
+  if (!octodiff::bench::cpu_time_clock()) b->UseRealTime();
 }
 
 // Args: M (tokens), K, N. Linear layer with torch (out, in) weight and bias.

@@ -8,7 +8,6 @@
 // with OCTODIFF_THREADS=1, what the model achieves while it has a core on a shared machine.
 #include <benchmark/benchmark.h>
 
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <filesystem>
@@ -62,8 +61,6 @@ Tensor random_tensor(const Shape& shape, float lo, float hi) {
   return t;
 }
 
-bool cpu_time() { return std::getenv("OCTODIFF_BENCH_CPU_TIME") != nullptr; }
-
 // Runs `call` per iteration, reporting FLOP/s and the fraction of the peak.
 template <typename Call>
 void run(benchmark::State& state, kernels::Precision precision, double flops, Call call) {
@@ -103,7 +100,7 @@ void BM_TaesdEncode512(benchmark::State& state) {
 
 void taesd_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"bf16"})->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
-  if (!cpu_time()) b->UseRealTime();
+  if (!bench::cpu_time_clock()) b->UseRealTime();
 }
 BENCHMARK(BM_TaesdDecode512)->Apply(taesd_args);
 BENCHMARK(BM_TaesdEncode512)->Apply(taesd_args);

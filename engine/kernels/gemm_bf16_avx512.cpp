@@ -195,12 +195,10 @@ void widen_rows(const uint16_t* a, int64_t lda, int64_t rows, int64_t n, float* 
   }
 }
 
-using Fn = void (*)(int64_t, const uint16_t*, int64_t, const uint16_t*, float*, int64_t, int, bool,
-                    const TileEpilogue&);
-
+// K<rows, kHalf>::run for rows 1 … sizeof(R), indexed by rows (entry 0 empty), of K's signature.
 template <template <int, bool> class K, bool kHalf, int... R>
 constexpr auto by_rows(std::integer_sequence<int, R...>) {
-  return std::array<Fn, sizeof...(R) + 1>{nullptr, &K<R + 1, kHalf>::run...};
+  return std::array<decltype(&K<1, kHalf>::run), sizeof...(R) + 1>{nullptr, &K<R + 1, kHalf>::run...};
 }
 
 // Two template parameters each (by_rows takes template <int, bool> class; clang 14 will not
@@ -223,8 +221,6 @@ struct DotNarrow {
     dot_kernel_narrow<MR>(p, a, lda, b, c, ldc, cols, load, ep);
   }
 };
-using WideFn = void (*)(int64_t, const float*, int64_t, const uint16_t*, float*, int64_t, int, bool,
-                        const TileEpilogue&);
 template <int MR, bool kHalf, int64_t kLda>
 struct WideWithLda {
   static void run(int64_t p, const float* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc, int cols,
@@ -236,19 +232,15 @@ template <int MR, bool kHalf>
 struct Wide : WideWithLda<MR, kHalf, 0> {};
 template <int MR, bool kHalf>
 struct WideFixed : WideWithLda<MR, kHalf, kBlockLdaBf16> {};
-template <template <int, bool> class K, bool kHalf, int... R>
-constexpr auto wide_by_rows(std::integer_sequence<int, R...>) {
-  return std::array<WideFn, sizeof...(R) + 1>{nullptr, &K<R + 1, kHalf>::run...};
-}
 
 constexpr auto kDot = by_rows<Dot, false>(std::make_integer_sequence<int, 14>{});
 constexpr auto kDotHalf = by_rows<Dot, true>(std::make_integer_sequence<int, 14>{});
 constexpr auto kDotFixed = by_rows<DotFixed, false>(std::make_integer_sequence<int, 14>{});
 constexpr auto kDotNarrow = by_rows<DotNarrow, true>(std::make_integer_sequence<int, 14>{});
-constexpr auto kWide = wide_by_rows<Wide, false>(std::make_integer_sequence<int, 14>{});
-constexpr auto kWideHalf = wide_by_rows<Wide, true>(std::make_integer_sequence<int, 14>{});
-constexpr auto kWideFixed = wide_by_rows<WideFixed, false>(std::make_integer_sequence<int, 14>{});
-constexpr auto kWideFixedHalf = wide_by_rows<WideFixed, true>(std::make_integer_sequence<int, 14>{});
+constexpr auto kWide = by_rows<Wide, false>(std::make_integer_sequence<int, 14>{});
+constexpr auto kWideHalf = by_rows<Wide, true>(std::make_integer_sequence<int, 14>{});
+constexpr auto kWideFixed = by_rows<WideFixed, false>(std::make_integer_sequence<int, 14>{});
+constexpr auto kWideFixedHalf = by_rows<WideFixed, true>(std::make_integer_sequence<int, 14>{});
 
 void dispatch_dot(int64_t pairs, const uint16_t* a, int64_t lda, const uint16_t* b, float* c, int64_t ldc,
                   int rows, int cols, bool load, const TileEpilogue& ep) {
