@@ -64,6 +64,7 @@ class WeightStorageScope {
 
 // Peak resident set size of this process in bytes (from /proc/self/status VmHWM).
 int64_t peak_rss_bytes();
+double physical_memory_bytes();  // the machine's RAM (sysconf)
 int64_t current_rss_bytes();
 
 }  // namespace octodiff

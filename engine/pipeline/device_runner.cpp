@@ -55,4 +55,10 @@ void DeviceRunner::trim_arenas() {
   for (auto& arena : arenas_) arena->trim();
 }
 
+size_t DeviceRunner::arena_bytes_reserved() const {
+  size_t bytes = 0;
+  for (const auto& arena : arenas_) bytes += arena->bytes_reserved();
+  return bytes;
+}
+
 }  // namespace octodiff

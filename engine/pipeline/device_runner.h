@@ -26,6 +26,7 @@ class DeviceRunner {
   void for_each_device(const std::function<void(int device)>& fn);
   // Hands every arena's free blocks back to the system (between phases).
   void trim_arenas();
+  size_t arena_bytes_reserved() const;  // what the arenas hold from the system now
 
  private:
   int devices_, threads_per_worker_;

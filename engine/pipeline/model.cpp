@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <malloc.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <regex>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/sha256.h"
 #include "io/files.h"
 #include "io/weight_cache.h"
@@ -237,7 +236,7 @@ void StableDiffusionModel::decide_residency(const ModelLoadOptions& options) {
   WeightResidency r = options.residency;
   if (const char* env = std::getenv("OCTODIFF_WEIGHT_RESIDENCY"); env && *env) r = parse_weight_residency(env);
   if (r == WeightResidency::Auto) {
-    const double ram = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+    const double ram = physical_memory_bytes();
     r = static_cast<double>(cached_weight_bytes()) <= kResidentWeightsFractionOfRam * ram ? WeightResidency::Resident
                                                                                           : WeightResidency::Minimal;
   }

@@ -30,7 +30,8 @@ namespace octodiff {
 //              run's first UNet call pays for paging the UNet back in.
 //   Resident — kept: every network stays resident across phases and runs once used, so the
 //              first call of a run is as fast as the others, at the cost of every network's
-//              weights in RSS.
+//              weights in RSS. The pipeline's activation arenas then keep their slabs too
+//              (ShardedPipeline, "Activation memory").
 //   Auto     — Resident when the weights of all networks together take at most
 //              kResidentWeightsFractionOfRam of the machine's physical memory, else Minimal
 //              (e.g. on 24 GiB: SD 1.5 in f32 (4.3 GB) and bf16 (2.2 GB) stay resident; on a

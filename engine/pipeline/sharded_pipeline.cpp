@@ -392,18 +392,6 @@ void gather(std::vector<DeviceWork>& work, const ResolvedRequest& r, int calls, 
   result.timings.mean_step = calls ? sum / (D * calls) : 0;
 }
 
-// The safety checker on each device's decoded images (pipeline/safety_check.h), as the pmapped
-// Flax checker runs on its shard; flags device-major into the result.
-void check_safety(DeviceRunner& devices, const std::vector<DeviceWork>& work, const SafetyCheckerComponent& checker,
-                  GenerationResult& result) {
-  const auto t0 = Clock::now();
-  std::vector<std::vector<bool>> flags(work.size());
-  devices.for_each_device([&](int d) { flags[d] = check_image_safety(checker, work[d].images).nsfw; });
-  devices.trim_arenas();
-  for (const auto& f : flags) result.nsfw_flagged.insert(result.nsfw_flagged.end(), f.begin(), f.end());
-  result.timings.safety_check = seconds_since(t0);
-}
-
 // The request's prompt options, with its embeddings folder read (the options point to the
 // vocabulary, the vocabulary into the library: filled in place, never moved).
 struct PromptReading {
@@ -505,17 +493,24 @@ void decode_device(const StableDiffusionModel& m, const ResolvedRequest& r, cons
   if (r.inpaint.active) paste_inpainted(dw.images, r.inpaint.mask_for(d));
 }
 
+// Whether a plan's arenas keep `reserved` bytes of slabs after a phase (sharded_pipeline.h).
+bool keeps_activations(const StableDiffusionModel& m, size_t reserved) {
+  return m.weights_stay_resident() &&
+         static_cast<double>(reserved) <= ShardedPipeline::kKeptActivationsFractionOfRam * physical_memory_bytes();
+}
+
 // Runs the phases of one run over its devices. Between phases the component just used is dropped
-// from memory and the arenas hand their free blocks back, so that only one network's weights and
-// activations are resident at a time (weights in cache files come back from the page cache:
-// StableDiffusionModel::release). Its destructor trims the arenas once more, after the run's
-// DeviceWork (declared after it) went back to them: however the run ends (done, cancelled,
-// failed), the plan keeps no slab of activations while it waits for its next run.
+// from memory (weights in cache files come back from the page cache: StableDiffusionModel::release)
+// and the arenas settle (sharded_pipeline.h, "Activation memory"): with weights that stay
+// resident the arenas keep their slabs for the next phase and run, within the kept-activations
+// budget; else they hand them back, so that only one network's weights and activations are
+// resident at a time. The destructor settles the arenas once more, after the run's DeviceWork
+// (declared after it) went back to them, however the run ends (done, cancelled, failed).
 class RunPhases {
  public:
   RunPhases(const StableDiffusionModel& m, DeviceRunner& devices, std::function<void(Phase)> announce)
       : m_(m), devices_(devices), announce_(std::move(announce)) {}
-  ~RunPhases() { devices_.trim_arenas(); }
+  ~RunPhases() { settle_arenas(); }
   RunPhases(const RunPhases&) = delete;
   RunPhases& operator=(const RunPhases&) = delete;
 
@@ -528,17 +523,45 @@ class RunPhases {
     if (component) m_.prefetch(*component);
     devices_.for_each_device(fn);
     if (component) m_.release(*component);
-    devices_.trim_arenas();
+    settle_arenas();
     *seconds = seconds_since(t0);
   }
 
  private:
+  void settle_arenas() {
+    if (!keeps_activations(m_, devices_.arena_bytes_reserved())) devices_.trim_arenas();
+  }
+
   const StableDiffusionModel& m_;
   DeviceRunner& devices_;
   std::function<void(Phase)> announce_;
 };
 
+// The safety checker on each device's decoded images (pipeline/safety_check.h), as the pmapped
+// Flax checker runs on its shard; flags device-major into the result.
+void check_safety(RunPhases& phases, const std::vector<DeviceWork>& work, const SafetyCheckerComponent& checker,
+                  GenerationResult& result) {
+  std::vector<std::vector<bool>> flags(work.size());
+  phases.run(std::nullopt, std::nullopt, &result.timings.safety_check,
+             [&](int d) { flags[d] = check_image_safety(checker, work[d].images).nsfw; });
+  for (const auto& f : flags) result.nsfw_flagged.insert(result.nsfw_flagged.end(), f.begin(), f.end());
+}
+
 }  // namespace
+
+void ShardedPipeline::release_activations_of_other_plans(const Plan& in_use) {
+  for (auto& [key, plan] : plans_)
+    if (plan.get() != &in_use)
+      for (auto& arena : plan->arenas) arena->trim();
+}
+
+size_t ShardedPipeline::plans_holding_activations() const {
+  std::lock_guard<std::mutex> lock(run_mutex_);
+  size_t n = 0;
+  for (const auto& [key, plan] : plans_)
+    n += std::any_of(plan->arenas.begin(), plan->arenas.end(), [](const auto& a) { return a->bytes_reserved() > 0; });
+  return n;
+}
 
 GenerationResult ShardedPipeline::run(const GenerationRequest& request, const ProgressCallback& progress,
                                       const PreviewCallback& preview, const CancelToken* cancel) {
@@ -569,6 +592,7 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
                            ? jax::split(jax::prng_key(r.request.seed), s.devices, r.request.rng)
                            : r.request.device_keys;
 
+  release_activations_of_other_plans(plan);
   DeviceRunner devices(s.devices, plan.threads_per_worker, plan.arenas, cancel);
   RunPhases phases(m, devices, [&](Phase p) { report(p); });  // before `work`: see RunPhases
   std::vector<DeviceWork> work(s.devices);
@@ -608,7 +632,7 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
     report(Phase::Decode, d);
   });
 
-  if (r.request.safety_checker && m.safety_checker()) check_safety(devices, work, *m.safety_checker(), result);
+  if (r.request.safety_checker && m.safety_checker()) check_safety(phases, work, *m.safety_checker(), result);
   gather(work, r, calls_run, result);  // outside the arenas: results outlive the plan's memory
   work.clear();                         // return the activations to the arenas now
   result.timings.total = seconds_since(t_start);

@@ -8,10 +8,22 @@
 // The model is shared read-only by all devices. The first call with a new Signature compiles a
 // plan (scheduler tables, device/thread layout, per-device activation arenas) and caches it;
 // later calls with the same signature only run. At most kMaxCachedPlans plans are kept (the least
-// recently used goes; compiling one again takes well under a millisecond), and a plan holds no
-// activation memory between runs: its arenas are trimmed when a run ends, however it ends. A device is a worker with its own thread budget;
-// devices run side by side when the network is small enough that intra-op threads would idle,
-// else one after another with every thread. Results are bit-identical whatever the threads.
+// recently used goes; compiling one again takes well under a millisecond). A device is a worker
+// with its own thread budget; devices run side by side when the network is small enough that
+// intra-op threads would idle, else one after another with every thread. Results are
+// bit-identical whatever the threads.
+//
+// Activation memory. Each worker's arena takes slabs from the system as a phase needs them
+// (core/arena.h). Fresh slabs cost page faults: a one-step 512×512 image spent ~0.3 s of its
+// ~4.3 s faulting in its decoder's activations (Emerald Rapids, 2 threads). So the slabs follow
+// the weights (StableDiffusionModel::weights_stay_resident):
+//   - weights resident: after a phase and after a run the arenas keep their slabs while they hold
+//     at most kKeptActivationsFractionOfRam of physical memory (else they are trimmed), and the
+//     next phase and the next run with this plan reuse them; a run first trims every other plan's
+//     arenas, so between runs at most one plan (the last run's) holds activations;
+//   - weights dropped after each phase (Minimal): the arenas are trimmed after every phase and
+//     run, however it ends, so only one network's weights and activations are resident at a time
+//     and no plan holds activation memory between runs.
 #pragma once
 
 #include <map>
@@ -60,14 +72,17 @@ class ShardedPipeline {
   bool is_compiled(const Signature& s) const;
   void clear_plans();
   // The plan cache's bound, what it holds, and the activation memory its arenas hold from the
-  // system (0 between runs). Both wait for a running run to end.
+  // system (see "Activation memory" above). These wait for a running run to end.
   static constexpr size_t kMaxCachedPlans = 8;
+  static constexpr double kKeptActivationsFractionOfRam = 0.25;
   size_t cached_plans() const;
   size_t arena_bytes_reserved() const;
+  size_t plans_holding_activations() const;  // 0 or 1 between runs
 
  private:
   struct Plan;
   Plan& plan_for(const ResolvedRequest& r, bool* compiled, double* seconds);
+  void release_activations_of_other_plans(const Plan& in_use);
   const LatentPreview& previewer();
   // The preview image of a device's latents (B, h, w, C) after a step: its first image.
   Image8 render_preview(const Tensor& latents) const;

@@ -1,10 +1,9 @@
 #include "pipeline/tiled_decode.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "models/tiled_layers.h"
 #include "pipeline/model_hash.h"
 
@@ -48,8 +47,7 @@ bool vae_decode_uses_tiles(const VaeTiling& t, int64_t latent_height, int64_t la
     case VaeTilingMode::Off: return false;
     case VaeTilingMode::On: return larger_than_a_tile;
     case VaeTilingMode::Auto: {
-      if (memory_bytes <= 0)
-        memory_bytes = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+      if (memory_bytes <= 0) memory_bytes = physical_memory_bytes();
       const double pixels = static_cast<double>(latent_height * scale) * static_cast<double>(latent_width * scale);
       const double whole_decode_bytes = kVaeDecodeBytesPerPixel * pixels * static_cast<double>(std::max<int64_t>(batch, 1));
       return larger_than_a_tile && whole_decode_bytes > kAutoTilingMemoryShare * memory_bytes;
