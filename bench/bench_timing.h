@@ -1,6 +1,8 @@
 // Timing helpers shared by octodiff-bench's modes (octodiff_bench.cpp, few_step.cpp).
 #pragma once
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -57,6 +59,20 @@ inline double steady_median_seconds_probed(int repeats, const std::function<void
   *fraction = median(f);
   return s;
 }
+
+// What the kernel did for this process so far: page faults served without I/O (a fresh page
+// mapped, e.g. activation memory touched for the first time) and system CPU time. Their
+// differences around a call count what the call cost the kernel, which a noisy VM's wall time
+// cannot show.
+struct ProcessCounters {
+  int64_t minor_page_faults = 0;
+  double system_cpu_seconds = 0;
+  static ProcessCounters now() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return {static_cast<int64_t>(u.ru_minflt), static_cast<double>(u.ru_stime.tv_sec) + 1e-6 * static_cast<double>(u.ru_stime.tv_usec)};
+  }
+};
 
 // Deterministic values in [-1, 1) (a linear congruential generator): inputs for timing only.
 inline Tensor pseudo_random(Shape shape, uint32_t seed) {

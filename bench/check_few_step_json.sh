@@ -38,4 +38,5 @@ need "      " devices 8
 need "      " decoder '"taesd"'
 need "      " decoder '"vae"'
 for key in ratio target_at_most met; do need "        " "$key"; done
+for key in call_minor_page_faults call_system_cpu_seconds; do need "      " "$key"; done
 echo "all keys present"

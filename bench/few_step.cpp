@@ -33,12 +33,17 @@ json time_pipeline(ShardedPipeline& pipe, const FewStepOptions& o, int devices, 
   std::fprintf(stderr, "pipeline: %d image(s), %d step(s), %s decode...\n", devices, steps,
                decoder_name(decoder).c_str());
   GenerationResult last;
-  std::vector<double> calls, compile;
+  std::vector<double> calls, compile, system_seconds;
+  std::vector<int64_t> faults;
   const double s = steady_median_seconds(
       o.repeats,
       [&] {
+        const ProcessCounters before = ProcessCounters::now();
         last = pipe.run(req);
+        const ProcessCounters after = ProcessCounters::now();
         compile.push_back(last.timings.compile);
+        faults.push_back(after.minor_page_faults - before.minor_page_faults);
+        system_seconds.push_back(after.system_cpu_seconds - before.system_cpu_seconds);
       },
       &calls);
   return {{"devices", devices},
@@ -50,6 +55,8 @@ json time_pipeline(ShardedPipeline& pipe, const FewStepOptions& o, int devices, 
           {"first_call_seconds", calls.front()},
           {"call_seconds", calls},
           {"compile_seconds", compile},  // per call: 0 once the plan is cached
+          {"call_minor_page_faults", faults},          // per call (ProcessCounters)
+          {"call_system_cpu_seconds", system_seconds},  // per call, all threads
           {"text_encode_seconds", last.timings.text_encode},
           {"denoise_seconds", last.timings.denoise},
           {"mean_step_seconds", last.timings.mean_step},

@@ -4,7 +4,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -41,16 +40,6 @@ void* aligned_alloc_or_throw(size_t bytes) {
   if (rounded == 0) rounded = 64;
   void* p = std::aligned_alloc(64, rounded);
   if (!p) fail("out of memory: could not allocate ", bytes / (1024.0 * 1024.0), " MiB");
-  // Large blocks (an arena's slabs, a 512×512 decoder's activations) in 2 MiB pages where the
-  // kernel has them (transparent huge pages in "madvise" mode, Debian's default): a 64 MiB
-  // activation is then 32 page faults instead of 16384, and the kernels' streams over it miss
-  // the TLB 512× less. Only the block's whole 2 MiB extents can be huge.
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-  if (rounded >= 2 * kHuge) {
-    const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
-    const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + rounded) & ~(kHuge - 1);
-    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-  }
   return p;
 }
 
