@@ -169,8 +169,9 @@ class StableDiffusionModel {
   void release(ModelComponent c) const;
   void prefetch(ModelComponent c) const;
   // Whether release() drops anything: the residency ModelLoadOptions asked for, with Auto decided
-  // at load from the weights' size and physical memory (Minimal without a weight cache: heap
-  // weights are always resident).
+  // at load from the cached weights' size and physical memory (without a weight cache there is
+  // nothing to drop: the heap weights are always resident, and Auto reads Resident). The
+  // pipeline keeps its activation arenas between runs when this is true (sharded_pipeline.h).
   bool weights_stay_resident() const { return resident_; }
   // The packed weights of every component mapped from cache files, in bytes.
   uint64_t cached_weight_bytes() const;
