@@ -126,4 +126,14 @@ size_t CachingArena::bytes_in_use() const {
   return in_use_;
 }
 
+size_t bytes_reserved(const Arenas& arenas) {
+  size_t bytes = 0;
+  for (const auto& arena : arenas) bytes += arena->bytes_reserved();
+  return bytes;
+}
+
+void trim(const Arenas& arenas) {
+  for (const auto& arena : arenas) arena->trim();
+}
+
 }  // namespace octodiff

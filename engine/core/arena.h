@@ -12,10 +12,12 @@
 
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "core/memory.h"
 
@@ -52,5 +54,11 @@ class CachingArena : public Allocator {
   std::unordered_map<void*, size_t> live_;      // block sizes of handed-out blocks
   size_t reserved_ = 0, peak_reserved_ = 0, in_use_ = 0, peak_in_use_ = 0, system_allocations_ = 0;
 };
+
+// A set of arenas (one per worker of a plan): what they hold from the system together, and
+// trim() on each.
+using Arenas = std::vector<std::unique_ptr<CachingArena>>;
+size_t bytes_reserved(const Arenas& arenas);
+void trim(const Arenas& arenas);
 
 }  // namespace octodiff

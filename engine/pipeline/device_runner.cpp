@@ -8,8 +8,7 @@
 
 namespace octodiff {
 
-DeviceRunner::DeviceRunner(int devices, int threads_per_worker,
-                           const std::vector<std::unique_ptr<CachingArena>>& arenas, const CancelToken* cancel)
+DeviceRunner::DeviceRunner(int devices, int threads_per_worker, const Arenas& arenas, const CancelToken* cancel)
     : devices_(devices), threads_per_worker_(threads_per_worker), arenas_(arenas), stop_(cancel) {}
 
 void DeviceRunner::for_each_device(const std::function<void(int)>& fn) {
@@ -51,14 +50,8 @@ void DeviceRunner::for_each_device(const std::function<void(int)>& fn) {
   if (first_cancel) std::rethrow_exception(first_cancel);
 }
 
-void DeviceRunner::trim_arenas() {
-  for (auto& arena : arenas_) arena->trim();
-}
+void DeviceRunner::trim_arenas() { trim(arenas_); }
 
-size_t DeviceRunner::arena_bytes_reserved() const {
-  size_t bytes = 0;
-  for (const auto& arena : arenas_) bytes += arena->bytes_reserved();
-  return bytes;
-}
+size_t DeviceRunner::arena_bytes_reserved() const { return bytes_reserved(arenas_); }
 
 }  // namespace octodiff

@@ -19,8 +19,7 @@ namespace octodiff {
 class DeviceRunner {
  public:
   // `arenas`: one per worker (their number is the number of workers), owned by the plan.
-  DeviceRunner(int devices, int threads_per_worker, const std::vector<std::unique_ptr<CachingArena>>& arenas,
-               const CancelToken* cancel);
+  DeviceRunner(int devices, int threads_per_worker, const Arenas& arenas, const CancelToken* cancel);
 
   // Runs fn(d) for every device d, each on its worker with that worker's threads and arena.
   void for_each_device(const std::function<void(int device)>& fn);
@@ -30,7 +29,7 @@ class DeviceRunner {
 
  private:
   int devices_, threads_per_worker_;
-  const std::vector<std::unique_ptr<CachingArena>>& arenas_;
+  const Arenas& arenas_;
   CancelToken stop_;  // set when the user cancels or any device fails
 };
 

@@ -46,7 +46,7 @@ struct ShardedPipeline::Plan {
   double init_noise_sigma = 1;
   Numerics numerics;
   int workers = 1, threads_per_worker = 1;
-  std::vector<std::unique_ptr<CachingArena>> arenas;  // one per worker
+  Arenas arenas;  // one per worker
   uint64_t last_use = 0;                              // ShardedPipeline::plan_uses_ when last run
 };
 
@@ -286,8 +286,7 @@ size_t ShardedPipeline::cached_plans() const {
 size_t ShardedPipeline::arena_bytes_reserved() const {
   std::lock_guard<std::mutex> lock(run_mutex_);
   size_t bytes = 0;
-  for (const auto& [key, plan] : plans_)
-    for (const auto& arena : plan->arenas) bytes += arena->bytes_reserved();
+  for (const auto& [key, plan] : plans_) bytes += bytes_reserved(plan->arenas);
   return bytes;
 }
 
@@ -551,15 +550,13 @@ void check_safety(RunPhases& phases, const std::vector<DeviceWork>& work, const 
 
 void ShardedPipeline::release_activations_of_other_plans(const Plan& in_use) {
   for (auto& [key, plan] : plans_)
-    if (plan.get() != &in_use)
-      for (auto& arena : plan->arenas) arena->trim();
+    if (plan.get() != &in_use) trim(plan->arenas);
 }
 
 size_t ShardedPipeline::plans_holding_activations() const {
   std::lock_guard<std::mutex> lock(run_mutex_);
   size_t n = 0;
-  for (const auto& [key, plan] : plans_)
-    n += std::any_of(plan->arenas.begin(), plan->arenas.end(), [](const auto& a) { return a->bytes_reserved() > 0; });
+  for (const auto& [key, plan] : plans_) n += bytes_reserved(plan->arenas) > 0;
   return n;
 }
 
