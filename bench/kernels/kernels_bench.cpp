@@ -80,7 +80,10 @@ void gemm_shapes(benchmark::internal::Benchmark* b) {
       ->Args({512, 5120, 1280})
       ->Args({154, 768, 320})     // cross-attention K/V of the text context
       ->Args({512, 11520, 1280})  // the 16x16 level's 3x3 conv as a plain GEMM (no gather)
-      ->Args({128, 11520, 1280});  // the 8x8 level's
+      ->Args({128, 11520, 1280})  // the 8x8 level's
+      ->Args({77, 1024, 1024})    // SD 2 text encoder (OpenCLIP ViT-H, 77 tokens): q/k/v/out
+      ->Args({77, 1024, 4096})    // its MLP input
+      ->Args({77, 4096, 1024});   // its MLP output
   timing(b);
 }
 BENCHMARK(BM_Gemm)->Apply(gemm_shapes);
@@ -128,6 +131,9 @@ void BM_ConvWinograd(benchmark::State& state) {
 void BM_ConvWinogradBf16(benchmark::State& state) {
   conv_case(state, Precision::BF16, ConvAlgorithm::Winograd);
 }
+void BM_ConvWinograd4x4(benchmark::State& state) {  // F(4×4, 3×3): float32 only
+  conv_case(state, Precision::F32, ConvAlgorithm::Winograd4x4);
+}
 void winograd_shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"N", "HW", "Ci", "Co", "k"})
       ->Args({2, 64, 320, 320, 3})
@@ -140,6 +146,7 @@ void winograd_shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_ConvWinograd)->Apply(winograd_shapes);
 BENCHMARK(BM_ConvWinogradBf16)->Apply(winograd_shapes);
+BENCHMARK(BM_ConvWinograd4x4)->Apply(winograd_shapes);
 
 // Weight packing, which a model's first load does for every weight: bytes/s of float32 weight
 // read. Packed into one buffer reused across iterations, so that the first touch of fresh memory

@@ -93,10 +93,13 @@ class ConvSource final : public detail::ASource {
 
 namespace {
 
-bool winograd_from_environment() {
+const char* winograd_environment() {
   const char* v = std::getenv("OCTODIFF_CONV_WINOGRAD");
-  if (!v) return true;
-  const std::string s(v);
+  return v ? v : "";
+}
+
+bool winograd_from_environment() {
+  const std::string s = winograd_environment();
   return !(s == "0" || s == "off" || s == "false" || s == "no");
 }
 
@@ -105,7 +108,12 @@ std::atomic<bool>& winograd_enabled() {
   return enabled;
 }
 
-thread_local int64_t t_winograd_max_out = 640, t_winograd_min_out = 0;
+bool large_tiles_allowed() {
+  static const bool allowed = std::string(winograd_environment()) != "2x2";
+  return allowed;
+}
+
+thread_local int64_t t_winograd_max_out = 640, t_winograd_min_out = 0, t_large_tiles_max_out = 0;
 
 // What the Winograd kernel can compute: 3×3 weights, channels in whole 16-lane vectors.
 bool winograd_supports(int64_t out_channels, int64_t in_channels, int kh, int kw) {
@@ -127,14 +135,23 @@ ScopedWinogradLimit::~ScopedWinogradLimit() {
   t_winograd_min_out = previous_min_;
 }
 
-ConvAlgorithm conv2d_algorithm(int64_t out_channels, int64_t in_channels, int kh, int kw, const Conv2dGeometry& g) {
+ScopedLargeWinogradTiles::ScopedLargeWinogradTiles(int64_t max_out_channels) : previous_(t_large_tiles_max_out) {
+  t_large_tiles_max_out = max_out_channels;
+}
+ScopedLargeWinogradTiles::~ScopedLargeWinogradTiles() { t_large_tiles_max_out = previous_; }
+
+ConvAlgorithm conv2d_algorithm(int64_t out_channels, int64_t in_channels, int kh, int kw, const Conv2dGeometry& g,
+                               Precision precision) {
   const bool fits = winograd_supports(out_channels, in_channels, kh, kw) && g == Conv2dGeometry::same(3) &&
                     out_channels <= t_winograd_max_out && out_channels >= t_winograd_min_out;
-  return fits && winograd_enabled() ? ConvAlgorithm::Winograd : ConvAlgorithm::Direct;
+  if (!fits || !winograd_enabled()) return ConvAlgorithm::Direct;
+  const bool large = precision == Precision::F32 && out_channels <= t_large_tiles_max_out && large_tiles_allowed();
+  return large ? ConvAlgorithm::Winograd4x4 : ConvAlgorithm::Winograd;
 }
 
 int64_t conv2d_packed_rows(int64_t in_channels, int kh, int kw, ConvAlgorithm algorithm) {
-  return algorithm == ConvAlgorithm::Winograd ? 16 * in_channels : in_channels * kh * kw;
+  if (algorithm == ConvAlgorithm::Direct) return in_channels * kh * kw;
+  return detail::winograd_positions(algorithm) * in_channels;
 }
 
 Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channels, int64_t in_channels,
@@ -148,17 +165,20 @@ Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channel
   cw.kw = kw;
   cw.algorithm = algorithm;
   if (bias) cw.bias.assign(bias, bias + out_channels);
-  if (algorithm == ConvAlgorithm::Winograd) {
+  if (algorithm != ConvAlgorithm::Direct) {
     if (!winograd_supports(out_channels, in_channels, kh, kw))
       fail(cat("pack_conv2d: Winograd needs a 3x3 weight with channels in multiples of 16, not (", out_channels,
                ", ", in_channels, ", ", kh, ", ", kw, ")"));
+    if (algorithm == ConvAlgorithm::Winograd4x4 && precision != Precision::F32)
+      fail("pack_conv2d: Winograd F(4x4, 3x3) is for float32 weights only");
     // Transformed one panel at a time into the packer's scratch, like the reorder below: the whole
-    // transformed weight (16/9 of the weight) was a fresh allocation per convolution.
-    auto rows = [w, in_channels](int64_t n0, int64_t n, float* scratch) -> const float* {
-      detail::winograd_weight_rows(w, in_channels, n0, n, scratch);
+    // transformed weight (16/9 or 4× the weight) was a fresh allocation per convolution.
+    auto rows = [w, in_channels, algorithm](int64_t n0, int64_t n, float* scratch) -> const float* {
+      detail::winograd_weight_rows(algorithm, w, in_channels, n0, n, scratch);
       return scratch;
     };
-    cw.packed = detail::pack_b_panels(16 * in_channels, out_channels, rows, precision);
+    cw.packed = detail::pack_b_panels(detail::winograd_positions(algorithm) * in_channels, out_channels, rows,
+                                      precision);
     return cw;
   }
   // B[(ty·kw + tx)·Ci + ci][co] = w[co][ci][ty][tx]: W's row co read tap-major.
@@ -179,7 +199,7 @@ void conv2d_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWe
   const int64_t Ho = conv2d_out_size(H, w.kh, g.stride, g.pad_top, g.pad_bottom);
   const int64_t Wo = conv2d_out_size(W, w.kw, g.stride, g.pad_left, g.pad_right);
   if (Ho <= 0 || Wo <= 0) fail(cat("conv2d: ", H, "x", W, " input is smaller than the ", w.kh, "x", w.kw, " kernel"));
-  if (w.algorithm == ConvAlgorithm::Winograd) {
+  if (w.algorithm != ConvAlgorithm::Direct) {
     if (!(g == Conv2dGeometry::same(3))) fail("internal: a Winograd conv2d weight applied with another geometry");
     return detail::conv2d_winograd(x, N, H, W, w, y, residual);
   }

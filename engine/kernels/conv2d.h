@@ -23,14 +23,19 @@ struct Conv2dGeometry {
 // Winograd F(2×2, 3×3): each 4×4 input tile is transformed (Bᵀ d B), multiplied position by
 // position with the transformed weight (G g Gᵀ, 16 GEMMs of K = Ci), and transformed back
 // (Aᵀ m A) into a 2×2 output tile: 2.25× fewer products, and the packed weight is 16/9 the size.
-// Only for 3×3, stride 1, padding 1 on every side.
-enum class ConvAlgorithm { Direct, Winograd };
+// Winograd4x4, F(4×4, 3×3): 6×6 input tiles, 36 GEMMs, 4×4 output tiles: 4× fewer products and
+// less data transformed per output, a packed weight 4× the size; float32 only (its transforms'
+// larger coefficients would magnify bf16 rounding). Both only for 3×3, stride 1, padding 1.
+enum class ConvAlgorithm { Direct, Winograd, Winograd4x4 };
 
-// What conv2d_nhwc uses for this weight and geometry when the model is packed: Winograd for 3×3
-// same convolutions with 16…640 output and ≥ 16 input channels, multiples of 16 (a model may
-// lower the 640, ScopedWinogradLimit below), unless OCTODIFF_CONV_WINOGRAD=off (or
-// set_conv_winograd(false)) asks for the direct kernel everywhere.
-ConvAlgorithm conv2d_algorithm(int64_t out_channels, int64_t in_channels, int kh, int kw, const Conv2dGeometry& g);
+// What conv2d_nhwc uses for this weight, geometry and precision when the model is packed:
+// Winograd for 3×3 same convolutions with 16…640 output and ≥ 16 input channels, multiples of 16
+// (a model may lower the 640, ScopedWinogradLimit below) — F(4×4) for float32 weights with at most
+// ScopedLargeWinogradTiles' output channels (none unless a model asks), F(2×2) otherwise —
+// unless OCTODIFF_CONV_WINOGRAD=off (or set_conv_winograd(false)) asks for the direct kernel
+// everywhere; OCTODIFF_CONV_WINOGRAD=2x2 keeps F(2×2) everywhere (for comparisons).
+ConvAlgorithm conv2d_algorithm(int64_t out_channels, int64_t in_channels, int kh, int kw, const Conv2dGeometry& g,
+                               Precision precision);
 void set_conv_winograd(bool enabled);  // process-wide, for benchmarks and tests
 
 // While one lives, conv2d_algorithm on this thread picks Winograd only for min_out_channels …
@@ -47,7 +52,23 @@ class ScopedWinogradLimit {
   int64_t previous_max_, previous_min_;
 };
 
-// Rows (K) of the packed weight matrix for that algorithm: kh·kw·Ci, or 16·Ci for Winograd.
+// While one lives, float32 Winograd convolutions that conv2d_algorithm picks on this thread with at
+// most max_out_channels outputs use F(4×4, 3×3): a model loader's choice of speed for weight
+// memory (2.25× F(2×2)'s packed weight). The innermost one applies.
+constexpr int64_t kEveryWinogradConv = INT64_MAX;  // ScopedLargeWinogradTiles: no channel limit
+class ScopedLargeWinogradTiles {
+ public:
+  explicit ScopedLargeWinogradTiles(int64_t max_out_channels);
+  ~ScopedLargeWinogradTiles();
+  ScopedLargeWinogradTiles(const ScopedLargeWinogradTiles&) = delete;
+  ScopedLargeWinogradTiles& operator=(const ScopedLargeWinogradTiles&) = delete;
+
+ private:
+  int64_t previous_;
+};
+
+// Rows (K) of the packed weight matrix for that algorithm: kh·kw·Ci, 16·Ci for Winograd, 36·Ci for
+// Winograd4x4.
 int64_t conv2d_packed_rows(int64_t in_channels, int kh, int kw, ConvAlgorithm algorithm);
 
 struct Conv2dWeights {

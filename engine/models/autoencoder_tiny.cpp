@@ -5,6 +5,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "kernels/activations.h"
+#include "kernels/conv2d.h"
 #include "kernels/tensor_ops.h"
 
 namespace octodiff {
@@ -96,6 +97,8 @@ AutoencoderTiny AutoencoderTiny::load(WeightSource& decoder, WeightSource* encod
   AutoencoderTiny taesd;
   taesd.config_ = c;
   taesd.precision_ = precision;
+  // Float32 3×3 convolutions as Winograd F(4×4, 3×3) (conv2d.h): 64 channels, a small weight.
+  const kernels::ScopedLargeWinogradTiles large_tiles(kernels::kEveryWinogradConv);
   taesd.decoder_ = load_decoder(decoder, c, precision);
   if (encoder) taesd.encoder_ = load_encoder(*encoder, c, precision);
   decoder.finish();

@@ -268,7 +268,7 @@ Conv2d Conv2d::load(WeightSource& w, const std::string& prefix, int64_t in, int6
   c.weight.out_channels = out;
   c.weight.in_channels = in;
   c.weight.kh = c.weight.kw = k;
-  c.weight.algorithm = kernels::conv2d_algorithm(out, in, k, k, geometry);
+  c.weight.algorithm = kernels::conv2d_algorithm(out, in, k, k, geometry, precision);
   const int64_t rows = kernels::conv2d_packed_rows(in, k, k, c.weight.algorithm);
   c.weight.packed = packed_weight(w, {{prefix + ".weight", shape}}, rows, out, precision, [&] {
     Tensor weight = w.take_to_read(prefix + ".weight", shape);

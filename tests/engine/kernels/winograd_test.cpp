@@ -1,7 +1,7 @@
-// Winograd F(2×2, 3×3) convolution against a double-precision direct convolution: odd image
-// sizes (partial tiles), batches, bias + residual, several blocks of tiles, K chunks, narrow
-// outputs; f32 on every ISA, bf16 on every bf16 path (bit-identical between them); thread-count
-// invariance; which convolutions the model loader sends to it.
+// Winograd F(2×2, 3×3) and F(4×4, 3×3) convolutions against a double-precision direct
+// convolution: odd image sizes (partial tiles), batches, bias + residual, several blocks of tiles,
+// K chunks, narrow outputs; f32 on every ISA, bf16 (F(2×2) only) on every bf16 path (bit-identical
+// between them); thread-count invariance; which convolutions the model loader sends to them.
 #include <cstdio>
 
 #include "core/error.h"
@@ -43,20 +43,26 @@ std::vector<float> run(const Case& t, const Data& d, const Conv2dWeights& cw) {
 }
 
 TEST(Winograd, MatchesDoubleReferenceOnEveryIsa) {
-  for (Isa isa : available_isas()) {
-    ScopedKernelIsa scoped(isa);
-    for (const Case& t : kCases) {
-      const Data d(t);
-      const Conv2dWeights cw = pack_conv2d(d.w.data(), t.bias ? d.bias.data() : nullptr, t.Co, t.Ci, 3, 3,
-                                           Precision::F32, ConvAlgorithm::Winograd);
-      ASSERT_EQ(cw.packed.K(), 16 * t.Ci);
-      const auto y = run(t, d, cw);
-      const auto ref =
-          reference_conv2d(d.x, d.w, t.N, t.H, t.W, t.Ci, t.Co, 3, Conv2dGeometry::same(3),
-                           t.bias ? d.bias.data() : nullptr, t.residual ? d.res.data() : nullptr);
-      const double err = rel_error(y.data(), ref);
-      EXPECT_LT(err, 1e-5) << isa_name(isa) << " " << t.name;
-      std::printf("[winograd %s] %-42s rel err %.3g\n", isa_name(isa).c_str(), t.name, err);
+  for (ConvAlgorithm algorithm : {ConvAlgorithm::Winograd, ConvAlgorithm::Winograd4x4}) {
+    const bool large = algorithm == ConvAlgorithm::Winograd4x4;
+    for (Isa isa : available_isas()) {
+      ScopedKernelIsa scoped(isa);
+      for (const Case& t : kCases) {
+        const Data d(t);
+        const Conv2dWeights cw = pack_conv2d(d.w.data(), t.bias ? d.bias.data() : nullptr, t.Co, t.Ci, 3, 3,
+                                             Precision::F32, algorithm);
+        ASSERT_EQ(cw.packed.K(), (large ? 36 : 16) * t.Ci);
+        const auto y = run(t, d, cw);
+        const auto ref =
+            reference_conv2d(d.x, d.w, t.N, t.H, t.W, t.Ci, t.Co, 3, Conv2dGeometry::same(3),
+                             t.bias ? d.bias.data() : nullptr, t.residual ? d.res.data() : nullptr);
+        const double err = rel_error(y.data(), ref);
+        // F(4×4)'s transforms have coefficients up to 8 (F(2×2)'s: 1): ~15× the rounding error,
+        // 1.1e-5 at most here (400 input channels), F(2×2) 7e-7.
+        EXPECT_LT(err, large ? 2e-5 : 1e-5) << isa_name(isa) << " " << t.name << (large ? " F(4x4)" : " F(2x2)");
+        std::printf("[winograd %s %s] %-42s rel err %.3g\n", large ? "F(4x4)" : "F(2x2)", isa_name(isa).c_str(),
+                    t.name, err);
+      }
     }
   }
 }
@@ -96,11 +102,14 @@ TEST(Winograd, BitIdenticalForAnyThreadCount) {
     const Conv2dWeights cw = pack_conv2d(d.w.data(), d.bias.data(), t.Co, t.Ci, 3, 3, p, ConvAlgorithm::Winograd);
     expect_thread_invariant(std::string("winograd ") + precision_name(p), [&] { return run(t, d, cw); });
   }
+  const Conv2dWeights large =
+      pack_conv2d(d.w.data(), d.bias.data(), t.Co, t.Ci, 3, 3, Precision::F32, ConvAlgorithm::Winograd4x4);
+  expect_thread_invariant("winograd F(4x4) f32", [&] { return run(t, d, large); });
 }
 
 TEST(Winograd, ChosenForTheVaeAndTheUNetsUpperLevelsOnly) {
   const auto algo = [&](int64_t co, int64_t ci, int k = 3, Conv2dGeometry g = Conv2dGeometry::same(3)) {
-    return conv2d_algorithm(co, ci, k, k, g);
+    return conv2d_algorithm(co, ci, k, k, g, Precision::BF16);
   };
   EXPECT_EQ(algo(320, 320), ConvAlgorithm::Winograd);   // UNet 64x64 level
   EXPECT_EQ(algo(640, 1920), ConvAlgorithm::Winograd);  // UNet 32x32 level, up block
@@ -134,7 +143,38 @@ TEST(Winograd, ChosenForTheVaeAndTheUNetsUpperLevelsOnly) {
   EXPECT_EQ(algo(320, 320), ConvAlgorithm::Direct);
   set_conv_winograd(true);
   EXPECT_EQ(conv2d_packed_rows(320, 3, 3, ConvAlgorithm::Winograd), 16 * 320);
+  EXPECT_EQ(conv2d_packed_rows(320, 3, 3, ConvAlgorithm::Winograd4x4), 36 * 320);
   EXPECT_EQ(conv2d_packed_rows(320, 3, 3, ConvAlgorithm::Direct), 9 * 320);
+}
+
+TEST(Winograd, LargeTilesOnlyForFloat32WeightsAModelAsksThemFor) {
+  const auto algo = [&](int64_t co, int64_t ci, Precision p, Conv2dGeometry g = Conv2dGeometry::same(3)) {
+    return conv2d_algorithm(co, ci, 3, 3, g, p);
+  };
+  EXPECT_EQ(algo(128, 128, Precision::F32), ConvAlgorithm::Winograd);  // none unless asked
+  {
+    const ScopedLargeWinogradTiles tiles(256);  // e.g. a VAE's 512x512 and 256x256 levels
+    EXPECT_EQ(algo(128, 128, Precision::F32), ConvAlgorithm::Winograd4x4);
+    EXPECT_EQ(algo(256, 512, Precision::F32), ConvAlgorithm::Winograd4x4);
+    EXPECT_EQ(algo(512, 512, Precision::F32), ConvAlgorithm::Winograd);    // over the limit
+    EXPECT_EQ(algo(128, 128, Precision::BF16), ConvAlgorithm::Winograd);   // bf16: F(2x2) always
+    EXPECT_EQ(algo(128, 3, Precision::F32), ConvAlgorithm::Direct);        // what Winograd cannot do
+    EXPECT_EQ(algo(128, 128, Precision::F32, Conv2dGeometry{2, 1, 1, 1, 1}), ConvAlgorithm::Direct);
+    {
+      const ScopedWinogradLimit limit(64);  // a Winograd limit still applies
+      EXPECT_EQ(algo(128, 128, Precision::F32), ConvAlgorithm::Direct);
+      EXPECT_EQ(algo(64, 64, Precision::F32), ConvAlgorithm::Winograd4x4);
+    }
+    {
+      const ScopedLargeWinogradTiles none(0);  // the innermost applies
+      EXPECT_EQ(algo(128, 128, Precision::F32), ConvAlgorithm::Winograd);
+    }
+    EXPECT_EQ(algo(128, 128, Precision::F32), ConvAlgorithm::Winograd4x4);
+    set_conv_winograd(false);
+    EXPECT_EQ(algo(128, 128, Precision::F32), ConvAlgorithm::Direct);
+    set_conv_winograd(true);
+  }
+  EXPECT_EQ(algo(128, 128, Precision::F32), ConvAlgorithm::Winograd);
 }
 
 TEST(Winograd, RejectsWhatItCannotCompute) {
@@ -144,6 +184,12 @@ TEST(Winograd, RejectsWhatItCannotCompute) {
   const Conv2dWeights cw = pack_conv2d(w16.data(), nullptr, 16, 16, 3, 3, Precision::F32, ConvAlgorithm::Winograd);
   std::vector<float> x(4 * 4 * 16), y(4 * 4 * 16);
   EXPECT_THROW(conv2d_nhwc(x.data(), 1, 4, 4, cw, Conv2dGeometry{2, 1, 1, 1, 1}, y.data()), Error);
+  // F(4x4): float32 only, and the same shapes as F(2x2).
+  EXPECT_THROW(pack_conv2d(w16.data(), nullptr, 16, 16, 3, 3, Precision::BF16, ConvAlgorithm::Winograd4x4), Error);
+  EXPECT_THROW(pack_conv2d(w.data(), nullptr, 16, 3, 3, 3, Precision::F32, ConvAlgorithm::Winograd4x4), Error);
+  const Conv2dWeights large =
+      pack_conv2d(w16.data(), nullptr, 16, 16, 3, 3, Precision::F32, ConvAlgorithm::Winograd4x4);
+  EXPECT_THROW(conv2d_nhwc(x.data(), 1, 4, 4, large, Conv2dGeometry{2, 1, 1, 1, 1}, y.data()), Error);
 }
 
 }  // namespace

@@ -150,10 +150,14 @@ TEST(TiledDecode, ScratchFilesHoldWhatTheHeapWould) {
   EXPECT_EQ(test::diff(fallback, heap).max_abs, 0.0);
 }
 
+// The upsampled layers are more than one tile, and a tile's 3×3 convolutions start their
+// Winograd tiles one halo pixel before the whole tensor's: the same sums, rounded in other tiles.
+// Measured: 1.9e-6 with F(2×2) tiles, 2.5e-6 direct, 1.1e-5 with the f32 VAE's F(4×4) tiles
+// (transform coefficients up to 8) against a largest value of 1.44.
 TEST(TiledDecode, OneTileIsTheWholeDecode) {
   const Tensor z = random_latents(1, 20, 28, 6);
   test::expect_close_abs("one tile vs whole decode", tiled_decode_nhwc(tiny_vae(), z, {VaeTilingMode::On, 32, 8}),
-                         tiny_vae().decode_nhwc(z), 1e-5);
+                         tiny_vae().decode_nhwc(z), 2e-5);
 }
 
 TEST(TiledDecode, BadSettingsGetClearErrors) {
