@@ -47,8 +47,8 @@ struct KernelTuning {
   // bf16 GEMM: longest K chunk, even (whole pairs) and at most kBlockLdaBf16 − 32 = 768, the row
   // stride of the driver's A blocks.
   int64_t bf16_kc = 768;
-  // Winograd: a thread's block of tiles, in micro-rows (its transformed input and the 16 GEMM
-  // outputs stay in its caches through the three stages).
+  // Winograd: a thread's block of F(2×2) tiles, in micro-rows (its transformed input and the 16
+  // GEMM outputs stay in its caches through the three stages); F(4×4) blocks take 16/36 as many.
   int64_t winograd_micro_rows = 8;
   // Flash attention: key tile Bc (a multiple of 32, the panel width) and query block Br in
   // micro-rows (Br = mr × this): the Br × Bc score tile stays in L1/L2.
