@@ -230,11 +230,4 @@ void conv2d_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWe
   }
 }
 
-void conv2d_nhwc_upsampled2x(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w, float* y) {
-  if (w.packed.empty()) fail("conv2d: weights were never packed");
-  if (w.algorithm == ConvAlgorithm::Direct) fail("internal: conv2d_nhwc_upsampled2x needs a Winograd weight");
-  if (N <= 0 || H <= 0 || W <= 0) fail(cat("conv2d: empty ", N, "x", H, "x", W, " input"));
-  detail::conv2d_winograd(x, N, H, W, w, y, nullptr, /*upsampled2x=*/true);
-}
-
 }  // namespace octodiff::kernels

@@ -93,10 +93,4 @@ int64_t conv2d_out_size(int64_t in, int k, int stride, int pad_before, int pad_a
 void conv2d_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w,
                  const Conv2dGeometry& g, float* y, const float* residual = nullptr);
 
-// The convolution of x nearest-upsampled 2× (upsample_nearest2x_nhwc) without materialising the
-// upsampled tensor: x is N × H × W × Ci, y N × 2H × 2W × Co. Winograd weights only (3×3 same);
-// the input transform reads x[i/2][j/2] where the upsampled tensor would hold it, so the result
-// is bit-identical to upsampling and then calling conv2d_nhwc.
-void conv2d_nhwc_upsampled2x(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w, float* y);
-
 }  // namespace octodiff::kernels

@@ -43,9 +43,8 @@ inline Lanes load(const float* p) { return *reinterpret_cast<const Lanes*>(p); }
 inline void store(float* p, Lanes v) { *reinterpret_cast<Lanes*>(p) = v; }
 
 struct Geometry {
-  int64_t N, H, W, Ci, Co;  // H × W: the convolution's input and output
+  int64_t N, H, W, Ci, Co;
   int64_t tiles_y, tiles_x;
-  int up_shift = 0;  // 1: the input is x nearest-upsampled 2×, read as x[i >> 1][j >> 1] (x: H/2 × W/2)
 };
 
 // F(2×2, 3×3). input: Bᵀ d B for 16 channels of one tile, d[i·4 + j] = input row 2ty−1+i,
@@ -228,9 +227,7 @@ class WinogradConv {
         for (int j = 0; j < kAlpha; ++j) {
           const int64_t iy = kM * ty - 1 + i, ix = kM * tx - 1 + j;
           const bool inside = iy >= 0 && iy < g_.H && ix >= 0 && ix < g_.W;
-          const int64_t sy = iy >> g_.up_shift, sx = ix >> g_.up_shift;
-          d[i * kAlpha + j] = inside ? x_ + ((n * (g_.H >> g_.up_shift) + sy) * (g_.W >> g_.up_shift) + sx) * g_.Ci
-                                     : sc.zeros;
+          d[i * kAlpha + j] = inside ? x_ + ((n * g_.H + iy) * g_.W + ix) * g_.Ci : sc.zeros;
         }
       // f32: straight into the block's rows; bf16: through one tile's f32 rows (sc.v), rounded.
       float* v[kP];
@@ -335,19 +332,17 @@ void winograd_weight_rows(ConvAlgorithm algorithm, const float* w, int64_t Ci, i
 }
 
 void conv2d_winograd(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w, float* y,
-                     const float* residual, bool upsampled2x) {
+                     const float* residual) {
   const int64_t Ci = w.in_channels, Co = w.out_channels;
   const int positions = winograd_positions(w.algorithm);
   if (Ci % kLanes != 0 || Co % kLanes != 0 || w.packed.K() != positions * Ci || w.packed.N() != Co)
     fail(cat("internal: Winograd weight ", Co, "x", Ci, " packed as ", w.packed.K(), "x", w.packed.N()));
-  const int shift = upsampled2x ? 1 : 0;
-  const int64_t Ho = H << shift, Wo = W << shift;
   if (w.algorithm == ConvAlgorithm::Winograd4x4) {
     if (w.packed.precision() != Precision::F32) fail("internal: a Winograd F(4x4, 3x3) weight packed as bf16");
-    const Geometry g{N, Ho, Wo, Ci, Co, (Ho + 3) / 4, (Wo + 3) / 4, shift};
+    const Geometry g{N, H, W, Ci, Co, (H + 3) / 4, (W + 3) / 4};
     return WinogradConv<F4x4>(x, g, w, y, residual).run();
   }
-  const Geometry g{N, Ho, Wo, Ci, Co, (Ho + 1) / 2, (Wo + 1) / 2, shift};
+  const Geometry g{N, H, W, Ci, Co, (H + 1) / 2, (W + 1) / 2};
   WinogradConv<F2x2>(x, g, w, y, residual).run();
 }
 

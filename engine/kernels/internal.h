@@ -250,12 +250,11 @@ void attention_bf16(const float* q, const float* k, const float* v, float* out, 
 // transformed tile's positions (16 or 36). winograd_weight_rows: rows co0 … co0 + n − 1 of the
 // OIHW 3×3 weight transformed (G g Gᵀ) as pack_b's transposed input, α²·Ci floats each
 // (position-major), into dst — one panel at a time, for pack_b_panels; conv2d_winograd: the
-// stride-1, padding-1 convolution with a weight packed from them, of x (N × H × W) or, when
-// upsampled2x, of x nearest-upsampled to 2H × 2W (read in place, never materialised).
+// stride-1, padding-1 convolution with a weight packed from them.
 int winograd_positions(ConvAlgorithm algorithm);
 void winograd_weight_rows(ConvAlgorithm algorithm, const float* w, int64_t Ci, int64_t co0, int64_t n, float* dst);
 void conv2d_winograd(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w, float* y,
-                     const float* residual, bool upsampled2x = false);
+                     const float* residual);
 
 // Scratch for the length of one kernel call, from the calling thread's allocator: in a compiled
 // plan that is its arena, which keeps the block for the next call (no fresh pages) and gives it

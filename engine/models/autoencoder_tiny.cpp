@@ -112,18 +112,13 @@ AutoencoderTiny AutoencoderTiny::load(WeightSource& w, const AutoencoderTinyConf
 }
 
 Tensor AutoencoderTiny::run(const std::vector<Layer>& layers, Tensor x) {
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const Layer& layer = layers[i];
+  for (const Layer& layer : layers) {
     check_cancelled();
     switch (layer.kind) {
       case Layer::Kind::Conv: x = layer.conv(x); break;
       case Layer::Kind::Relu: relu_in_place(x); break;
       case Layer::Kind::Block: x = layer.block(x); break;
       case Layer::Kind::Upsample2x: {
-        if (i + 1 < layers.size() && layers[i + 1].kind == Layer::Kind::Conv) {  // the decoder's: one step
-          x = layers[++i].conv.upsampled2x(x);
-          break;
-        }
         Tensor up = Tensor::empty({x.dim(0), 2 * x.dim(1), 2 * x.dim(2), x.dim(3)});
         kernels::upsample_nearest2x_nhwc(x.data(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), up.data());
         x = std::move(up);

@@ -302,22 +302,6 @@ Tensor Conv2d::operator()(const Tensor& x, const Tensor* residual) const {
   return y;
 }
 
-Tensor Conv2d::upsampled2x(const Tensor& x) const {
-  if (x.rank() != 4 || x.dim(3) != weight.in_channels)
-    fail("internal: Conv2d(", weight.in_channels, "->", weight.out_channels, ") applied to shape ",
-         shape_str(x.shape()));
-  const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2);
-  const bool in_place = weight.algorithm != kernels::ConvAlgorithm::Direct && !takes_pairs(x, weight.packed.precision());
-  if (!in_place) {  // direct kernels, and guided pairs (Conv2d::operator()), take the upsampled tensor
-    Tensor up = Tensor::empty({N, 2 * H, 2 * W, weight.in_channels});
-    kernels::upsample_nearest2x_nhwc(x.data(), N, H, W, weight.in_channels, up.data());
-    return (*this)(up);
-  }
-  Tensor y = Tensor::empty({N, 2 * H, 2 * W, weight.out_channels});
-  kernels::conv2d_nhwc_upsampled2x(x.data(), N, H, W, weight, y.data());
-  return y;
-}
-
 GroupNorm GroupNorm::load(WeightSource& w, const std::string& prefix, int64_t channels, int64_t groups,
                           float eps) {
   GroupNorm g;

@@ -58,9 +58,6 @@ struct Conv2d {
   }
   // x: N × H × W × Cin -> N × Ho × Wo × Cout, plus `residual` when given.
   Tensor operator()(const Tensor& x, const Tensor* residual = nullptr) const;
-  // The same of x nearest-upsampled 2× (N × 2H × 2W × Cin), bit-identical to upsampling first;
-  // a Winograd weight reads x in place instead of a tensor 4× its size.
-  Tensor upsampled2x(const Tensor& x) const;
 };
 
 // Classifier-free guidance pairs (bf16 layers only). A guided UNet call runs a batch whose first

@@ -8,7 +8,6 @@
 #include "core/half.h"
 #include "kernel_test_util.h"
 #include "kernels/conv2d.h"
-#include "kernels/tensor_ops.h"
 
 namespace octodiff::kernels::test {
 namespace {
@@ -106,47 +105,6 @@ TEST(Winograd, BitIdenticalForAnyThreadCount) {
   const Conv2dWeights large =
       pack_conv2d(d.w.data(), d.bias.data(), t.Co, t.Ci, 3, 3, Precision::F32, ConvAlgorithm::Winograd4x4);
   expect_thread_invariant("winograd F(4x4) f32", [&] { return run(t, d, large); });
-}
-
-// The convolution of an upsampled input read in place gives the bits of upsampling first, for
-// every tile size and precision (bf16 with rounded and split activations) and odd input sizes.
-TEST(Winograd, UpsampledInPlaceIsBitIdenticalToUpsamplingFirst) {
-  struct Up {
-    const char* name;
-    int64_t N, H, W, Ci, Co;
-  };
-  const Up cases[] = {{"1x1 -> 2x2, 16->16", 1, 1, 1, 16, 16},
-                      {"batch 2, 5x7 -> 10x14, 32->48", 2, 5, 7, 32, 48},
-                      {"13x6 -> 26x12 (several blocks), 48->32", 1, 13, 6, 48, 32}};
-  for (const Up& t : cases) {
-    const auto x = random_vec(t.N * t.H * t.W * t.Ci, 41);
-    const auto w = random_vec(t.Co * t.Ci * 9, 42, -0.3f, 0.3f);
-    const auto bias = random_vec(t.Co, 43);
-    std::vector<float> up(static_cast<size_t>(t.N * 4 * t.H * t.W * t.Ci));
-    upsample_nearest2x_nhwc(x.data(), t.N, t.H, t.W, t.Ci, up.data());
-    const size_t out = static_cast<size_t>(t.N * 4 * t.H * t.W * t.Co);
-    struct Variant {
-      const char* name;
-      Precision precision;
-      ConvAlgorithm algorithm;
-      Bf16Activations activations;
-    };
-    for (const Variant& v : {Variant{"f32 F(2x2)", Precision::F32, ConvAlgorithm::Winograd, Bf16Activations::Rounded},
-                             Variant{"f32 F(4x4)", Precision::F32, ConvAlgorithm::Winograd4x4, Bf16Activations::Rounded},
-                             Variant{"bf16", Precision::BF16, ConvAlgorithm::Winograd, Bf16Activations::Rounded},
-                             Variant{"bf16 split", Precision::BF16, ConvAlgorithm::Winograd, Bf16Activations::Split}}) {
-      const ScopedBf16Activations activations(v.activations);
-      const Conv2dWeights cw = pack_conv2d(w.data(), bias.data(), t.Co, t.Ci, 3, 3, v.precision, v.algorithm);
-      std::vector<float> first(out, NAN), fused(out, NAN);
-      conv2d_nhwc(up.data(), t.N, 2 * t.H, 2 * t.W, cw, Conv2dGeometry::same(3), first.data());
-      conv2d_nhwc_upsampled2x(x.data(), t.N, t.H, t.W, cw, fused.data());
-      EXPECT_EQ(0, std::memcmp(first.data(), fused.data(), out * sizeof(float))) << v.name << " " << t.name;
-    }
-  }
-  const auto w = random_vec(16 * 16 * 9, 44);
-  const Conv2dWeights direct = pack_conv2d(w.data(), nullptr, 16, 16, 3, 3, Precision::F32, ConvAlgorithm::Direct);
-  std::vector<float> x(4 * 16), y(16 * 16);
-  EXPECT_THROW(conv2d_nhwc_upsampled2x(x.data(), 1, 2, 2, direct, y.data()), Error);  // Winograd weights only
 }
 
 TEST(Winograd, ChosenForTheVaeAndTheUNetsUpperLevelsOnly) {
