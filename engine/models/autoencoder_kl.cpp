@@ -30,9 +30,9 @@ AutoencoderKL AutoencoderKL::load(WeightSource& w, const VaeConfig& c, bool with
   AutoencoderKL vae;
   vae.config_ = c;
   vae.precision_ = precision;
-  // Float32 3×3 convolutions as Winograd F(4×4, 3×3) (conv2d.h): SD's VAE decoder 1.45× faster
-  // (6.5 → 4.4 s at 512×512 on Emerald Rapids) for 0.4 GB more packed weight; its images within
-  // 1.7e-5 of the direct convolutions' (bench/results, "Winograd F(4×4, 3×3)").
+  // Float32 3×3 convolutions as Winograd F(4×4, 3×3) (conv2d.h): SD's VAE decoder 1.4× faster
+  // (median 6.9 → 4.9 s at 512×512 on Emerald Rapids) for 0.4 GB more packed weight; its images
+  // within 1.7e-5 of the direct convolutions' (bench/results, "Winograd F(4×4, 3×3)").
   const kernels::ScopedLargeWinogradTiles large_tiles(kernels::kEveryWinogradConv);
   const auto& boc = c.block_out_channels;
   const int n = static_cast<int>(boc.size());
