@@ -177,8 +177,7 @@ Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channel
       detail::winograd_weight_rows(algorithm, w, in_channels, n0, n, scratch);
       return scratch;
     };
-    cw.packed = detail::pack_b_panels(detail::winograd_positions(algorithm) * in_channels, out_channels, rows,
-                                      precision);
+    cw.packed = detail::pack_b_panels(conv2d_packed_rows(in_channels, kh, kw, algorithm), out_channels, rows, precision);
     return cw;
   }
   // B[(ty·kw + tx)·Ci + ci][co] = w[co][ci][ty][tx]: W's row co read tap-major.
