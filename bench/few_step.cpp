@@ -124,6 +124,8 @@ json time_networks(const StableDiffusionModel& model, const FewStepOptions& o) {
   std::fprintf(stderr, "TAESD decode %dx%d...\n", o.width, o.height);
   time_network(j, "taesd_decode", o.repeats, taesd_decode_flops(taesd.config(), 1, h, w) / 1e9,
                [&] { taesd.decode_nhwc(z); });
+  // bf16 runs decode TAESD in float32 where bf16 products are no faster (autoencoder_tiny_loader.h).
+  j["taesd_precision"] = kernels::precision_name(taesd.precision());
   j["arena_peak_mb"] = arena.peak_bytes_reserved() / 1048576.0;
   return j;
 }

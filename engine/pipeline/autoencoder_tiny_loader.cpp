@@ -218,6 +218,10 @@ fs::path find_decoder_in(const fs::path& dir) {
 
 }  // namespace
 
+ComputeDType tiny_autoencoder_dtype(ComputeDType requested, bool bf16_products_native) {
+  return requested == ComputeDType::BF16 && bf16_products_native ? ComputeDType::BF16 : ComputeDType::F32;
+}
+
 std::shared_ptr<const AutoencoderTiny> load_autoencoder_tiny(const fs::path& path, ComputeDType dtype) {
   if (!fs::exists(path)) fail("tiny autoencoder '", path.string(), "' does not exist");
   const kernels::Precision precision = dtype == ComputeDType::BF16 ? kernels::Precision::BF16 : kernels::Precision::F32;

@@ -31,4 +31,15 @@ namespace octodiff {
 
 std::shared_ptr<const AutoencoderTiny> load_autoencoder_tiny(const std::filesystem::path& path, ComputeDType dtype);
 
+// The precision a model's tiny autoencoder computes in when the model is loaded for `requested`:
+// float32 stays float32; bf16 only where the CPU multiplies bf16 faster than float32
+// (`bf16_products_native`: VDPBF16PS at twice the FMA rate, kernels::kernel_bf16_dot()).
+// Elsewhere — AVX2 CPUs, AVX-512 ones without BF16, Intel cores where VDPBF16PS issues at the FMA
+// rate — bf16 products are float32 FMAs on widened values, and TAESD in float32 is both faster
+// and exact: its 3×3 convolutions run as Winograd F(4×4) (36 products per 16 outputs, against
+// bf16's F(2×2), 16 per 4: bf16-rounded F(4×4) tiles are too coarse), with no rounding and
+// widening of activations, and its weights are ~10 MB either way. Measured on Emerald Rapids
+// (bench/results, "TAESD in float32 where bf16 products are FMAs"): a 512×512 decode 1.3× faster.
+ComputeDType tiny_autoencoder_dtype(ComputeDType requested, bool bf16_products_native);
+
 }  // namespace octodiff

@@ -14,6 +14,7 @@
 #include "io/files.h"
 #include "io/weight_cache.h"
 #include "io/weight_source.h"
+#include "kernels/isa.h"
 #include "models/layers.h"
 #include "pipeline/autoencoder_tiny_loader.h"
 #include "pipeline/component_weights.h"
@@ -224,12 +225,17 @@ std::string weight_residency_name(WeightResidency r) {
 
 void StableDiffusionModel::load_tiny_autoencoder(const ModelLoadOptions& options) {
   if (!options.tiny_autoencoder) return;
-  auto tiny = load_autoencoder_tiny(*options.tiny_autoencoder, options.dtype);
+  const ComputeDType dtype = tiny_autoencoder_dtype(options.dtype, kernels::kernel_bf16_dot());
+  auto tiny = load_autoencoder_tiny(*options.tiny_autoencoder, dtype);
   const int channels = tiny->config().latent_channels, expected = vae_->config().latent_channels;
   if (channels != expected)
     fail("tiny autoencoder '", options.tiny_autoencoder->string(), "' takes ", channels,
          "-channel latents; this model's VAE makes ", expected, " (a TAESD for another architecture?)");
   tiny_autoencoder_ = std::move(tiny);
+  if (dtype != options.dtype)
+    load_notes_.push_back(
+        "the tiny autoencoder computes in f32: this CPU's bf16 products are float32 FMAs, and float32 "
+        "convolutions need fewer of them (autoencoder_tiny_loader.h)");
 }
 
 void StableDiffusionModel::decide_residency(const ModelLoadOptions& options) {

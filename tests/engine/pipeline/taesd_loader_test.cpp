@@ -9,8 +9,11 @@
 #include "core/error.h"
 #include "io/files.h"
 #include "io/safetensors.h"
+#include "kernels/isa.h"
+#include "kernels/tuning.h"
 #include "models/layers.h"
 #include "pipeline/autoencoder_tiny_loader.h"
+#include "pipeline/model.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -75,6 +78,61 @@ TEST(TaesdLoader, DiffusersFolderF32AndBf16) {
   auto g = SafetensorsFile::open(tiny_dir() / "goldens" / "taesd.safetensors");
   test::expect_parity("folder bf16 decode image a", bf16->decode_nhwc(to_nhwc(g->to_f32("decode_latents_a"))),
                       g->to_f32("decode_image_a"), 1e-2);
+}
+
+TEST(TinyAutoencoderPrecision, Bf16OnlyWhereTheCpuMultipliesBf16Faster) {
+  EXPECT_EQ(tiny_autoencoder_dtype(ComputeDType::F32, false), ComputeDType::F32);
+  EXPECT_EQ(tiny_autoencoder_dtype(ComputeDType::F32, true), ComputeDType::F32);
+  EXPECT_EQ(tiny_autoencoder_dtype(ComputeDType::BF16, true), ComputeDType::BF16);
+  EXPECT_EQ(tiny_autoencoder_dtype(ComputeDType::BF16, false), ComputeDType::F32);
+}
+
+namespace {
+
+std::shared_ptr<const StableDiffusionModel> bf16_model_with_taesd() {
+  ModelLoadOptions o;
+  o.dtype = ComputeDType::BF16;
+  o.tiny_autoencoder = tiny_dir();
+  return StableDiffusionModel::load(test::tiny_sd_dir(), o);
+}
+
+bool notes_float32_taesd(const StableDiffusionModel& m) {
+  for (const std::string& note : m.load_notes())
+    if (contains(note, "tiny autoencoder computes in f32")) return true;
+  return false;
+}
+
+}  // namespace
+
+// bf16 products by FMA on widened values (forced here: VDPBF16PS off, as on AVX2 CPUs and Intel
+// Sapphire/Emerald Rapids): a bf16 model's TAESD is the float32 one, to the bit, and the load says so.
+TEST(TinyAutoencoderPrecision, ABf16ModelDecodesInFloat32WhereBf16ProductsAreFmas) {
+  const kernels::ScopedKernelIsa fma_only(best_isa(), /*bf16_dot=*/false);
+  ASSERT_FALSE(kernels::kernel_bf16_dot());
+  const auto model = bf16_model_with_taesd();
+  ASSERT_TRUE(model->tiny_autoencoder());
+  EXPECT_EQ(model->tiny_autoencoder()->precision(), kernels::Precision::F32);
+  EXPECT_TRUE(notes_float32_taesd(*model));
+  auto g = SafetensorsFile::open(tiny_dir() / "goldens" / "taesd.safetensors");
+  const Tensor latents = to_nhwc(g->to_f32("decode_latents_a"));
+  const test::Diff d = test::diff(model->tiny_autoencoder()->decode_nhwc(latents),
+                                  load_autoencoder_tiny(tiny_dir(), ComputeDType::F32)->decode_nhwc(latents));
+  std::printf("[taesd] bf16 model's TAESD vs the f32 TAESD: max_abs_diff=%.3e\n", d.max_abs);
+  EXPECT_EQ(d.max_abs, 0.0);
+}
+
+// Where VDPBF16PS is what bf16 products use, a bf16 model keeps its TAESD in bf16.
+TEST(TinyAutoencoderPrecision, ABf16ModelKeepsBf16WhereBf16ProductsAreNative) {
+  if (!has_avx512_bf16()) GTEST_SKIP() << "this CPU has no AVX-512 BF16 instructions";
+  kernels::KernelTuning tuning = kernels::kernel_tuning();
+  tuning.bf16_dot = 1;
+  const kernels::ScopedKernelTuning dot_tuning(tuning);
+  const kernels::ScopedKernelIsa dot(Isa::Avx512, /*bf16_dot=*/true);
+  ASSERT_TRUE(kernels::kernel_bf16_dot());
+  const auto model = bf16_model_with_taesd();
+  ASSERT_TRUE(model->tiny_autoencoder());
+  EXPECT_EQ(model->tiny_autoencoder()->precision(), kernels::Precision::BF16);
+  EXPECT_FALSE(notes_float32_taesd(*model));
 }
 
 TEST(TaesdLoader, MadebyollinFilesGiveTheSameModel) {
