@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "kernels/activations.h"
 #include "kernels/internal.h"
 #include "kernels/isa.h"
 
@@ -191,7 +192,7 @@ int64_t conv2d_out_size(int64_t in, int k, int stride, int pad_before, int pad_a
 }
 
 void conv2d_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w,
-                 const Conv2dGeometry& g, float* y, const float* residual) {
+                 const Conv2dGeometry& g, float* y, const float* residual, bool relu) {
   if (w.packed.empty()) fail("conv2d: weights were never packed");
   if (g.stride < 1) fail(cat("conv2d: stride ", g.stride));
   if (g.pad_top < 0 || g.pad_left < 0 || g.pad_bottom < 0 || g.pad_right < 0) fail("conv2d: negative padding");
@@ -200,7 +201,7 @@ void conv2d_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWe
   if (Ho <= 0 || Wo <= 0) fail(cat("conv2d: ", H, "x", W, " input is smaller than the ", w.kh, "x", w.kw, " kernel"));
   if (w.algorithm != ConvAlgorithm::Direct) {
     if (!(g == Conv2dGeometry::same(3))) fail("internal: a Winograd conv2d weight applied with another geometry");
-    return detail::conv2d_winograd(x, N, H, W, w, y, residual);
+    return detail::conv2d_winograd(x, N, H, W, w, y, residual, relu);
   }
   Epilogue ep;
   ep.bias = w.bias.empty() ? nullptr : w.bias.data();
@@ -227,6 +228,7 @@ void conv2d_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWe
     const ConvSource src(x, nullptr, H, W, w.in_channels, Ho, Wo, w.kh, w.kw, g);
     detail::run_gemm(src, M, w.packed, y, w.out_channels, ep);
   }
+  if (relu) kernels::relu(y, M * w.out_channels, y);
 }
 
 }  // namespace octodiff::kernels

@@ -89,8 +89,10 @@ Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channel
 int64_t conv2d_out_size(int64_t in, int k, int stride, int pad_before, int pad_after);
 
 // x: N × H × W × Ci. y: N × Ho × Wo × Co. residual (optional): same shape as y, added at the end.
+// relu: y = relu(conv + bias + residual), as kernels::relu (NaN stays NaN): fused into the output
+// transform of a Winograd convolution (no second pass over y), one pass over y otherwise.
 // A Winograd weight must be applied with Conv2dGeometry::same(3).
 void conv2d_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w,
-                 const Conv2dGeometry& g, float* y, const float* residual = nullptr);
+                 const Conv2dGeometry& g, float* y, const float* residual = nullptr, bool relu = false);
 
 }  // namespace octodiff::kernels

@@ -158,8 +158,8 @@ class WinogradConv {
   static constexpr int kM = Tile::m, kAlpha = Tile::alpha, kP = Tile::positions;
 
  public:
-  WinogradConv(const float* x, const Geometry& g, const Conv2dWeights& w, float* y, const float* residual)
-      : x_(x), g_(g), w_(w), y_(y), residual_(residual), bf16_(w.packed.precision() == Precision::BF16) {
+  WinogradConv(const float* x, const Geometry& g, const Conv2dWeights& w, float* y, const float* residual, bool relu)
+      : x_(x), g_(g), w_(w), y_(y), residual_(residual), relu_(relu), bf16_(w.packed.precision() == Precision::BF16) {
     const Isa isa = kernel_isa();
     mk_ = micro_kernel(isa);
     mk16_ = micro_kernel_bf16(isa);
@@ -281,6 +281,7 @@ class WinogradConv {
             Lanes v = out[i][j];
             if (bias) v += load(bias + c);  // (Σ + bias) + residual, as the GEMM epilogue
             if (residual_) v += load(residual_ + at);
+            if (relu_) v = v < 0.0f ? Lanes{} : v;  // kernels::relu's a < 0 ? 0 : a, lane by lane
             store(y_ + at, v);
           }
       }
@@ -292,6 +293,7 @@ class WinogradConv {
   const Conv2dWeights& w_;
   float* y_;
   const float* residual_;
+  bool relu_;
   bool bf16_;
   MicroKernel mk_;
   MicroKernelBf16 mk16_;
@@ -333,7 +335,7 @@ void winograd_weight_rows(ConvAlgorithm algorithm, const float* w, int64_t Ci, i
 }
 
 void conv2d_winograd(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w, float* y,
-                     const float* residual) {
+                     const float* residual, bool relu) {
   const int64_t Ci = w.in_channels, Co = w.out_channels;
   const int positions = winograd_positions(w.algorithm);
   if (Ci % kLanes != 0 || Co % kLanes != 0 || w.packed.K() != positions * Ci || w.packed.N() != Co)
@@ -341,10 +343,10 @@ void conv2d_winograd(const float* x, int64_t N, int64_t H, int64_t W, const Conv
   if (w.algorithm == ConvAlgorithm::Winograd4x4) {
     if (w.packed.precision() != Precision::F32) fail("internal: a Winograd F(4x4, 3x3) weight packed as bf16");
     const Geometry g{N, H, W, Ci, Co, (H + 3) / 4, (W + 3) / 4};
-    return WinogradConv<F4x4>(x, g, w, y, residual).run();
+    return WinogradConv<F4x4>(x, g, w, y, residual, relu).run();
   }
   const Geometry g{N, H, W, Ci, Co, (H + 1) / 2, (W + 1) / 2};
-  WinogradConv<F2x2>(x, g, w, y, residual).run();
+  WinogradConv<F2x2>(x, g, w, y, residual, relu).run();
 }
 
 }  // namespace octodiff::kernels::detail

@@ -254,7 +254,7 @@ void attention_bf16(const float* q, const float* k, const float* v, float* out, 
 int winograd_positions(ConvAlgorithm algorithm);
 void winograd_weight_rows(ConvAlgorithm algorithm, const float* w, int64_t Ci, int64_t co0, int64_t n, float* dst);
 void conv2d_winograd(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w, float* y,
-                     const float* residual);
+                     const float* residual, bool relu);
 
 // Scratch for the length of one kernel call, from the calling thread's allocator: in a compiled
 // plan that is its arena, which keeps the block for the next call (no fresh pages) and gives it

@@ -19,14 +19,10 @@ void relu_in_place(Tensor& x) { kernels::relu(x.data(), x.numel(), x.data()); }
 
 }  // namespace
 
+// relu(conv4(relu(conv2(relu(conv0(x))))) + x), each ReLU in its convolution's output pass.
 Tensor AutoencoderTiny::Block::operator()(const Tensor& x) const {
-  Tensor h = conv0(x);
-  relu_in_place(h);
-  h = conv2(h);
-  relu_in_place(h);
-  Tensor y = conv4(h, /*residual=*/&x);
-  relu_in_place(y);
-  return y;
+  const Tensor h = conv0(x, nullptr, /*relu=*/true);
+  return conv4(conv2(h, nullptr, /*relu=*/true), /*residual=*/&x, /*relu=*/true);
 }
 
 // DecoderTiny.__init__'s list, in its order (the index of each entry names its weights).
@@ -112,10 +108,16 @@ AutoencoderTiny AutoencoderTiny::load(WeightSource& w, const AutoencoderTinyConf
 }
 
 Tensor AutoencoderTiny::run(const std::vector<Layer>& layers, Tensor x) {
-  for (const Layer& layer : layers) {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const Layer& layer = layers[i];
     check_cancelled();
     switch (layer.kind) {
-      case Layer::Kind::Conv: x = layer.conv(x); break;
+      case Layer::Kind::Conv: {  // a ReLU right after it runs in its output pass
+        const bool relu = i + 1 < layers.size() && layers[i + 1].kind == Layer::Kind::Relu;
+        x = layer.conv(x, nullptr, relu);
+        i += relu ? 1 : 0;
+        break;
+      }
       case Layer::Kind::Relu: relu_in_place(x); break;
       case Layer::Kind::Block: x = layer.block(x); break;
       case Layer::Kind::Upsample2x: {

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "io/weight_cache.h"
+#include "kernels/activations.h"
 #include "kernels/norm.h"
 #include "kernels/tensor_ops.h"
 
@@ -278,7 +279,7 @@ Conv2d Conv2d::load(WeightSource& w, const std::string& prefix, int64_t in, int6
   return c;
 }
 
-Tensor Conv2d::operator()(const Tensor& x, const Tensor* residual) const {
+Tensor Conv2d::operator()(const Tensor& x, const Tensor* residual, bool relu) const {
   if (x.rank() != 4 || x.dim(3) != weight.in_channels)
     fail("internal: Conv2d(", weight.in_channels, "->", weight.out_channels, ") applied to shape ",
          shape_str(x.shape()));
@@ -296,9 +297,10 @@ Tensor Conv2d::operator()(const Tensor& x, const Tensor* residual) const {
     kernels::conv2d_nhwc(d.data(), N / 2, H, W, weight, geometry, y.data() + out_half, r ? r + out_half : nullptr);
     add_first_half_products(y.data(), r, weight.bias.empty() ? nullptr : weight.bias.data(),
                             out_half / weight.out_channels, weight.out_channels, y.data() + out_half);
+    if (relu) kernels::relu(y.data(), y.numel(), y.data());
     return y;
   }
-  kernels::conv2d_nhwc(x.data(), N, H, W, weight, geometry, y.data(), residual ? residual->data() : nullptr);
+  kernels::conv2d_nhwc(x.data(), N, H, W, weight, geometry, y.data(), residual ? residual->data() : nullptr, relu);
   return y;
 }
 

@@ -56,8 +56,9 @@ struct Conv2d {
                           kernels::Precision precision, bool has_bias = true) {
     return load(w, prefix, in, out, k, kernels::Conv2dGeometry::same(k), precision, has_bias);
   }
-  // x: N × H × W × Cin -> N × Ho × Wo × Cout, plus `residual` when given.
-  Tensor operator()(const Tensor& x, const Tensor* residual = nullptr) const;
+  // x: N × H × W × Cin -> N × Ho × Wo × Cout, plus `residual` when given; then ReLU when `relu`
+  // (kernels::conv2d_nhwc: fused into a Winograd convolution's output transform).
+  Tensor operator()(const Tensor& x, const Tensor* residual = nullptr, bool relu = false) const;
 };
 
 // Classifier-free guidance pairs (bf16 layers only). A guided UNet call runs a batch whose first

@@ -2,11 +2,15 @@
 // convolution: odd image sizes (partial tiles), batches, bias + residual, several blocks of tiles,
 // K chunks, narrow outputs; f32 on every ISA, bf16 (F(2×2) only) on every bf16 path (bit-identical
 // between them); thread-count invariance; which convolutions the model loader sends to them.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/half.h"
 #include "kernel_test_util.h"
+#include "kernels/activations.h"
 #include "kernels/conv2d.h"
 
 namespace octodiff::kernels::test {
@@ -92,6 +96,36 @@ TEST(Winograd, Bf16MatchesReferenceOnEveryPathBitIdentically) {
       if (first.empty()) first = y;
       EXPECT_EQ(0, std::memcmp(first.data(), y.data(), y.size() * sizeof(float))) << path.name() << " " << t.name;
     }
+  }
+}
+
+// relu = true is the convolution followed by kernels::relu, to the bit, for every algorithm and
+// precision (fused into Winograd's output transform, a pass over y for direct convolutions), with
+// bias and residual before it; a NaN stays NaN.
+TEST(Winograd, FusedReluIsTheSeparatePassToTheBit) {
+  const Case t{"batch 2, 13x11, 48->80, bias + residual", 2, 13, 11, 48, 80, true, true};
+  Data d(t);
+  d.x[5 * t.Ci + 3] = NAN;  // reaches the outputs whose windows hold it
+  const std::pair<Precision, ConvAlgorithm> variants[] = {{Precision::F32, ConvAlgorithm::Direct},
+                                                          {Precision::F32, ConvAlgorithm::Winograd},
+                                                          {Precision::F32, ConvAlgorithm::Winograd4x4},
+                                                          {Precision::BF16, ConvAlgorithm::Direct},
+                                                          {Precision::BF16, ConvAlgorithm::Winograd}};
+  for (const auto& [precision, algorithm] : variants) {
+    const Conv2dWeights cw = pack_conv2d(d.w.data(), d.bias.data(), t.Co, t.Ci, 3, 3, precision, algorithm);
+    std::vector<float> separate = run(t, d, cw);
+    const auto negatives = std::count_if(separate.begin(), separate.end(), [](float v) { return v < 0; });
+    relu(separate.data(), static_cast<int64_t>(separate.size()), separate.data());
+    std::vector<float> fused(separate.size(), 7.0f);
+    conv2d_nhwc(d.x.data(), t.N, t.H, t.W, cw, Conv2dGeometry::same(3), fused.data(), d.res.data(), /*relu=*/true);
+    const auto nans = std::count_if(fused.begin(), fused.end(), [](float v) { return std::isnan(v); });
+    const std::string label = std::string(precision_name(precision)) + " algorithm " +
+                              std::to_string(static_cast<int>(algorithm));
+    std::printf("[fused relu] %s: %td of %zu outputs negative before it, %td NaN\n", label.c_str(), negatives,
+                fused.size(), nans);
+    EXPECT_GT(negatives, 1000) << label;
+    EXPECT_GT(nans, 0) << label;
+    EXPECT_EQ(0, std::memcmp(separate.data(), fused.data(), fused.size() * sizeof(float))) << label;
   }
 }
 
