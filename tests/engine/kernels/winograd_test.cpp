@@ -1,7 +1,8 @@
 // Winograd F(2×2, 3×3) and F(4×4, 3×3) convolutions against a double-precision direct
 // convolution: odd image sizes (partial tiles), batches, bias + residual, several blocks of tiles,
 // K chunks, narrow outputs; f32 on every ISA, bf16 (F(2×2) only) on every bf16 path (bit-identical
-// between them); thread-count invariance; which convolutions the model loader sends to them.
+// between them); a fused ReLU equal to the separate pass; thread-count invariance; which
+// convolutions the model loader sends to them.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
