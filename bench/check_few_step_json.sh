@@ -21,7 +21,7 @@ need() {
   fi
 }
 for key in dtype threads cpu taesd load_seconds fp32_peak_gflops peak_rss_mb few_step; do need "  " "$key"; done
-for key in arch steps guidance scheduler networks image_taesd image_vae one_step_image_taesd \
+for key in arch steps guidance scheduler networks image_taesd image_vae one_step_image_taesd one_step_image_taesd_prompt_seen \
            one_step_grid_2x4_taesd unet_per_step_seconds checks; do need "    " "$key"; done
 for key in text_encode_seconds unet_b1_seconds unet_b1_first_call_seconds unet_b1_gflops \
            unet_b1_fraction_of_peak vae_decode_seconds taesd_decode_seconds taesd_decode_fraction_of_peak \

@@ -183,6 +183,7 @@ void time_pipeline(const std::shared_ptr<const StableDiffusionModel>& model, con
                    nlohmann::json& j) {
   // The pipeline: first call compiles, second reuses the plan.
   ShardedPipeline pipe(model);
+  pipe.set_reuse_text_encodings(false);  // the second call encodes its prompts as the first did
   GenerationRequest req;
   req.prompts = {kPrompt};
   req.devices = o.devices;

@@ -205,12 +205,30 @@ void apply_chunk_weights(Tensor& z, const std::vector<const PromptChunk*>& chunk
 }
 
 Tensor encode_prompt_layouts(const ClipTextModel& encoder, const std::vector<const PromptLayout*>& rows,
-                             const PromptLayout& empty) {
+                             const PromptLayout& empty, TextEncodingCache* cache) {
   constexpr int64_t kL = kChunkTokens + 2;
   const size_t chunks = most_chunks(rows);
   const std::vector<const PromptChunk*> all = padded_chunks(rows, empty, chunks);
-  std::vector<int32_t> ids;
-  Tensor z = encoder.forward_embeddings(embed_chunks(encoder, all, &ids)).last_hidden_state;  // N × 77 × H
+  auto encode = [&](const std::vector<size_t>& which) {  // N × 77 × H, before the weights
+    std::vector<const PromptChunk*> some;
+    for (size_t i : which) some.push_back(all[i]);
+    std::vector<int32_t> ids;
+    return encoder.forward_embeddings(embed_chunks(encoder, some, &ids)).last_hidden_state;
+  };
+  Tensor z;
+  if (cache) {
+    std::vector<std::string> keys;
+    for (const PromptChunk* c : all) {
+      std::vector<std::pair<int, const Tensor*>> fixes;
+      for (const PromptChunk::Fix& fix : c->fixes) fixes.emplace_back(fix.position, &fix.vectors);
+      keys.push_back(text_row_key(c->ids.data(), c->ids.size(), fixes));
+    }
+    z = cache->rows(keys, encode);
+  } else {
+    std::vector<size_t> every(all.size());
+    for (size_t i = 0; i < all.size(); ++i) every[i] = i;
+    z = encode(every);
+  }
   apply_chunk_weights(z, all);
   // rows × (chunks·77) × H is the same memory as (rows·chunks) × 77 × H.
   return z.reshaped({static_cast<int64_t>(rows.size()), static_cast<int64_t>(chunks) * kL,

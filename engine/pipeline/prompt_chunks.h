@@ -45,6 +45,7 @@
 #include "core/tensor.h"
 #include "io/textual_inversion.h"
 #include "models/clip_text_model.h"
+#include "pipeline/text_encoding_cache.h"
 #include "text/clip_tokenizer.h"
 #include "text/prompt_syntax.h"
 
@@ -119,8 +120,9 @@ PromptLayout layout_prompt(const ClipTokenizer& tokenizer, const std::string& pr
 
 // The rows' embeddings, (rows, chunks·77, hidden) with chunks = the most any row has (the others
 // padded with the empty prompt's encoding, `empty`).
+// With a cache, chunks it holds are not encoded again (text_encoding_cache.h).
 Tensor encode_prompt_layouts(const ClipTextModel& encoder, const std::vector<const PromptLayout*>& rows,
-                             const PromptLayout& empty);
+                             const PromptLayout& empty, TextEncodingCache* cache = nullptr);
 
 // The pieces of encode_prompt_layouts, for encoders that take other hidden states (SDXL):
 // the most chunks any row has (at least 1);

@@ -104,20 +104,29 @@ TokenizedPrompts tokenize_prompts(const ClipTokenizer& tok, const std::vector<st
 }
 
 Tensor encode_device_prompts(const ClipTextModel& encoder, const TokenizedPrompts& tokens, int d, int B,
-                             bool guidance) {
-  const int rows = guidance ? 2 * B : B;
+                             bool guidance, TextEncodingCache* cache) {
   if (tokens.uses_layouts()) {
     std::vector<const PromptLayout*> layouts;
     if (guidance)
       for (int b = 0; b < B; ++b) layouts.push_back(&tokens.uncond_layouts[d * B + b]);
     for (int b = 0; b < B; ++b) layouts.push_back(&tokens.cond_layouts[d * B + b]);
-    return encode_prompt_layouts(encoder, layouts, tokens.empty);
+    return encode_prompt_layouts(encoder, layouts, tokens.empty, cache);
   }
-  std::vector<int32_t> ids;
+  std::vector<const std::vector<int32_t>*> rows;  // [uncond;] cond
   if (guidance)
-    for (int b = 0; b < B; ++b) ids.insert(ids.end(), tokens.uncond[d * B + b].begin(), tokens.uncond[d * B + b].end());
-  for (int b = 0; b < B; ++b) ids.insert(ids.end(), tokens.cond[d * B + b].begin(), tokens.cond[d * B + b].end());
-  return encoder.forward(ids, rows, tokens.length).last_hidden_state;
+    for (int b = 0; b < B; ++b) rows.push_back(&tokens.uncond[d * B + b]);
+  for (int b = 0; b < B; ++b) rows.push_back(&tokens.cond[d * B + b]);
+  auto encode = [&](const std::vector<size_t>& which) {
+    std::vector<int32_t> ids;
+    for (size_t i : which) ids.insert(ids.end(), rows[i]->begin(), rows[i]->end());
+    return encoder.forward(ids, static_cast<int64_t>(which.size()), tokens.length).last_hidden_state;
+  };
+  std::vector<size_t> all(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) all[i] = i;
+  if (!cache) return encode(all);
+  std::vector<std::string> keys;
+  for (const auto* ids : rows) keys.push_back(text_row_key(ids->data(), ids->size()));
+  return cache->rows(keys, encode);
 }
 
 }  // namespace octodiff

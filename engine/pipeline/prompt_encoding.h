@@ -9,6 +9,7 @@
 #include "core/tensor.h"
 #include "models/clip_text_model.h"
 #include "pipeline/prompt_chunks.h"
+#include "pipeline/text_encoding_cache.h"
 #include "text/clip_tokenizer.h"
 
 namespace octodiff {
@@ -44,7 +45,8 @@ TokenizedPrompts tokenize_prompts(const ClipTokenizer& tokenizer, const std::vec
 // Device d's context for the UNet, (rows, length, hidden): with guidance the B negative
 // prompts' embeddings then the B prompts' ([uncond; cond], rows = 2B), else the prompts' alone.
 // With layouts, length = 77 × the most chunks any of these rows has (the others padded).
+// With a cache, rows it holds are not encoded again (text_encoding_cache.h: the same bits).
 Tensor encode_device_prompts(const ClipTextModel& encoder, const TokenizedPrompts& tokens, int device, int batch,
-                             bool guidance);
+                             bool guidance, TextEncodingCache* cache = nullptr);
 
 }  // namespace octodiff

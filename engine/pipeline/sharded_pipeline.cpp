@@ -283,6 +283,11 @@ size_t ShardedPipeline::cached_plans() const {
   return plans_.size();
 }
 
+void ShardedPipeline::set_reuse_text_encodings(bool on) {
+  std::lock_guard<std::mutex> lock(run_mutex_);
+  reuse_text_encodings_ = on;
+}
+
 size_t ShardedPipeline::arena_bytes_reserved() const {
   std::lock_guard<std::mutex> lock(run_mutex_);
   size_t bytes = 0;
@@ -471,10 +476,10 @@ RunTokens tokenize_run(const ResolvedRequest& r, const StableDiffusionModel& m, 
 
 // Device d's text conditioning: the context (and SDXL's pooled embeddings and time ids).
 void encode_device_prompts_into(const StableDiffusionModel& m, const RunTokens& t, const ResolvedRequest& r, int d,
-                                DeviceWork& dw) {
+                                DeviceWork& dw, TextEncodingCache* cache) {
   const Signature& s = r.signature;
   if (!t.sdxl) {
-    dw.context = encode_device_prompts(m.text_encoder(), t.sd, d, s.batch, s.guidance);
+    dw.context = encode_device_prompts(m.text_encoder(), t.sd, d, s.batch, s.guidance, cache);
     return;
   }
   SdxlConditioning c = encode_sdxl_device_prompts(m.text_encoder(), m.text_encoder_2(), *t.sdxl, d, s.batch,
@@ -594,7 +599,9 @@ GenerationResult ShardedPipeline::run(const GenerationRequest& request, const Pr
   RunPhases phases(m, devices, [&](Phase p) { report(p); });  // before `work`: see RunPhases
   std::vector<DeviceWork> work(s.devices);
   phases.run(Phase::TextEncode, ModelComponent::TextEncoder, &result.timings.text_encode,
-             [&](int d) { encode_device_prompts_into(m, tokens, r, d, work[d]); });
+             [&](int d) {
+               encode_device_prompts_into(m, tokens, r, d, work[d], reuse_text_encodings_ ? &text_cache_ : nullptr);
+             });
   for (const DeviceWork& dw : work) result.context_tokens.push_back(static_cast<int>(dw.context.dim(1)));
   if (!r.init_images.empty()) {  // image-to-image: the VAE encoder makes the start
     phases.run(std::nullopt, ModelComponent::Vae, &result.timings.encode_image, [&](int d) {

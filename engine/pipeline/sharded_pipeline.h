@@ -38,6 +38,7 @@
 #include "pipeline/inpaint.h"
 #include "pipeline/latent_preview.h"
 #include "pipeline/model.h"
+#include "pipeline/text_encoding_cache.h"
 
 namespace octodiff {
 
@@ -79,6 +80,12 @@ class ShardedPipeline {
   size_t arena_bytes_reserved() const;
   size_t plans_holding_activations() const;  // 0 or 1 between runs
 
+  // SD 1.x/2.x prompts' text encodings are kept per 77-token row and reused by later runs of this
+  // pipeline, the same bits (text_encoding_cache.h; SDXL's two towers encode every run). Off:
+  // every run encodes all its prompts (benchmarks that time the encoder).
+  void set_reuse_text_encodings(bool on);
+  const TextEncodingCache& text_encodings() const { return text_cache_; }
+
  private:
   struct Plan;
   Plan& plan_for(const ResolvedRequest& r, bool* compiled, double* seconds);
@@ -105,6 +112,8 @@ class ShardedPipeline {
   std::map<std::string, std::unique_ptr<Plan>> plans_;
   uint64_t plan_uses_ = 0;  // counts plan_for calls: each plan's last use, for evicting the oldest
   std::optional<LatentPreview> previewer_;
+  TextEncodingCache text_cache_;
+  bool reuse_text_encodings_ = true;
 };
 
 }  // namespace octodiff
