@@ -204,6 +204,12 @@ void apply_chunk_weights(Tensor& z, const std::vector<const PromptChunk*>& chunk
     apply_weights_restoring_mean(z.data() + static_cast<int64_t>(n) * L * H, chunks[n]->multipliers, H);
 }
 
+std::string chunk_key(const PromptChunk& chunk) {
+  std::vector<std::pair<int, const Tensor*>> fixes;
+  for (const PromptChunk::Fix& fix : chunk.fixes) fixes.emplace_back(fix.position, &fix.vectors);
+  return text_row_key(chunk.ids.data(), chunk.ids.size(), fixes);
+}
+
 Tensor encode_prompt_layouts(const ClipTextModel& encoder, const std::vector<const PromptLayout*>& rows,
                              const PromptLayout& empty, TextEncodingCache* cache) {
   constexpr int64_t kL = kChunkTokens + 2;
@@ -218,11 +224,7 @@ Tensor encode_prompt_layouts(const ClipTextModel& encoder, const std::vector<con
   Tensor z;
   if (cache) {
     std::vector<std::string> keys;
-    for (const PromptChunk* c : all) {
-      std::vector<std::pair<int, const Tensor*>> fixes;
-      for (const PromptChunk::Fix& fix : c->fixes) fixes.emplace_back(fix.position, &fix.vectors);
-      keys.push_back(text_row_key(c->ids.data(), c->ids.size(), fixes));
-    }
+    for (const PromptChunk* c : all) keys.push_back(chunk_key(*c));
     z = cache->rows(keys, encode);
   } else {
     std::vector<size_t> every(all.size());

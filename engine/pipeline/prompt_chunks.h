@@ -120,6 +120,10 @@ PromptLayout layout_prompt(const ClipTokenizer& tokenizer, const std::string& pr
 
 // The rows' embeddings, (rows, chunks·77, hidden) with chunks = the most any row has (the others
 // padded with the empty prompt's encoding, `empty`).
+// A chunk's TextEncodingCache key: its ids and textual-inversion vectors (not its weights,
+// which apply after the encoder).
+std::string chunk_key(const PromptChunk& chunk);
+
 // With a cache, chunks it holds are not encoded again (text_encoding_cache.h).
 Tensor encode_prompt_layouts(const ClipTextModel& encoder, const std::vector<const PromptLayout*>& rows,
                              const PromptLayout& empty, TextEncodingCache* cache = nullptr);

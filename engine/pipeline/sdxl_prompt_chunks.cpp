@@ -60,7 +60,7 @@ SdxlTokenizedPrompts sdxl_layouts(TokenizedPrompts tower_1, TokenizedPrompts tow
 SdxlConditioning encode_sdxl_device_layouts(const ClipTextModel& encoder_1,
                                             const ClipTextModelWithProjection& encoder_2,
                                             const SdxlTokenizedPrompts& tokens, int d, int B, bool guidance,
-                                            const std::array<float, 6>& time_ids) {
+                                            const std::array<float, 6>& time_ids, TextEncodingCache* cache) {
   constexpr int64_t kL = kChunkTokens + 2;
   const std::vector<const PromptLayout*> rows_1 = device_rows(tokens.tower_1, tokens.zero_uncond, d, B, guidance);
   const std::vector<const PromptLayout*> rows_2 = device_rows(tokens.tower_2, tokens.zero_uncond, d, B, guidance);
@@ -69,17 +69,32 @@ SdxlConditioning encode_sdxl_device_layouts(const ClipTextModel& encoder_1,
   const std::vector<const PromptChunk*> chunks_1 = padded_chunks(encoded_1, tokens.tower_1.empty, k);
   const std::vector<const PromptChunk*> chunks_2 = padded_chunks(encoded_2, tokens.tower_2.empty, k);
 
-  std::vector<int32_t> ids_1, ids_2;
-  Tensor hidden_1 = encoder_1.forward_embeddings(embed_chunks(encoder_1, chunks_1, &ids_1)).penultimate;
+  const int64_t H1 = encoder_1.config().hidden_size, H2 = encoder_2.config().hidden_size;
+  const int64_t P = encoder_2.config().projection_dim;
+  std::vector<std::string> keys;  // a chunk pair: what both towers read
+  for (size_t i = 0; i < chunks_1.size(); ++i) keys.push_back(chunk_key(*chunks_1[i]) + chunk_key(*chunks_2[i]));
+  SdxlTowerRows out = sdxl_tower_rows(
+      keys, kL, H1, H2, P,
+      [&](const std::vector<size_t>& which) {
+        std::vector<const PromptChunk*> some_1, some_2;
+        for (size_t i : which) {
+          some_1.push_back(chunks_1[i]);
+          some_2.push_back(chunks_2[i]);
+        }
+        std::vector<int32_t> ids_1, ids_2;
+        Tensor hidden_1 = encoder_1.forward_embeddings(embed_chunks(encoder_1, some_1, &ids_1)).penultimate;
+        const Tensor embeds_2 = embed_chunks(encoder_2.text_model(), some_2, &ids_2);
+        ClipTextProjectionOutput out_2 = encoder_2.forward_embeddings(embeds_2, ids_2);  // ids_2 place the EOS
+        return SdxlTowerRows{std::move(hidden_1), std::move(out_2.penultimate), std::move(out_2.text_embeds)};
+      },
+      cache);
+  Tensor& hidden_1 = out.hidden_1;
   apply_chunk_weights(hidden_1, chunks_1);  // (n·k) × 77 × H1
-  const Tensor embeds_2 = embed_chunks(encoder_2.text_model(), chunks_2, &ids_2);
-  ClipTextProjectionOutput out_2 = encoder_2.forward_embeddings(embeds_2, ids_2);  // ids_2 place the EOS
-  apply_chunk_weights(out_2.penultimate, chunks_2);  // (n·k) × 77 × H2
+  apply_chunk_weights(out.hidden_2, chunks_2);  // (n·k) × 77 × H2
 
   const int64_t N = static_cast<int64_t>(rows_1.size()), T = static_cast<int64_t>(k) * kL;
-  const int64_t H1 = hidden_1.dim(2), H2 = out_2.penultimate.dim(2), P = out_2.text_embeds.dim(1);
   const Tensor z1 = hidden_1.reshaped({static_cast<int64_t>(encoded_1.size()), T, H1});
-  const Tensor z2 = out_2.penultimate.reshaped({static_cast<int64_t>(encoded_2.size()), T, H2});
+  const Tensor z2 = out.hidden_2.reshaped({static_cast<int64_t>(encoded_2.size()), T, H2});
   SdxlConditioning c;
   c.context = Tensor::zeros({N, T, H1 + H2});
   c.text_time.text_embeds = Tensor::zeros({N, P});
@@ -91,7 +106,7 @@ SdxlConditioning encode_sdxl_device_layouts(const ClipTextModel& encoder_1,
     put_columns(z1, j, c.context, r, 0);
     put_columns(z2, j, c.context, r, H1);
     const int64_t first_chunk = j * static_cast<int64_t>(k);  // pooled from the first chunk
-    std::memcpy(c.text_time.text_embeds.data() + r * P, out_2.text_embeds.data() + first_chunk * P, sizeof(float) * P);
+    std::memcpy(c.text_time.text_embeds.data() + r * P, out.text_embeds.data() + first_chunk * P, sizeof(float) * P);
     ++j;
   }
   return c;

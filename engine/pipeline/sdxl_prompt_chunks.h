@@ -46,7 +46,7 @@ SdxlTokenizedPrompts sdxl_layouts(TokenizedPrompts tower_1, TokenizedPrompts tow
 SdxlConditioning encode_sdxl_device_layouts(const ClipTextModel& encoder_1,
                                             const ClipTextModelWithProjection& encoder_2,
                                             const SdxlTokenizedPrompts& tokens, int device, int batch, bool guidance,
-                                            const std::array<float, 6>& time_ids);
+                                            const std::array<float, 6>& time_ids, TextEncodingCache* cache = nullptr);
 
 // The request's prompts read for an SDXL model: its prompt syntax, long-prompt rule, comma
 // backtrack and embeddings folder (SDXL embeddings only, io/textual_inversion.h). The warnings

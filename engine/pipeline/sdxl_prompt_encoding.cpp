@@ -53,10 +53,46 @@ void put_columns(const Tensor& src, int64_t r, Tensor& dst, int64_t to, int64_t 
 
 }  // namespace
 
+SdxlTowerRows sdxl_tower_rows(const std::vector<std::string>& keys, int64_t L, int64_t H1, int64_t H2, int64_t P,
+                              const std::function<SdxlTowerRows(const std::vector<size_t>&)>& encode,
+                              TextEncodingCache* cache) {
+  const int64_t n = static_cast<int64_t>(keys.size());
+  if (!cache) {
+    std::vector<size_t> all(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) all[i] = i;
+    return encode(all);
+  }
+  // A cached row is one vector: L·H1 of tower 1, L·H2 of tower 2, then P.
+  const int64_t a = L * H1, b = L * H2, W = a + b + P;
+  const Tensor packed = cache->rows(keys, [&](const std::vector<size_t>& which) {
+    const SdxlTowerRows o = encode(which);
+    const int64_t m = static_cast<int64_t>(which.size());
+    if (o.hidden_1.numel() != m * a || o.hidden_2.numel() != m * b || o.text_embeds.numel() != m * P)
+      fail("internal: SDXL text towers returned unexpected shapes");
+    Tensor t = Tensor::empty({m, 1, W});
+    for (int64_t r = 0; r < m; ++r) {
+      float* dst = t.data() + r * W;
+      std::memcpy(dst, o.hidden_1.data() + r * a, sizeof(float) * a);
+      std::memcpy(dst + a, o.hidden_2.data() + r * b, sizeof(float) * b);
+      std::memcpy(dst + a + b, o.text_embeds.data() + r * P, sizeof(float) * P);
+    }
+    return t;
+  });
+  SdxlTowerRows out{Tensor::empty({n, L, H1}), Tensor::empty({n, L, H2}), Tensor::empty({n, P})};
+  for (int64_t r = 0; r < n; ++r) {
+    const float* src = packed.data() + r * W;
+    std::memcpy(out.hidden_1.data() + r * a, src, sizeof(float) * a);
+    std::memcpy(out.hidden_2.data() + r * b, src + a, sizeof(float) * b);
+    std::memcpy(out.text_embeds.data() + r * P, src + a + b, sizeof(float) * P);
+  }
+  return out;
+}
+
 SdxlConditioning encode_sdxl_device_prompts(const ClipTextModel& encoder_1, const ClipTextModelWithProjection& encoder_2,
                                             const SdxlTokenizedPrompts& tokens, int d, int B, bool guidance,
-                                            const std::array<float, 6>& time_ids) {
-  if (tokens.uses_layouts()) return encode_sdxl_device_layouts(encoder_1, encoder_2, tokens, d, B, guidance, time_ids);
+                                            const std::array<float, 6>& time_ids, TextEncodingCache* cache) {
+  if (tokens.uses_layouts())
+    return encode_sdxl_device_layouts(encoder_1, encoder_2, tokens, d, B, guidance, time_ids, cache);
   // The rows of the UNet's batch ([uncond; cond] or cond) and which of them run the encoders.
   struct Row {
     const std::vector<int32_t>* ids_1 = nullptr;  // null: a zero row
@@ -70,18 +106,32 @@ SdxlConditioning encode_sdxl_device_prompts(const ClipTextModel& encoder_1, cons
     }
   for (int b = 0; b < B; ++b) rows.push_back({&tokens.cond_1[d * B + b], &tokens.cond_2[d * B + b]});
 
-  std::vector<int32_t> ids_1, ids_2;
   std::vector<int64_t> encoded;  // the rows that run the encoders, in order
+  std::vector<std::string> keys;
   for (size_t r = 0; r < rows.size(); ++r) {
     if (!rows[r].ids_1) continue;
-    ids_1.insert(ids_1.end(), rows[r].ids_1->begin(), rows[r].ids_1->end());
-    ids_2.insert(ids_2.end(), rows[r].ids_2->begin(), rows[r].ids_2->end());
     encoded.push_back(static_cast<int64_t>(r));
+    keys.push_back(text_row_key(rows[r].ids_1->data(), rows[r].ids_1->size()) +
+                   text_row_key(rows[r].ids_2->data(), rows[r].ids_2->size()));
   }
   const int64_t n = static_cast<int64_t>(encoded.size()), L = tokens.length;
-  const Tensor hidden_1 = encoder_1.forward(ids_1, n, L).penultimate;
-  const ClipTextProjectionOutput out_2 = encoder_2.forward(ids_2, n, L);
-  const int64_t H1 = hidden_1.dim(2), H2 = out_2.penultimate.dim(2), P = out_2.text_embeds.dim(1);
+  const int64_t H1 = encoder_1.config().hidden_size, H2 = encoder_2.text_model().config().hidden_size;
+  const int64_t P = encoder_2.config().projection_dim;
+  const SdxlTowerRows towers = sdxl_tower_rows(
+      keys, L, H1, H2, P,
+      [&](const std::vector<size_t>& which) {
+        std::vector<int32_t> ids_1, ids_2;
+        for (size_t k : which) {
+          const Row& row = rows[encoded[k]];
+          ids_1.insert(ids_1.end(), row.ids_1->begin(), row.ids_1->end());
+          ids_2.insert(ids_2.end(), row.ids_2->begin(), row.ids_2->end());
+        }
+        const int64_t m = static_cast<int64_t>(which.size());
+        ClipTextProjectionOutput out_2 = encoder_2.forward(ids_2, m, L);
+        return SdxlTowerRows{encoder_1.forward(ids_1, m, L).penultimate, std::move(out_2.penultimate),
+                             std::move(out_2.text_embeds)};
+      },
+      cache);
 
   const int64_t N = static_cast<int64_t>(rows.size());
   SdxlConditioning c;
@@ -89,9 +139,9 @@ SdxlConditioning encode_sdxl_device_prompts(const ClipTextModel& encoder_1, cons
   c.text_time.text_embeds = Tensor::zeros({N, P});
   c.text_time.time_ids = Tensor::empty({N, 6});
   for (int64_t k = 0; k < n; ++k) {
-    put_columns(hidden_1, k, c.context, encoded[k], 0);
-    put_columns(out_2.penultimate, k, c.context, encoded[k], H1);
-    std::memcpy(c.text_time.text_embeds.data() + encoded[k] * P, out_2.text_embeds.data() + k * P, sizeof(float) * P);
+    put_columns(towers.hidden_1, k, c.context, encoded[k], 0);
+    put_columns(towers.hidden_2, k, c.context, encoded[k], H1);
+    std::memcpy(c.text_time.text_embeds.data() + encoded[k] * P, towers.text_embeds.data() + k * P, sizeof(float) * P);
   }
   for (int64_t r = 0; r < N; ++r) std::memcpy(c.text_time.time_ids.data() + r * 6, time_ids.data(), sizeof(float) * 6);
   return c;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "models/unet_2d_condition.h"
 #include "pipeline/generation.h"
 #include "pipeline/prompt_encoding.h"
+#include "pipeline/text_encoding_cache.h"
 #include "text/clip_tokenizer.h"
 
 namespace octodiff {
@@ -66,8 +68,22 @@ struct SdxlConditioning {
 
 // Device d's UNet conditioning: with guidance the B negative rows then the B prompts' rows
 // ([uncond; cond], rows = 2B, both halves with the same time ids), else the prompts' alone.
+// With a cache, rows (or chunks) it holds are not encoded again (text_encoding_cache.h).
 SdxlConditioning encode_sdxl_device_prompts(const ClipTextModel& encoder_1, const ClipTextModelWithProjection& encoder_2,
                                             const SdxlTokenizedPrompts& tokens, int device, int batch, bool guidance,
-                                            const std::array<float, 6>& time_ids);
+                                            const std::array<float, 6>& time_ids, TextEncodingCache* cache = nullptr);
+
+// Both towers' outputs for n rows of 77 tokens (or chunks), before any emphasis weights.
+struct SdxlTowerRows {
+  Tensor hidden_1;     // n × L × H1: tower 1's hidden_states[-2]
+  Tensor hidden_2;     // n × L × H2: tower 2's hidden_states[-2]
+  Tensor text_embeds;  // n × P: tower 2's projected EOS state
+};
+// Rows `keys` (one per row: what both towers read), from `cache` when it holds them, the others
+// from one call of `encode` (the indices of the rows it must encode); without a cache, all of
+// them from `encode`. L, H1, H2 and P are the shapes `encode` returns.
+SdxlTowerRows sdxl_tower_rows(const std::vector<std::string>& keys, int64_t L, int64_t H1, int64_t H2, int64_t P,
+                              const std::function<SdxlTowerRows(const std::vector<size_t>&)>& encode,
+                              TextEncodingCache* cache);
 
 }  // namespace octodiff

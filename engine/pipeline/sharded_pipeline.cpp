@@ -483,7 +483,8 @@ void encode_device_prompts_into(const StableDiffusionModel& m, const RunTokens& 
     return;
   }
   SdxlConditioning c = encode_sdxl_device_prompts(m.text_encoder(), m.text_encoder_2(), *t.sdxl, d, s.batch,
-                                                  s.guidance, sdxl_time_ids(r.request.sdxl_size, s.height, s.width));
+                                                  s.guidance, sdxl_time_ids(r.request.sdxl_size, s.height, s.width),
+                                                  cache);
   dw.context = std::move(c.context);
   dw.text_time = std::move(c.text_time);
 }

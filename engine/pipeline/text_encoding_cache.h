@@ -5,7 +5,8 @@
 // TextEncodingCache.RowsEncodeAloneAsInABatch), so a row from the cache holds the bits the
 // encoder would give. A row is keyed by what the encoder reads: its token ids and any
 // textual-inversion vectors put in place of their rows (emphasis weights are applied after the
-// encoder, so they are not part of it). One cache per pipeline, i.e. per model with its LoRAs.
+// encoder, so they are not part of it); SDXL keys a row by both towers' inputs and keeps both
+// towers' outputs in one vector. One cache per pipeline, i.e. per model with its LoRAs.
 #pragma once
 
 #include <cstdint>
@@ -53,7 +54,8 @@ class TextEncodingCache {
   size_t hits_ = 0, misses_ = 0;
 };
 
-// A row's key: its ids and, for each textual-inversion fix, its position and vectors.
+// A row's key: its ids and, for each textual-inversion fix, its position and vectors; keys are
+// self-delimiting, so two rows' keys concatenated are the key of the pair.
 std::string text_row_key(const int32_t* ids, size_t count, const std::vector<std::pair<int, const Tensor*>>& fixes = {});
 
 }  // namespace octodiff

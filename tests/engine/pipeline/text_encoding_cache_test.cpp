@@ -23,6 +23,11 @@ std::shared_ptr<const StableDiffusionModel> tiny_model() {
   return model;
 }
 
+std::shared_ptr<const StableDiffusionModel> tiny_sdxl() {
+  static auto model = StableDiffusionModel::load(test::data_dir() / "tiny-sdxl");
+  return model;
+}
+
 bool same_bits(const float* a, const float* b, int64_t n) { return std::memcmp(a, b, sizeof(float) * n) == 0; }
 
 bool same_images(const Tensor& a, const Tensor& b) {
@@ -70,6 +75,22 @@ void expect_rows_encode_alone_as_in_a_batch() {
     EXPECT_TRUE(same_bits(alone.data(), batch.data() + i * row, row)) << "row " << i << ": '" << prompts[i] << "'";
     const Tensor embedded = encoder.forward_embeddings(encoder.embed_tokens(one, 1, L)).last_hidden_state;
     EXPECT_TRUE(same_bits(embedded.data(), alone.data(), row)) << "row " << i << " through forward_embeddings";
+  }
+  // SDXL's second tower: hidden_states[-2] and the projected EOS state, row by row.
+  const auto xl = tiny_sdxl();
+  std::vector<int32_t> ids_2;
+  for (const auto& p : prompts) {
+    const auto enc = xl->tokenizer_2().encode(p);
+    ids_2.insert(ids_2.end(), enc.ids.begin(), enc.ids.end());
+  }
+  const int64_t L2 = xl->tokenizer_2().max_length();
+  const ClipTextProjectionOutput all = xl->text_encoder_2().forward(ids_2, n, L2);
+  const int64_t hidden = all.penultimate.numel() / n, P = all.text_embeds.numel() / n;
+  for (int64_t i = 0; i < n; ++i) {
+    const std::vector<int32_t> one(ids_2.begin() + i * L2, ids_2.begin() + (i + 1) * L2);
+    const ClipTextProjectionOutput alone = xl->text_encoder_2().forward(one, 1, L2);
+    EXPECT_TRUE(same_bits(alone.penultimate.data(), all.penultimate.data() + i * hidden, hidden)) << "SDXL row " << i;
+    EXPECT_TRUE(same_bits(alone.text_embeds.data(), all.text_embeds.data() + i * P, P)) << "SDXL text_embeds " << i;
   }
 }
 
@@ -147,27 +168,32 @@ GenerationRequest request(std::vector<std::string> prompts, uint64_t seed, Promp
 // Later runs take the rows earlier runs encoded (the negative prompt, a prompt seen before, the
 // same prompt on two devices) and give the very images of a pipeline that encodes everything.
 TEST(TextEncodingCache, PipelinesReusingEncodingsMakeTheSameImages) {
-  for (PromptSyntax syntax : {PromptSyntax::Plain, PromptSyntax::A1111}) {
-    const bool a1111 = syntax == PromptSyntax::A1111;
-    ShardedPipeline reusing(tiny_model()), afresh(tiny_model());
-    afresh.set_reuse_text_encodings(false);
-    const std::vector<GenerationRequest> runs = {
-        request({"a red circle"}, 1, syntax),
-        request({"a red circle"}, 2, syntax),  // the next seed: nothing to encode
-        request({a1111 ? "(a red circle:1.4)" : "a red circle", "a blue square"}, 3, syntax),
-        request({"a blue square", "a blue square"}, 4, syntax),
-    };
-    size_t hits_before = 0;
-    for (size_t i = 0; i < runs.size(); ++i) {
-      const GenerationResult got = reusing.run(runs[i]), want = afresh.run(runs[i]);
-      EXPECT_TRUE(same_images(got.images, want.images)) << (a1111 ? "A1111" : "plain") << " run " << i;
-      const size_t hits = reusing.text_encodings().hits() - hits_before;
-      hits_before = reusing.text_encodings().hits();
-      std::printf("[text cache %s] run %zu: %zu rows from the cache\n", a1111 ? "A1111" : "plain", i, hits);
-      if (i > 0) {
-        EXPECT_GE(hits, 2u) << "run " << i << " should reuse the negative prompt and a prompt";
+  for (const bool xl : {false, true}) {
+    for (PromptSyntax syntax : {PromptSyntax::Plain, PromptSyntax::A1111}) {
+      const bool a1111 = syntax == PromptSyntax::A1111;
+      const auto model = xl ? tiny_sdxl() : tiny_model();
+      SCOPED_TRACE(xl ? "SDXL" : "SD");
+      ShardedPipeline reusing(model), afresh(model);
+      afresh.set_reuse_text_encodings(false);
+      const std::vector<GenerationRequest> runs = {
+          request({"a red circle"}, 1, syntax),
+          request({"a red circle"}, 2, syntax),  // the next seed: nothing to encode
+          request({a1111 ? "(a red circle:1.4)" : "a red circle", "a blue square"}, 3, syntax),
+          request({"a blue square", "a blue square"}, 4, syntax),
+      };
+      size_t hits_before = 0;
+      for (size_t i = 0; i < runs.size(); ++i) {
+        const GenerationResult got = reusing.run(runs[i]), want = afresh.run(runs[i]);
+        EXPECT_TRUE(same_images(got.images, want.images)) << (a1111 ? "A1111" : "plain") << " run " << i;
+        const size_t hits = reusing.text_encodings().hits() - hits_before;
+        hits_before = reusing.text_encodings().hits();
+        std::printf("[text cache %s %s] run %zu: %zu rows from the cache\n", xl ? "SDXL" : "SD",
+                    a1111 ? "A1111" : "plain", i, hits);
+        if (i > 0) {
+          EXPECT_GE(hits, 2u) << "run " << i << " should reuse the negative prompt and a prompt";
+        }
       }
+      EXPECT_EQ(afresh.text_encodings().hits() + afresh.text_encodings().misses(), 0u);
     }
-    EXPECT_EQ(afresh.text_encodings().hits() + afresh.text_encodings().misses(), 0u);
   }
 }
