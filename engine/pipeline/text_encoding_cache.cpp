@@ -24,6 +24,7 @@ std::string text_row_key(const int32_t* ids, size_t count, const std::vector<std
 }
 
 Tensor TextEncodingCache::rows(const std::vector<std::string>& keys, const Encode& encode) {
+  if (keys.empty()) fail("internal: a text encoding of no rows");
   std::vector<Tensor> found(keys.size());
   std::vector<size_t> missing;                      // first index of each distinct key not held
   std::unordered_map<std::string, size_t> first;    // key → its index in `missing`'s batch

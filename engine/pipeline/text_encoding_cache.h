@@ -37,7 +37,8 @@ class TextEncodingCache {
   size_t misses() const;  // rows encoded so far
   size_t size() const;    // rows held
 
-  // 32 rows: 77 × 1024 floats each for SD 2's encoder, 10 MB in all.
+  // 32 rows: 77 × 1024 floats each for SD 2's encoder (10 MB in all), 77 × (768 + 1280) + 1280 for
+  // SDXL's two towers (20 MB).
   static constexpr size_t kDefaultCapacityRows = 32;
 
  private:
