@@ -81,8 +81,8 @@ class ShardedPipeline {
   size_t plans_holding_activations() const;  // 0 or 1 between runs
 
   // Prompts' text encodings (SDXL: both towers') are kept per 77-token row and reused by later runs
-  // of this pipeline, the same bits (text_encoding_cache.h). Off:
-  // every run encodes all its prompts (benchmarks that time the encoder).
+  // of this pipeline, the same bits (text_encoding_cache.h). Off: every run encodes all its
+  // prompts (benchmarks that time the encoder).
   void set_reuse_text_encodings(bool on);
   const TextEncodingCache& text_encodings() const { return text_cache_; }
 
