@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/memory.h"
 
 namespace octodiff {
 
@@ -48,6 +49,9 @@ Tensor TextEncodingCache::rows(const std::vector<std::string>& keys, const Encod
     if (batch.rank() != 3 || batch.dim(0) != static_cast<int64_t>(missing.size()))
       fail("internal: text encoding of ", missing.size(), " rows returned shape ", shape_str(batch.shape()));
     std::lock_guard<std::mutex> lock(mutex_);
+    // Held rows come from the heap: the run's allocator is its plan's arena, which is trimmed or
+    // destroyed while the cache lives on.
+    const AllocatorScope heap(nullptr);
     for (size_t j = 0; j < missing.size(); ++j) {
       Tensor row = batch.slice0(static_cast<int64_t>(j), static_cast<int64_t>(j) + 1).clone();
       insert(keys[missing[j]], row);
