@@ -338,6 +338,11 @@ void run_gemm(const ASource& src, int64_t M, const PackedMatrix& b, float* c, in
   const int64_t panels = tiling.panels;
   const bool scratch = src.needs_scratch();
 
+  // kernel_tuning().gemm_prefetch_b: each micro-row prefetches its B slice kAhead rows ahead of
+  // its loads (past a slice's end: the next chunk's or panel's, the next bytes of the layout).
+  const bool prefetch_b = mk.fn_prefetch && kernel_tuning().gemm_prefetch_b;
+  constexpr int64_t kAhead = 24;  // k rows, 3 KiB (16…96 measured alike on Emerald Rapids)
+
   // One K chunk of rows [i0, i0 + rows) × panels [p0, p1): the A block once, then every panel.
   auto compute = [&](float* buffer, int64_t i0, int64_t rows, int64_t p0, int64_t p1, int64_t k0) {
     const int64_t kc = std::min(kc_max, K - k0);
@@ -351,7 +356,11 @@ void run_gemm(const ASource& src, int64_t M, const PackedMatrix& b, float* c, in
       const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - j0));
       for (int64_t r = 0; r < rows; r += mk.mr) {
         const int mr = static_cast<int>(std::min<int64_t>(mk.mr, rows - r));
-        mk.fn(kc, a + r * lda, lda, bp, c + (i0 + r) * ldc + j0, ldc, mr, cols, load);
+        if (prefetch_b)
+          mk.fn_prefetch(kc, a + r * lda, lda, bp, c + (i0 + r) * ldc + j0, ldc, mr, cols, load,
+                         bp + kAhead * kPanel);
+        else
+          mk.fn(kc, a + r * lda, lda, bp, c + (i0 + r) * ldc + j0, ldc, mr, cols, load);
         if (last && (ep.bias || ep.residual)) apply_epilogue(c, ldc, i0 + r, mr, j0, cols, ep);
       }
     }

@@ -13,9 +13,10 @@ __mmask16 lane_mask(int n) {  // first n of 16 lanes
 // kHalf: only the first 16 columns of the panel are wanted (cols ≤ 16), so the second
 // accumulator column is skipped: half the FMAs for narrow outputs (N = 40, 80, 3, …). The
 // first column's arithmetic is the same either way, so results do not depend on the choice.
-template <int MR, bool kHalf>
+// kPrefetch: every k also prefetches the two lines at pf + k·kPanel (MicroKernelPrefetchFn).
+template <int MR, bool kHalf, bool kPrefetch = false>
 void kernel(int64_t kc, const float* a, int64_t lda, const float* b, float* c, int64_t ldc,
-            int cols, bool load) {
+            int cols, bool load, const float* pf = nullptr) {
   __m512 c0[MR], c1[kHalf ? 1 : MR];
   const __mmask16 m0 = lane_mask(cols), m1 = lane_mask(cols - 16);
   if (!load) {
@@ -33,6 +34,10 @@ void kernel(int64_t kc, const float* a, int64_t lda, const float* b, float* c, i
     if constexpr (!kHalf) c1[r] = load ? _mm512_maskz_loadu_ps(m1, c + r * ldc + 16) : _mm512_setzero_ps();
   }
   for (int64_t k = 0; k < kc; ++k) {
+    if constexpr (kPrefetch) {
+      _mm_prefetch(reinterpret_cast<const char*>(pf + k * kPanel), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(pf + k * kPanel + 16), _MM_HINT_T0);
+    }
     const __m512 b0 = _mm512_load_ps(b + k * kPanel);
     if constexpr (kHalf) {
       #pragma GCC unroll 16
@@ -54,31 +59,36 @@ void kernel(int64_t kc, const float* a, int64_t lda, const float* b, float* c, i
   }
 }
 
-using Fn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, int, bool);
-template <bool kHalf>
+using Fn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, int, bool, const float*);
+template <bool kHalf, bool kPrefetch>
 constexpr Fn kByRows[15] = {nullptr,
-                            kernel<1, kHalf>,
-                            kernel<2, kHalf>,
-                            kernel<3, kHalf>,
-                            kernel<4, kHalf>,
-                            kernel<5, kHalf>,
-                            kernel<6, kHalf>,
-                            kernel<7, kHalf>,
-                            kernel<8, kHalf>,
-                            kernel<9, kHalf>,
-                            kernel<10, kHalf>,
-                            kernel<11, kHalf>,
-                            kernel<12, kHalf>,
-                            kernel<13, kHalf>,
-                            kernel<14, kHalf>};
+                            kernel<1, kHalf, kPrefetch>,
+                            kernel<2, kHalf, kPrefetch>,
+                            kernel<3, kHalf, kPrefetch>,
+                            kernel<4, kHalf, kPrefetch>,
+                            kernel<5, kHalf, kPrefetch>,
+                            kernel<6, kHalf, kPrefetch>,
+                            kernel<7, kHalf, kPrefetch>,
+                            kernel<8, kHalf, kPrefetch>,
+                            kernel<9, kHalf, kPrefetch>,
+                            kernel<10, kHalf, kPrefetch>,
+                            kernel<11, kHalf, kPrefetch>,
+                            kernel<12, kHalf, kPrefetch>,
+                            kernel<13, kHalf, kPrefetch>,
+                            kernel<14, kHalf, kPrefetch>};
 
 void dispatch(int64_t kc, const float* a, int64_t lda, const float* b, float* c, int64_t ldc,
               int rows, int cols, bool load) {
-  (cols <= 16 ? kByRows<true> : kByRows<false>)[rows](kc, a, lda, b, c, ldc, cols, load);
+  (cols <= 16 ? kByRows<true, false> : kByRows<false, false>)[rows](kc, a, lda, b, c, ldc, cols, load, nullptr);
+}
+
+void dispatch_prefetch(int64_t kc, const float* a, int64_t lda, const float* b, float* c, int64_t ldc,
+                       int rows, int cols, bool load, const float* prefetch) {
+  (cols <= 16 ? kByRows<true, true> : kByRows<false, true>)[rows](kc, a, lda, b, c, ldc, cols, load, prefetch);
 }
 
 }  // namespace
 
-MicroKernel micro_kernel_avx512() { return {14, &dispatch}; }
+MicroKernel micro_kernel_avx512() { return {14, &dispatch, &dispatch_prefetch}; }
 
 }  // namespace octodiff::kernels::detail

@@ -69,9 +69,15 @@ void pack_bf16_panels(int64_t K, int64_t N, const PanelRows& rows, uint16_t* dst
 // so results never depend on how the output was tiled.
 using MicroKernelFn = void (*)(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
                                int64_t ldc, int rows, int cols, bool load);
+// The same, and for every k the two cache lines at prefetch + k·kPanel (another panel slice, or
+// this one further on) are prefetched into L1: a B streaming from memory arrives before the
+// micro-rows need it. Same arithmetic as fn, so the same bits.
+using MicroKernelPrefetchFn = void (*)(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
+                                       int64_t ldc, int rows, int cols, bool load, const float* prefetch);
 struct MicroKernel {
   int mr = 0;
   MicroKernelFn fn = nullptr;
+  MicroKernelPrefetchFn fn_prefetch = nullptr;  // null: this ISA's kernel has no prefetching variant
 };
 MicroKernel micro_kernel(Isa isa);
 MicroKernel micro_kernel_generic();

@@ -40,6 +40,10 @@ struct KernelTuning {
   // (half as many when there are fewer than 8 groups' worth of panels).
   int64_t gemm_stream_b_mib = 8;
   int64_t gemm_stream_panels = 8;
+  // 1: the f32 GEMM's micro-kernel prefetches its B slice a few rows ahead of its loads (for weights
+  // streaming from memory to few rows — the text encoder's 77 — where the hardware prefetcher
+  // restarts at every 4 KiB page: +9…13 % on Emerald Rapids); 0: it leaves that to the hardware.
+  int64_t gemm_prefetch_b = 0;
   // Rows of the AVX-512 micro-kernels (at most 14: 28 accumulators + the B vectors fill the 32
   // registers). The bf16 widening fallback has at most 12.
   int64_t avx512_mr = 14;

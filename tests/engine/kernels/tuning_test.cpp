@@ -50,12 +50,18 @@ TEST(KernelTuningChoice, CacheRuleGivesTodaysValuesOnZen4Caches) {
 }
 
 TEST(KernelTuningChoice, SapphireAndEmeraldRapidsMultiplyBf16WithFma) {
-  // VDPBF16PS issues at half the FMA rate there (measured on model 207): the bf16 kernels widen.
+  // VDPBF16PS issues at half the FMA rate there (measured on model 207): the bf16 kernels widen;
+  // and the f32 GEMM prefetches B (measured there too).
   for (int model : {143, 207}) {
     KernelTuning expected;
     expected.bf16_dot = 0;
+    expected.gemm_prefetch_b = 1;
     EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, model}, kZen4Caches), expected) << model;
   }
+  // Not measured elsewhere: no B prefetching on Zen 4 (its tuning), Zen 5 or other Intel cores.
+  EXPECT_EQ(choose_kernel_tuning({"AuthenticAMD", 25, 0x11}, kZen4Caches).gemm_prefetch_b, 0);
+  EXPECT_EQ(choose_kernel_tuning({"AuthenticAMD", 26, 0x44}, kZen4Caches).gemm_prefetch_b, 0);
+  EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, 173}, kZen4Caches).gemm_prefetch_b, 0);
   // Other Intel cores (Cooper Lake 85, Granite Rapids 173) are not measured: VDPBF16PS stays.
   EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, 85}, kZen4Caches).bf16_dot, 1);
   EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, 173}, kZen4Caches).bf16_dot, 1);
@@ -196,11 +202,11 @@ std::vector<NamedTuning> tunings() {
                         KernelTuning{}, "gemm_kc=64,bf16_kc=96,gemm_mc_micro_rows=2,gemm_mc_micro_rows_narrow=3,"
                                         "gemm_nc_panels=2,gemm_stream_b_mib=1,gemm_stream_panels=2,avx512_mr=5,"
                                         "avx512_bf16_mr=7,winograd_micro_rows=1,attention_key_tile=64,"
-                                        "attention_query_micro_rows=1")},
+                                        "attention_query_micro_rows=1,gemm_prefetch_b=1")},
           {"large", apply_kernel_tuning_overrides(
                         KernelTuning{}, "gemm_kc=1024,bf16_kc=512,gemm_mc_micro_rows=16,gemm_nc_panels=64,"
                                         "avx512_mr=9,avx512_bf16_mr=11,winograd_micro_rows=32,"
-                                        "attention_key_tile=512,attention_query_micro_rows=8")}};
+                                        "attention_key_tile=512,attention_query_micro_rows=8,gemm_prefetch_b=0")}};
 }
 
 std::vector<float> rounded(const std::vector<float>& v) {
@@ -253,7 +259,8 @@ TEST(KernelTuningKernels, GemmBf16AccurateAndThreadInvariant) {
   }
 }
 
-// Row, column and micro-kernel blocking never change a bit (only K chunks and key tiles order sums).
+// Row, column and micro-kernel blocking and B prefetching never change a bit (only K chunks and key
+// tiles order sums).
 TEST(KernelTuningKernels, RowAndColumnBlockingChangeNoBit) {
   const GemmData d;
   const std::vector<float> f32 = run_gemm(d, Precision::F32), bf16 = run_gemm(d, Precision::BF16);
@@ -263,6 +270,7 @@ TEST(KernelTuningKernels, RowAndColumnBlockingChangeNoBit) {
   t.avx512_mr = 6;
   t.avx512_bf16_mr = 9;
   t.gemm_stream_b_mib = 1;
+  t.gemm_prefetch_b = 1 - t.gemm_prefetch_b;  // prefetching or not: the same loads and FMAs
   ScopedKernelTuning scope(t);
   EXPECT_EQ(0, std::memcmp(f32.data(), run_gemm(d, Precision::F32).data(), f32.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(bf16.data(), run_gemm(d, Precision::BF16).data(), bf16.size() * sizeof(float)));
