@@ -360,12 +360,15 @@ void WeightCacheFile::release() const {
   // take it, or not written yet) MADV_DONTNEED would discard the data.
   const uint64_t bytes = reading_ ? round_up(used_, 4096) : file_backed_.load();
   if (base_ && bytes) ::madvise(base_, std::min(bytes, reserved_), MADV_DONTNEED);
+  populated_ = 0;
 }
 
 void WeightCacheFile::prefetch() const {
   const uint64_t bytes = std::min(reading_ ? round_up(used_, 4096) : file_backed_.load(), reserved_);
-  if (!base_ || !bytes) return;
+  if (!base_ || !bytes || populated_.load() == bytes) return;
   if (::madvise(base_, bytes, MADV_POPULATE_READ) != 0) ::madvise(base_, bytes, MADV_WILLNEED);
+  populated_ = bytes;
+  ++populations_;
 }
 
 uint64_t WeightCacheFile::resident_bytes() const {

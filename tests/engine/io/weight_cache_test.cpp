@@ -72,6 +72,33 @@ TEST(WeightCache, WrittenBlobsReadBackInOrder) {
   EXPECT_EQ(static_cast<const uint8_t*>(b2.get())[99], 1);  // the blob keeps its mapping alive
 }
 
+// prefetch() maps a component's pages in once; again only after release() dropped them (a phase
+// of a run where the weights stay resident does not walk 1–2 GB of present pages).
+TEST(WeightCache, PrefetchMapsPagesInOnceUntilReleased) {
+  const fs::path dir = test::temp_dir("weight_cache_prefetch");
+  const std::vector<size_t> sizes{1 << 20, 3 << 20, 12345};
+  write_cache(dir / "c.octw", sizes);
+  std::string why;
+  auto cache = WeightCacheFile::open(dir / "c.octw", &why);
+  ASSERT_NE(cache, nullptr) << why;
+  std::vector<std::shared_ptr<void>> blobs;
+  for (size_t i = 0; i < sizes.size(); ++i) blobs.push_back(cache->next(sizes[i], "blob " + std::to_string(i)));
+  EXPECT_EQ(cache->resident_bytes(), 0u) << "nothing read yet";
+  cache->prefetch();
+  const uint64_t mapped = cache->resident_bytes();
+  EXPECT_GE(mapped, (1u << 20) + (3u << 20) + 12345u);
+  EXPECT_EQ(cache->populations(), 1);
+  cache->prefetch();  // still mapped: nothing to do
+  EXPECT_EQ(cache->populations(), 1);
+  EXPECT_EQ(cache->resident_bytes(), mapped);
+  cache->release();
+  EXPECT_EQ(cache->resident_bytes(), 0u);
+  cache->prefetch();  // dropped: mapped in again
+  EXPECT_EQ(cache->populations(), 2);
+  EXPECT_EQ(cache->resident_bytes(), mapped);
+  EXPECT_EQ(static_cast<const uint8_t*>(blobs[1].get())[(3 << 20) - 1], 2);
+}
+
 TEST(WeightCache, ReadingAnotherSequenceIsAMismatch) {
   const fs::path dir = test::temp_dir("weight_cache_mismatch");
   write_cache(dir / "c.octw", {128, 256});
