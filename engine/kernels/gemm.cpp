@@ -315,12 +315,16 @@ GemmTiling gemm_tiling(int64_t M, int64_t N, int mr) {
 
 void block_gemm(const MicroKernel& mk, const float* a, int64_t lda, int64_t M, int64_t K,
                 const float* b, int64_t panel_stride, int64_t N, float* c, int64_t ldc, bool load) {
+  const bool prefetch_b = mk.fn_prefetch && kernel_tuning().gemm_prefetch_b;
   for (int64_t j0 = 0; j0 < N; j0 += kPanel) {
     const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - j0));
     const float* bp = b + (j0 / kPanel) * panel_stride;
     for (int64_t i0 = 0; i0 < M; i0 += mk.mr) {
       const int rows = static_cast<int>(std::min<int64_t>(mk.mr, M - i0));
-      mk.fn(K, a + i0 * lda, lda, bp, c + i0 * ldc + j0, ldc, rows, cols, load);
+      if (prefetch_b)
+        mk.fn_prefetch(K, a + i0 * lda, lda, bp, c + i0 * ldc + j0, ldc, rows, cols, load, bp + kPrefetchAhead * kPanel);
+      else
+        mk.fn(K, a + i0 * lda, lda, bp, c + i0 * ldc + j0, ldc, rows, cols, load);
     }
   }
 }
@@ -338,10 +342,9 @@ void run_gemm(const ASource& src, int64_t M, const PackedMatrix& b, float* c, in
   const int64_t panels = tiling.panels;
   const bool scratch = src.needs_scratch();
 
-  // kernel_tuning().gemm_prefetch_b: each micro-row prefetches its B slice kAhead rows ahead of
+  // kernel_tuning().gemm_prefetch_b: each micro-row prefetches its B slice kPrefetchAhead rows ahead of
   // its loads (past a slice's end: the next chunk's or panel's, the next bytes of the layout).
   const bool prefetch_b = mk.fn_prefetch && kernel_tuning().gemm_prefetch_b;
-  constexpr int64_t kAhead = 24;  // k rows, 3 KiB (16…96 measured alike on Emerald Rapids)
 
   // One K chunk of rows [i0, i0 + rows) × panels [p0, p1): the A block once, then every panel.
   auto compute = [&](float* buffer, int64_t i0, int64_t rows, int64_t p0, int64_t p1, int64_t k0) {
@@ -358,7 +361,7 @@ void run_gemm(const ASource& src, int64_t M, const PackedMatrix& b, float* c, in
         const int mr = static_cast<int>(std::min<int64_t>(mk.mr, rows - r));
         if (prefetch_b)
           mk.fn_prefetch(kc, a + r * lda, lda, bp, c + (i0 + r) * ldc + j0, ldc, mr, cols, load,
-                         bp + kAhead * kPanel);
+                         bp + kPrefetchAhead * kPanel);
         else
           mk.fn(kc, a + r * lda, lda, bp, c + (i0 + r) * ldc + j0, ldc, mr, cols, load);
         if (last && (ep.bias || ep.residual)) apply_epilogue(c, ldc, i0 + r, mr, j0, cols, ep);

@@ -74,6 +74,10 @@ using MicroKernelFn = void (*)(int64_t kc, const float* a, int64_t lda, const fl
 // micro-rows need it. Same arithmetic as fn, so the same bits.
 using MicroKernelPrefetchFn = void (*)(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
                                        int64_t ldc, int rows, int cols, bool load, const float* prefetch);
+// How far ahead of its loads a prefetching micro-kernel fetches its B slice, in k rows (3 KiB:
+// 16…96 measured alike on Emerald Rapids); past a slice's end it fetches the next bytes of the
+// packed layout (the next K chunk's or panel's).
+constexpr int64_t kPrefetchAhead = 24;
 struct MicroKernel {
   int mr = 0;
   MicroKernelFn fn = nullptr;
@@ -239,7 +243,8 @@ int64_t chunk_size_f32(int64_t K);
 int64_t chunk_size_bf16(int64_t K);
 
 // Single-threaded C[M × N] (=|+=) A[M × K] · B for a panel slice: panel p starts at
-// b + p·panel_stride, rows of a panel are kPanel floats apart. Used inside attention.
+// b + p·panel_stride, rows of a panel are kPanel floats apart. Used inside attention and Winograd;
+// prefetches B as run_gemm does (kernel_tuning().gemm_prefetch_b).
 void block_gemm(const MicroKernel& mk, const float* a, int64_t lda, int64_t M, int64_t K,
                 const float* b, int64_t panel_stride, int64_t N, float* c, int64_t ldc, bool load);
 // The same in bf16: A is bf16 (pairs pairs per row, stride lda), b a bf16 panel slice with
