@@ -76,8 +76,9 @@ KernelTuning choose_kernel_tuning(const CpuIdentity& cpu, const CacheSizes& cach
   // bench/results "Intel Xeon, Emerald Rapids"): VDPBF16PS issues once per 2 cycles (85 GFLOP/s a
   // core against 172 for FMA), so the bf16 kernels multiply widened values with FMA instead: the
   // same bits, 1.45 × faster on the hot shapes (geometric mean), 1.3-1.6 × end to end.
-  // There too, B prefetching in the f32 GEMM (bench/results "The text encoder's weights
-  // prefetched"): the text encoder +9…13 %, its 77-row GEMMs +12…22 %, the UNet's within noise.
+  // There too, the f32 micro-kernel prefetches B (bench/results "B prefetched by the float32
+  // micro-kernel", paired): text-encoder layers ×1.10–1.15, f32 GEMMs ×1.01–1.13, implicit-GEMM
+  // convolutions up to ×1.22; end to end the f32 UNet's guided step 7.3–8.0 s → 6.7–7.1 s.
   if (cpu.vendor == "GenuineIntel" && cpu.family == 6 && (cpu.model == 143 || cpu.model == 207)) {
     t.bf16_dot = 0;
     t.gemm_prefetch_b = 1;

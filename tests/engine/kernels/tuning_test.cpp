@@ -389,5 +389,40 @@ TEST(KernelTuningKernels, AttentionAccurateAndThreadInvariant) {
   }
 }
 
+// B prefetching (gemm_prefetch_b) adds prefetches, not arithmetic: every f32 path that uses the
+// micro-kernel — GEMM (above), implicit-GEMM and Winograd F(2×2)/F(4×4) convolutions, attention —
+// gives the same bits with it on and off.
+TEST(KernelTuningKernels, BPrefetchingChangesNoBit) {
+  const ConvData cd;
+  const AttnData ad;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(kAD));
+  auto conv = [&](ConvAlgorithm algorithm) {
+    const Conv2dWeights cw = pack_conv2d(cd.w.data(), cd.bias.data(), kCo, kCi, 3, 3, Precision::F32, algorithm);
+    std::vector<float> y(kCN * kCH * kCW * kCo);
+    conv2d_nhwc(cd.x.data(), kCN, kCH, kCW, cw, Conv2dGeometry::same(3), y.data());
+    return y;
+  };
+  auto all = [&] {
+    return std::vector<std::vector<float>>{conv(ConvAlgorithm::Direct), conv(ConvAlgorithm::Winograd),
+                                           conv(ConvAlgorithm::Winograd4x4),
+                                           run_attention(ad, scale, Precision::F32)};
+  };
+  KernelTuning off = kernel_tuning(), on = kernel_tuning();
+  off.gemm_prefetch_b = 0;
+  on.gemm_prefetch_b = 1;
+  std::vector<std::vector<float>> without, with;
+  {
+    ScopedKernelTuning scope(off);
+    without = all();
+  }
+  {
+    ScopedKernelTuning scope(on);
+    with = all();
+  }
+  const char* names[] = {"direct conv", "Winograd F(2x2)", "Winograd F(4x4)", "attention"};
+  for (size_t i = 0; i < with.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(with[i].data(), without[i].data(), with[i].size() * sizeof(float))) << names[i];
+}
+
 }  // namespace
 }  // namespace octodiff::kernels::test
