@@ -25,7 +25,8 @@ for key in arch steps guidance scheduler networks image_taesd image_vae one_step
            one_step_grid_2x4_taesd unet_per_step_seconds checks; do need "    " "$key"; done
 for key in text_encode_seconds unet_b1_seconds unet_b1_first_call_seconds unet_b1_gflops \
            unet_b1_fraction_of_peak vae_decode_seconds taesd_decode_seconds taesd_decode_fraction_of_peak \
-           one_step_image_vs_unet_b1 taesd_decode_vs_unet_b1 grid_2x4_vs_one_step_image; do
+           one_step_image_vs_unet_b1 taesd_decode_vs_unet_b1 grid_2x4_vs_one_step_image \
+           one_step_image_vs_its_unet_phase seconds_over_denoise call_denoise_seconds; do
   need "      " "$key"
 done
 need "    " arch "\"$arch\""
