@@ -51,11 +51,12 @@ TEST(KernelTuningChoice, CacheRuleGivesTodaysValuesOnZen4Caches) {
 
 TEST(KernelTuningChoice, SapphireAndEmeraldRapidsMultiplyBf16WithFma) {
   // VDPBF16PS issues at half the FMA rate there (measured on model 207): the bf16 kernels widen;
-  // and the f32 GEMM prefetches B (measured there too).
+  // and the f32 GEMM prefetches B, Winograd blocks are 2 micro-rows (measured there too).
   for (int model : {143, 207}) {
     KernelTuning expected;
     expected.bf16_dot = 0;
     expected.gemm_prefetch_b = 1;
+    expected.winograd_micro_rows = 2;
     EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, model}, kZen4Caches), expected) << model;
   }
   // Not measured elsewhere: no B prefetching on Zen 4 (its tuning), Zen 5 or other Intel cores.
@@ -386,6 +387,34 @@ TEST(KernelTuningKernels, AttentionAccurateAndThreadInvariant) {
       EXPECT_LT(err, bf16 ? 2e-2 : 1e-5) << nt.name;  // attention_test / bf16_test (vs f32 inputs)
       expect_thread_invariant("attention, tuning " + nt.name, [&] { return run_attention(d, scale, p); });
     }
+  }
+}
+
+// A Winograd block's size (winograd_micro_rows: how many tiles a thread takes through the three
+// stages at once) changes no bit: each tile's arithmetic is fixed by the tile alone. F(2×2) f32 and
+// bf16, F(4×4) f32, at 8 micro-rows (Zen 4), 2 (Sapphire/Emerald Rapids) and 1.
+TEST(KernelTuningKernels, WinogradBlockSizeChangesNoBit) {
+  const ConvData cd;
+  auto conv = [&](ConvAlgorithm algorithm, Precision precision) {
+    const Conv2dWeights cw = pack_conv2d(cd.w.data(), cd.bias.data(), kCo, kCi, 3, 3, precision, algorithm);
+    std::vector<float> y(kCN * kCH * kCW * kCo);
+    conv2d_nhwc(cd.x.data(), kCN, kCH, kCW, cw, Conv2dGeometry::same(3), y.data());
+    return y;
+  };
+  auto all = [&](int64_t micro_rows) {
+    KernelTuning t = kernel_tuning();
+    t.winograd_micro_rows = micro_rows;
+    ScopedKernelTuning scope(t);
+    return std::vector<std::vector<float>>{conv(ConvAlgorithm::Winograd, Precision::F32),
+                                           conv(ConvAlgorithm::Winograd, Precision::BF16),
+                                           conv(ConvAlgorithm::Winograd4x4, Precision::F32)};
+  };
+  const auto eight = all(8);
+  for (int64_t rows : {2, 1}) {
+    const auto other = all(rows);
+    for (size_t i = 0; i < eight.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(other[i].data(), eight[i].data(), eight[i].size() * sizeof(float)))
+          << "winograd_micro_rows=" << rows << ", case " << i;
   }
 }
 
