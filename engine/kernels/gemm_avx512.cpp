@@ -1,6 +1,9 @@
 // AVX-512 micro-kernel: 14 rows × 32 columns (28 zmm accumulators, 2 for B, 1 broadcast).
 #include <immintrin.h>
 
+#include <array>
+#include <utility>
+
 #include "kernels/internal.h"
 
 namespace octodiff::kernels::detail {
@@ -60,22 +63,13 @@ void kernel(int64_t kc, const float* a, int64_t lda, const float* b, float* c, i
 }
 
 using Fn = void (*)(int64_t, const float*, int64_t, const float*, float*, int64_t, int, bool, const float*);
+// kernel<rows, kHalf, kPrefetch> indexed by rows 1 … 14 (entry 0 empty).
+template <bool kHalf, bool kPrefetch, int... R>
+constexpr std::array<Fn, sizeof...(R) + 1> by_rows(std::integer_sequence<int, R...>) {
+  return {nullptr, &kernel<R + 1, kHalf, kPrefetch>...};
+}
 template <bool kHalf, bool kPrefetch>
-constexpr Fn kByRows[15] = {nullptr,
-                            kernel<1, kHalf, kPrefetch>,
-                            kernel<2, kHalf, kPrefetch>,
-                            kernel<3, kHalf, kPrefetch>,
-                            kernel<4, kHalf, kPrefetch>,
-                            kernel<5, kHalf, kPrefetch>,
-                            kernel<6, kHalf, kPrefetch>,
-                            kernel<7, kHalf, kPrefetch>,
-                            kernel<8, kHalf, kPrefetch>,
-                            kernel<9, kHalf, kPrefetch>,
-                            kernel<10, kHalf, kPrefetch>,
-                            kernel<11, kHalf, kPrefetch>,
-                            kernel<12, kHalf, kPrefetch>,
-                            kernel<13, kHalf, kPrefetch>,
-                            kernel<14, kHalf, kPrefetch>};
+constexpr auto kByRows = by_rows<kHalf, kPrefetch>(std::make_integer_sequence<int, 14>{});
 
 void dispatch(int64_t kc, const float* a, int64_t lda, const float* b, float* c, int64_t ldc,
               int rows, int cols, bool load) {
