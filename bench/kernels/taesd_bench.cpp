@@ -6,6 +6,7 @@
 // measured once on as many threads (bench/peak_flops.h). Wall-clock rates, unless
 // OCTODIFF_BENCH_CPU_TIME is set: then rates (and of_peak) use the benchmark thread's CPU time —
 // with OCTODIFF_THREADS=1, what the model achieves while it has a core on a shared machine.
+// OCTODIFF_BENCH_VERSUS and OCTODIFF_BENCH_ADJACENT_PEAK work as for the kernels (bench_context.h).
 #include <benchmark/benchmark.h>
 
 #include <map>
@@ -50,7 +51,6 @@ const AutoencoderTiny& taesd(kernels::Precision precision) {
   return *slot;
 }
 
-using bench::now_seconds;  // bench_context.h
 using bench::peak_gflops;
 
 Tensor random_tensor(const Shape& shape, float lo, float hi) {
@@ -61,22 +61,14 @@ Tensor random_tensor(const Shape& shape, float lo, float hi) {
   return t;
 }
 
-// Runs `call` per iteration, reporting FLOP/s and the fraction of the peak.
+// Runs `call` per iteration (bench::iterate: FLOP/s, the fraction of the peak, and the paired and
+// adjacent-peak modes), after one warm-up call (first-touch of the activations).
 template <typename Call>
 void run(benchmark::State& state, kernels::Precision precision, double flops, Call call) {
-  const double peak = peak_gflops(precision);
-  call();  // warm-up: first-touch of the activations
-  double seconds = 0;
-  for (auto _ : state) {
-    const double t0 = now_seconds();
-    benchmark::DoNotOptimize(call());
-    seconds += now_seconds() - t0;
-  }
-  state.counters["FLOPS"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate,
-                                               benchmark::Counter::kIs1000);
+  call();
+  bench::iterate(state, flops, precision, [&] { benchmark::DoNotOptimize(call()); });
   state.counters["GFLOP"] = flops / 1e9;
-  state.counters["of_peak"] = flops * static_cast<double>(state.iterations()) / seconds / 1e9 / peak;
-  state.counters["peak_GFLOPS"] = peak;
+  state.counters["peak_GFLOPS"] = peak_gflops(precision);
   state.counters["threads"] = current_device().threads;
 }
 

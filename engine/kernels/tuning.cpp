@@ -79,11 +79,14 @@ KernelTuning choose_kernel_tuning(const CpuIdentity& cpu, const CacheSizes& cach
   // There too, the f32 micro-kernel prefetches B (bench/results "B prefetched by the float32
   // micro-kernel", paired): text-encoder layers ×1.10–1.15, f32 GEMMs ×1.01–1.13, implicit-GEMM
   // convolutions up to ×1.22; end to end the f32 UNet's guided step 7.3–8.0 s → 6.7–7.1 s.
-  // (Winograd blocks of 2 micro-rows instead of 8 were faster on the kernel shapes, paired, but
-  // not clearly end to end: bench/results "Winograd blocks of 2 micro-rows", not kept.)
+  // With B prefetched, Winograd blocks of 2 micro-rows instead of 8: a block's transformed tiles
+  // and GEMM outputs stay in L2 while the transformed weight streams from the large L3 (paired,
+  // bench/results "Winograd blocks of 2 micro-rows"): the UNet's and VAE's Winograd shapes
+  // ×1.03–1.32, TAESD ×1.05–1.10, whole networks ×1.00–1.05.
   if (cpu.vendor == "GenuineIntel" && cpu.family == 6 && (cpu.model == 143 || cpu.model == 207)) {
     t.bf16_dot = 0;
     t.gemm_prefetch_b = 1;
+    t.winograd_micro_rows = 2;
   }
   return t;
 }

@@ -51,11 +51,12 @@ TEST(KernelTuningChoice, CacheRuleGivesTodaysValuesOnZen4Caches) {
 
 TEST(KernelTuningChoice, SapphireAndEmeraldRapidsMultiplyBf16WithFma) {
   // VDPBF16PS issues at half the FMA rate there (measured on model 207): the bf16 kernels widen;
-  // and the f32 GEMM prefetches B (measured there too).
+  // and the f32 GEMM prefetches B, Winograd blocks are 2 micro-rows (measured there too).
   for (int model : {143, 207}) {
     KernelTuning expected;
     expected.bf16_dot = 0;
     expected.gemm_prefetch_b = 1;
+    expected.winograd_micro_rows = 2;
     EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, model}, kZen4Caches), expected) << model;
   }
   // Not measured elsewhere: no B prefetching on Zen 4 (its tuning), Zen 5 or other Intel cores.
@@ -391,7 +392,7 @@ TEST(KernelTuningKernels, AttentionAccurateAndThreadInvariant) {
 
 // A Winograd block's size (winograd_micro_rows: how many tiles a thread takes through the three
 // stages at once) changes no bit: each tile's arithmetic is fixed by the tile alone. F(2×2) f32 and
-// bf16, F(4×4) f32, at 8 micro-rows (the chosen tunings'), 2 and 1.
+// bf16, F(4×4) f32, at 8 micro-rows (Zen 4's), 2 (Sapphire/Emerald Rapids') and 1.
 TEST(KernelTuningKernels, WinogradBlockSizeChangesNoBit) {
   const ConvData cd;
   auto conv = [&](ConvAlgorithm algorithm, Precision precision) {
