@@ -78,7 +78,7 @@ KernelTuning choose_kernel_tuning(const CpuIdentity& cpu, const CacheSizes& cach
   // same bits, 1.45 × faster on the hot shapes (geometric mean), 1.3-1.6 × end to end.
   // There too, the f32 micro-kernel prefetches B (bench/results "B prefetched by the float32
   // micro-kernel", paired): text-encoder layers ×1.00–1.15, f32 GEMMs ×1.01–1.13, implicit-GEMM
-  // convolutions up to ×1.22; end to end the f32 UNet's guided step 7.3–8.0 s → 6.7–7.1 s.
+  // convolutions up to ×1.21; end to end the f32 UNet's guided step 7.3–8.0 s → 6.7–7.1 s.
   // With B prefetched, Winograd blocks of 2 micro-rows instead of 8: a block's transformed tiles
   // and GEMM outputs stay in L2 while the transformed weight streams from the large L3 (paired,
   // bench/results "Winograd blocks of 2 micro-rows"): the UNet's and VAE's Winograd shapes
