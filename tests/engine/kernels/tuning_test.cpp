@@ -309,11 +309,15 @@ struct ConvData {
                      bias = random_vec(kCo, 53);
 };
 
-std::vector<float> run_winograd(const ConvData& d, Precision precision) {
-  const Conv2dWeights cw = pack_conv2d(d.w.data(), d.bias.data(), kCo, kCi, 3, 3, precision, ConvAlgorithm::Winograd);
+std::vector<float> run_conv(const ConvData& d, ConvAlgorithm algorithm, Precision precision) {
+  const Conv2dWeights cw = pack_conv2d(d.w.data(), d.bias.data(), kCo, kCi, 3, 3, precision, algorithm);
   std::vector<float> y(kCN * kCH * kCW * kCo);
   conv2d_nhwc(d.x.data(), kCN, kCH, kCW, cw, Conv2dGeometry::same(3), y.data());
   return y;
+}
+
+std::vector<float> run_winograd(const ConvData& d, Precision precision) {
+  return run_conv(d, ConvAlgorithm::Winograd, precision);
 }
 
 TEST(KernelTuningKernels, WinogradAccurateAndThreadInvariant) {
@@ -395,19 +399,13 @@ TEST(KernelTuningKernels, AttentionAccurateAndThreadInvariant) {
 // bf16, F(4×4) f32, at 8 micro-rows (Zen 4's), 2 (Sapphire/Emerald Rapids') and 1.
 TEST(KernelTuningKernels, WinogradBlockSizeChangesNoBit) {
   const ConvData cd;
-  auto conv = [&](ConvAlgorithm algorithm, Precision precision) {
-    const Conv2dWeights cw = pack_conv2d(cd.w.data(), cd.bias.data(), kCo, kCi, 3, 3, precision, algorithm);
-    std::vector<float> y(kCN * kCH * kCW * kCo);
-    conv2d_nhwc(cd.x.data(), kCN, kCH, kCW, cw, Conv2dGeometry::same(3), y.data());
-    return y;
-  };
   auto all = [&](int64_t micro_rows) {
     KernelTuning t = kernel_tuning();
     t.winograd_micro_rows = micro_rows;
     ScopedKernelTuning scope(t);
-    return std::vector<std::vector<float>>{conv(ConvAlgorithm::Winograd, Precision::F32),
-                                           conv(ConvAlgorithm::Winograd, Precision::BF16),
-                                           conv(ConvAlgorithm::Winograd4x4, Precision::F32)};
+    return std::vector<std::vector<float>>{run_conv(cd, ConvAlgorithm::Winograd, Precision::F32),
+                                           run_conv(cd, ConvAlgorithm::Winograd, Precision::BF16),
+                                           run_conv(cd, ConvAlgorithm::Winograd4x4, Precision::F32)};
   };
   const auto eight = all(8);
   for (int64_t rows : {2, 1}) {
@@ -425,15 +423,10 @@ TEST(KernelTuningKernels, BPrefetchingChangesNoBit) {
   const ConvData cd;
   const AttnData ad;
   const float scale = 1.0f / std::sqrt(static_cast<float>(kAD));
-  auto conv = [&](ConvAlgorithm algorithm) {
-    const Conv2dWeights cw = pack_conv2d(cd.w.data(), cd.bias.data(), kCo, kCi, 3, 3, Precision::F32, algorithm);
-    std::vector<float> y(kCN * kCH * kCW * kCo);
-    conv2d_nhwc(cd.x.data(), kCN, kCH, kCW, cw, Conv2dGeometry::same(3), y.data());
-    return y;
-  };
   auto all = [&] {
-    return std::vector<std::vector<float>>{conv(ConvAlgorithm::Direct), conv(ConvAlgorithm::Winograd),
-                                           conv(ConvAlgorithm::Winograd4x4),
+    return std::vector<std::vector<float>>{run_conv(cd, ConvAlgorithm::Direct, Precision::F32),
+                                           run_conv(cd, ConvAlgorithm::Winograd, Precision::F32),
+                                           run_conv(cd, ConvAlgorithm::Winograd4x4, Precision::F32),
                                            run_attention(ad, scale, Precision::F32)};
   };
   KernelTuning off = kernel_tuning(), on = kernel_tuning();
