@@ -313,18 +313,55 @@ GemmTiling gemm_tiling(int64_t M, int64_t N, int mr) {
   return t;
 }
 
+namespace {
+
+// How a micro-row fetches B before it needs it (kernel_tuning().gemm_prefetch_b): 0 not at all
+// (the hardware prefetchers only), 1 its own slice kPrefetchAhead rows ahead, 2 a share of the
+// next slice into L2: the micro-rows of a panel read the same slice one after another, and each
+// fetches 1/micro_rows of the slice the next panel will read, spread over its k loop, so a B
+// streaming from memory arrives at the pace of the arithmetic (a lone micro-row, or the last
+// panel, fetches its own slice ahead as in 1). Only which lines are fetched when differs: the
+// same loads and FMAs, the same bits.
+class SliceFetch {
+ public:
+  SliceFetch(const MicroKernel& mk, int64_t kc, int64_t rows)
+      : mk_(mk), mode_(kernel_tuning().gemm_prefetch_b), kc_(kc), micro_rows_((rows + mk.mr - 1) / mk.mr),
+        slice_lines_(kc * kPanel / 16), lines_each_((slice_lines_ + micro_rows_ - 1) / micro_rows_) {
+    if (!mk.fn_prefetch) mode_ = 0;
+    if (mode_ == 2 && (!mk.fn_stream || micro_rows_ < 2)) mode_ = 1;
+  }
+  // Micro-row m (rows [m·mr, m·mr + rows) of the block) against the slice bp; next: the slice
+  // read after this one, or null.
+  void run(int64_t m, const float* a, int64_t lda, const float* bp, const float* next, float* c, int64_t ldc,
+           int rows, int cols, bool load) const {
+    if (mode_ == 2 && next) {
+      const int64_t first = std::min(slice_lines_, m * lines_each_);
+      mk_.fn_stream(kc_, a, lda, bp, c, ldc, rows, cols, load, next + first * 16,
+                    std::min(slice_lines_ - first, lines_each_));
+    } else if (mode_ >= 1) {
+      mk_.fn_prefetch(kc_, a, lda, bp, c, ldc, rows, cols, load, bp + kPrefetchAhead * kPanel);
+    } else {
+      mk_.fn(kc_, a, lda, bp, c, ldc, rows, cols, load);
+    }
+  }
+
+ private:
+  const MicroKernel& mk_;
+  int64_t mode_, kc_, micro_rows_, slice_lines_, lines_each_;
+};
+
+}  // namespace
+
 void block_gemm(const MicroKernel& mk, const float* a, int64_t lda, int64_t M, int64_t K,
                 const float* b, int64_t panel_stride, int64_t N, float* c, int64_t ldc, bool load) {
-  const bool prefetch_b = mk.fn_prefetch && kernel_tuning().gemm_prefetch_b;
+  const SliceFetch fetch(mk, K, M);
   for (int64_t j0 = 0; j0 < N; j0 += kPanel) {
     const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - j0));
     const float* bp = b + (j0 / kPanel) * panel_stride;
+    const float* next = j0 + kPanel < N ? bp + panel_stride : nullptr;
     for (int64_t i0 = 0; i0 < M; i0 += mk.mr) {
       const int rows = static_cast<int>(std::min<int64_t>(mk.mr, M - i0));
-      if (prefetch_b)
-        mk.fn_prefetch(K, a + i0 * lda, lda, bp, c + i0 * ldc + j0, ldc, rows, cols, load, bp + kPrefetchAhead * kPanel);
-      else
-        mk.fn(K, a + i0 * lda, lda, bp, c + i0 * ldc + j0, ldc, rows, cols, load);
+      fetch.run(i0 / mk.mr, a + i0 * lda, lda, bp, next, c + i0 * ldc + j0, ldc, rows, cols, load);
     }
   }
 }
@@ -342,10 +379,6 @@ void run_gemm(const ASource& src, int64_t M, const PackedMatrix& b, float* c, in
   const int64_t panels = tiling.panels;
   const bool scratch = src.needs_scratch();
 
-  // kernel_tuning().gemm_prefetch_b: each micro-row prefetches its B slice kPrefetchAhead rows ahead of
-  // its loads (past a slice's end: the next chunk's or panel's, the next bytes of the layout).
-  const bool prefetch_b = mk.fn_prefetch && kernel_tuning().gemm_prefetch_b;
-
   // One K chunk of rows [i0, i0 + rows) × panels [p0, p1): the A block once, then every panel.
   auto compute = [&](float* buffer, int64_t i0, int64_t rows, int64_t p0, int64_t p1, int64_t k0) {
     const int64_t kc = std::min(kc_max, K - k0);
@@ -353,17 +386,18 @@ void run_gemm(const ASource& src, int64_t M, const PackedMatrix& b, float* c, in
     const bool load = k0 > 0 || ep.accumulate;
     int64_t lda = 0;
     const float* a = src.rows(i0, rows, k0, kc, buffer, &lda);
+    const SliceFetch fetch(mk, kc, rows);
     for (int64_t p = p0; p < p1; ++p) {
       const float* bp = b.data() + p * K * kPanel + k0 * kPanel;
       const int64_t j0 = p * kPanel;
       const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - j0));
+      // The slice read next: the next panel's, or the next K chunk's first panel's.
+      const float* next = p + 1 < p1       ? bp + K * kPanel
+                          : k0 + kc < K   ? b.data() + p0 * K * kPanel + (k0 + kc) * kPanel
+                                          : nullptr;
       for (int64_t r = 0; r < rows; r += mk.mr) {
         const int mr = static_cast<int>(std::min<int64_t>(mk.mr, rows - r));
-        if (prefetch_b)
-          mk.fn_prefetch(kc, a + r * lda, lda, bp, c + (i0 + r) * ldc + j0, ldc, mr, cols, load,
-                         bp + kPrefetchAhead * kPanel);
-        else
-          mk.fn(kc, a + r * lda, lda, bp, c + (i0 + r) * ldc + j0, ldc, mr, cols, load);
+        fetch.run(r / mk.mr, a + r * lda, lda, bp, next, c + (i0 + r) * ldc + j0, ldc, mr, cols, load);
         if (last && (ep.bias || ep.residual)) apply_epilogue(c, ldc, i0 + r, mr, j0, cols, ep);
       }
     }

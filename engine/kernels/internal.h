@@ -78,10 +78,16 @@ using MicroKernelPrefetchFn = void (*)(int64_t kc, const float* a, int64_t lda, 
 // 16…96 measured alike on Emerald Rapids); past a slice's end it fetches the next bytes of the
 // packed layout (the next K chunk's or panel's).
 constexpr int64_t kPrefetchAhead = 24;
+// The same, and `lines` (≤ kc) consecutive cache lines from prefetch are fetched into L2, spread
+// evenly over the k loop: the micro-rows of one panel slice share the fetching of the next.
+using MicroKernelStreamFn = void (*)(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
+                                     int64_t ldc, int rows, int cols, bool load, const float* prefetch,
+                                     int64_t lines);
 struct MicroKernel {
   int mr = 0;
   MicroKernelFn fn = nullptr;
   MicroKernelPrefetchFn fn_prefetch = nullptr;  // null: this ISA's kernel has no prefetching variant
+  MicroKernelStreamFn fn_stream = nullptr;
 };
 MicroKernel micro_kernel(Isa isa);
 MicroKernel micro_kernel_generic();

@@ -78,14 +78,18 @@ KernelTuning choose_kernel_tuning(const CpuIdentity& cpu, const CacheSizes& cach
   // same bits, 1.45 × faster on the hot shapes (geometric mean), 1.3-1.6 × end to end.
   // There too, the f32 micro-kernel prefetches B (bench/results "B prefetched by the float32
   // micro-kernel", paired): text-encoder layers ×1.00–1.15, f32 GEMMs ×1.01–1.13, implicit-GEMM
-  // convolutions up to ×1.21; end to end the f32 UNet's guided step 7.3–8.0 s → 6.7–7.1 s.
+  // convolutions up to ×1.21; end to end the f32 UNet's guided step 7.3–8.0 s → 6.7–7.1 s. Then
+  // the micro-rows of a panel sharing the fetching of the next panel's slice (2) instead of each
+  // fetching its own ahead (1), paired on whole networks (bench/results "The next B slice fetched
+  // by the micro-rows"): the SD 2.x text encoder ×1.11–1.16, the f32 UNet ×1.06–1.07, the f32 VAE
+  // decoder ×1.06.
   // With B prefetched, Winograd blocks of 2 micro-rows instead of 8: a block's transformed tiles
   // and GEMM outputs stay in L2 while the transformed weight streams from the large L3 (paired,
   // bench/results "Winograd blocks of 2 micro-rows"): the UNet's and VAE's Winograd shapes
   // ×1.03–1.32, TAESD ×1.05–1.10, whole networks ×1.00–1.05.
   if (cpu.vendor == "GenuineIntel" && cpu.family == 6 && (cpu.model == 143 || cpu.model == 207)) {
     t.bf16_dot = 0;
-    t.gemm_prefetch_b = 1;
+    t.gemm_prefetch_b = 2;
     t.winograd_micro_rows = 2;
   }
   return t;
@@ -100,7 +104,7 @@ const std::vector<TuningKey>& kernel_tuning_keys() {
       {"gemm_nc_panels", &KernelTuning::gemm_nc_panels, 1, 1024, 1, "GEMM column block, 32-column panels"},
       {"gemm_stream_b_mib", &KernelTuning::gemm_stream_b_mib, 1, 65536, 1, "weight size (MiB) above which B streams"},
       {"gemm_stream_panels", &KernelTuning::gemm_stream_panels, 1, 256, 1, "panels per streaming-B tile"},
-      {"gemm_prefetch_b", &KernelTuning::gemm_prefetch_b, 0, 1, 1, "f32 GEMM micro-kernel prefetches B ahead (1) or not (0)"},
+      {"gemm_prefetch_b", &KernelTuning::gemm_prefetch_b, 0, 2, 1, "f32 micro-kernel prefetches B: no (0), its slice ahead (1), the next slice shared (2)"},
       {"avx512_mr", &KernelTuning::avx512_mr, 1, 14, 1, "rows of the f32 AVX-512 micro-kernel"},
       {"avx512_bf16_mr", &KernelTuning::avx512_bf16_mr, 1, 14, 1, "rows of the bf16 AVX-512 micro-kernel"},
       {"bf16_kc", &KernelTuning::bf16_kc, 32, detail::kBlockLdaBf16 - 32, 2, "bf16 GEMM K chunk"},

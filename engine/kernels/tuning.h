@@ -40,10 +40,13 @@ struct KernelTuning {
   // (half as many when there are fewer than 8 groups' worth of panels).
   int64_t gemm_stream_b_mib = 8;
   int64_t gemm_stream_panels = 8;
-  // 1: the f32 GEMM's micro-kernel prefetches its B slice a few rows ahead of its loads (for weights
-  // streaming from memory to few rows — the text encoder's 77 — where the hardware prefetcher
-  // restarts at every 4 KiB page: the text encoder 10–15 % and the f32 UNet 5–15 % faster on
-  // Emerald Rapids); 0: it leaves that to the hardware. The same bits either way.
+  // How the f32 micro-kernel fetches B before it needs it, for weights streaming from memory to
+  // few rows (the text encoder's 77), where the hardware prefetcher restarts at every 4 KiB page.
+  // 1: each micro-row prefetches its B slice a few rows ahead of its loads (the text encoder
+  // 10–15 % and the f32 UNet 5–15 % faster on Emerald Rapids than 0); 2: the micro-rows reading
+  // one slice each fetch a share of the next slice into L2, spread over their k loops (another
+  // 11–16 % on the text encoder, 6–7 % on the f32 UNet and VAE there); 0: it leaves that to the
+  // hardware. The same bits whichever.
   int64_t gemm_prefetch_b = 0;
   // Rows of the AVX-512 micro-kernels (at most 14: 28 accumulators + the B vectors fill the 32
   // registers). The bf16 widening fallback has at most 12.

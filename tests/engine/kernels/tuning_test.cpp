@@ -55,7 +55,7 @@ TEST(KernelTuningChoice, SapphireAndEmeraldRapidsMultiplyBf16WithFma) {
   for (int model : {143, 207}) {
     KernelTuning expected;
     expected.bf16_dot = 0;
-    expected.gemm_prefetch_b = 1;
+    expected.gemm_prefetch_b = 2;
     expected.winograd_micro_rows = 2;
     EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, model}, kZen4Caches), expected) << model;
   }
@@ -271,10 +271,15 @@ TEST(KernelTuningKernels, RowAndColumnBlockingChangeNoBit) {
   t.avx512_mr = 6;
   t.avx512_bf16_mr = 9;
   t.gemm_stream_b_mib = 1;
-  t.gemm_prefetch_b = 1 - t.gemm_prefetch_b;  // prefetching or not: the same loads and FMAs
-  ScopedKernelTuning scope(t);
-  EXPECT_EQ(0, std::memcmp(f32.data(), run_gemm(d, Precision::F32).data(), f32.size() * sizeof(float)));
-  EXPECT_EQ(0, std::memcmp(bf16.data(), run_gemm(d, Precision::BF16).data(), bf16.size() * sizeof(float)));
+  // Prefetching B (none, each slice ahead, or the next slice shared by the micro-rows): the same
+  // loads and FMAs.
+  for (int64_t prefetch : {0, 1, 2}) {
+    t.gemm_prefetch_b = prefetch;
+    ScopedKernelTuning scope(t);
+    EXPECT_EQ(0, std::memcmp(f32.data(), run_gemm(d, Precision::F32).data(), f32.size() * sizeof(float))) << prefetch;
+    EXPECT_EQ(0, std::memcmp(bf16.data(), run_gemm(d, Precision::BF16).data(), bf16.size() * sizeof(float)))
+        << prefetch;
+  }
 }
 
 // bf16 products by VDPBF16PS or by FMA on widened values: the same bits (here the GEMM; the
@@ -416,34 +421,31 @@ TEST(KernelTuningKernels, WinogradBlockSizeChangesNoBit) {
   }
 }
 
-// B prefetching (gemm_prefetch_b) adds prefetches, not arithmetic: every f32 path that uses the
-// micro-kernel — GEMM (above), implicit-GEMM and Winograd F(2×2)/F(4×4) convolutions, attention —
-// gives the same bits with it on and off.
+// B prefetching (gemm_prefetch_b: each slice ahead, or the next slice shared by the micro-rows)
+// adds prefetches, not arithmetic: every f32 path that uses the micro-kernel — GEMM (above),
+// implicit-GEMM and Winograd F(2×2)/F(4×4) convolutions, attention — gives the same bits with
+// either and without.
 TEST(KernelTuningKernels, BPrefetchingChangesNoBit) {
   const ConvData cd;
   const AttnData ad;
   const float scale = 1.0f / std::sqrt(static_cast<float>(kAD));
-  auto all = [&] {
+  auto all = [&](int64_t prefetch) {
+    KernelTuning t = kernel_tuning();
+    t.gemm_prefetch_b = prefetch;
+    ScopedKernelTuning scope(t);
     return std::vector<std::vector<float>>{run_conv(cd, ConvAlgorithm::Direct, Precision::F32),
                                            run_conv(cd, ConvAlgorithm::Winograd, Precision::F32),
                                            run_conv(cd, ConvAlgorithm::Winograd4x4, Precision::F32),
                                            run_attention(ad, scale, Precision::F32)};
   };
-  KernelTuning off = kernel_tuning(), on = kernel_tuning();
-  off.gemm_prefetch_b = 0;
-  on.gemm_prefetch_b = 1;
-  std::vector<std::vector<float>> without, with;
-  {
-    ScopedKernelTuning scope(off);
-    without = all();
+  const std::vector<std::vector<float>> without = all(0);
+  for (int64_t prefetch : {1, 2}) {
+    const std::vector<std::vector<float>> with = all(prefetch);
+    const char* names[] = {"direct conv", "Winograd F(2x2)", "Winograd F(4x4)", "attention"};
+    for (size_t i = 0; i < with.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(with[i].data(), without[i].data(), with[i].size() * sizeof(float)))
+          << names[i] << ", prefetching " << prefetch;
   }
-  {
-    ScopedKernelTuning scope(on);
-    with = all();
-  }
-  const char* names[] = {"direct conv", "Winograd F(2x2)", "Winograd F(4x4)", "attention"};
-  for (size_t i = 0; i < with.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(with[i].data(), without[i].data(), with[i].size() * sizeof(float))) << names[i];
 }
 
 }  // namespace
