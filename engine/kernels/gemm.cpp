@@ -391,9 +391,12 @@ void run_gemm(const ASource& src, int64_t M, const PackedMatrix& b, float* c, in
       const float* bp = b.data() + p * K * kPanel + k0 * kPanel;
       const int64_t j0 = p * kPanel;
       const int cols = static_cast<int>(std::min<int64_t>(kPanel, N - j0));
-      // The slice read next: the next panel's, or the next K chunk's first panel's.
+      // The slice read next: the next panel's, the next K chunk's first panel's, or after the
+      // last chunk the first slice of the panels after these (the next tile's, when one thread
+      // takes both).
       const float* next = p + 1 < p1       ? bp + K * kPanel
                           : k0 + kc < K   ? b.data() + p0 * K * kPanel + (k0 + kc) * kPanel
+                          : p1 < panels   ? b.data() + p1 * K * kPanel
                                           : nullptr;
       for (int64_t r = 0; r < rows; r += mk.mr) {
         const int mr = static_cast<int>(std::min<int64_t>(mk.mr, rows - r));
