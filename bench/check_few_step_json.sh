@@ -22,11 +22,12 @@ need() {
 }
 for key in dtype threads cpu taesd load_seconds fp32_peak_gflops peak_rss_mb few_step; do need "  " "$key"; done
 for key in arch steps guidance scheduler networks image_taesd image_vae one_step_image_taesd one_step_image_taesd_prompt_seen \
-           one_step_grid_2x4_taesd unet_per_step_seconds checks; do need "    " "$key"; done
+           one_step_grid_2x4_taesd one_step_image_and_unet_b1_in_pairs unet_per_step_seconds checks; do need "    " "$key"; done
 for key in text_encode_seconds unet_b1_seconds unet_b1_first_call_seconds unet_b1_gflops \
            unet_b1_fraction_of_peak vae_decode_seconds taesd_decode_seconds taesd_decode_fraction_of_peak \
            one_step_image_vs_unet_b1 taesd_decode_vs_unet_b1 grid_2x4_vs_one_step_image \
-           one_step_image_vs_its_unet_phase seconds_over_denoise call_denoise_seconds; do
+           one_step_image_vs_its_unet_phase seconds_over_denoise call_denoise_seconds \
+           one_step_image_vs_unet_b1_in_pairs image_over_unet_call median_ratio; do
   need "      " "$key"
 done
 need "    " arch "\"$arch\""
