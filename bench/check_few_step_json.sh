@@ -27,7 +27,8 @@ for key in text_encode_seconds unet_b1_seconds unet_b1_first_call_seconds unet_b
            unet_b1_fraction_of_peak vae_decode_seconds taesd_decode_seconds taesd_decode_fraction_of_peak \
            one_step_image_vs_unet_b1 taesd_decode_vs_unet_b1 grid_2x4_vs_one_step_image \
            one_step_image_vs_its_unet_phase seconds_over_denoise call_denoise_seconds \
-           one_step_image_vs_unet_b1_in_pairs image_over_unet_call median_ratio; do
+           one_step_image_vs_unet_b1_in_pairs image_over_unet_call median_ratio \
+           taesd_decode_vs_unet_b1_in_pairs taesd_decode_over_unet_call median_taesd_ratio; do
   need "      " "$key"
 done
 need "    " arch "\"$arch\""

@@ -144,9 +144,9 @@ json time_networks(const StableDiffusionModel& model, const FewStepOptions& o) {
   return j;
 }
 
-// Issue 20's ratio measured in pairs: a UNet batch-1 call alone (as time_networks times it) and
-// right after it a one-step image of a new prompt with TAESD, `repeats` pairs after one warm-up
-// pair. A shared VM's speed drifts by more than the text and decode budget between the networks'
+// Issue 20's ratios measured in pairs: a UNet batch-1 call alone (as time_networks times it), a
+// TAESD decode and right after them a one-step image of a new prompt with TAESD, `repeats`
+// rounds after one warm-up round. A shared VM's speed drifts by more than the text and decode budget between the networks'
 // timing and the images' minutes apart; within a pair (seconds apart) much less.
 json time_image_unet_pairs(ShardedPipeline& pipe, const StableDiffusionModel& model, const FewStepOptions& o) {
   const GenerationRequest req = image_request(o, 1, 1, Decoder::Tiny);
@@ -155,11 +155,12 @@ json time_image_unet_pairs(ShardedPipeline& pipe, const StableDiffusionModel& mo
   const Tensor x = pseudo_random({1, o.height / vsf, o.width / vsf, uc.in_channels}, 7);
   std::optional<Tensor> cond;
   if (uc.time_cond_proj_dim > 0) cond = lcm_guidance_embedding({o.guidance}, uc.time_cond_proj_dim);
-  std::fprintf(stderr, "UNet call and one-step image in pairs...\n");
-  std::vector<double> unet, image, image_denoise, ratio;
+  const Tensor z = pseudo_random({1, o.height / vsf, o.width / vsf, model.vae().config().latent_channels}, 11);
+  std::fprintf(stderr, "UNet call, TAESD decode and one-step image in pairs...\n");
+  std::vector<double> unet, taesd, image, image_denoise, ratio, taesd_ratio;
   CachingArena arena;  // the UNet call's activations, kept across pairs as the pipeline keeps its own
   for (int r = 0; r <= o.repeats; ++r) {
-    double u = 0;
+    double u = 0, d = 0;
     {
       AllocatorScope arena_scope(&arena);
       DeviceScope scope(DeviceContext{0, o.threads, nullptr});
@@ -169,16 +170,22 @@ json time_image_unet_pairs(ShardedPipeline& pipe, const StableDiffusionModel& mo
       u = steady_median_seconds(1, [&] {
         model.unet().forward_nhwc(x, {999.0}, context, cond ? &*cond : nullptr, Numerics{Flavour::Flax});
       });
+      d = steady_median_seconds(1, [&] { model.tiny_autoencoder()->decode_nhwc(z); });
     }
     double denoise = 0;
     const double i = steady_median_seconds(1, [&] { denoise = pipe.run(req).timings.denoise; });
     if (r == 0) continue;  // the warm-up pair
     unet.push_back(u);
+    taesd.push_back(d);
     image.push_back(i);
     image_denoise.push_back(denoise);
     ratio.push_back(i / u);
+    taesd_ratio.push_back(d / u);
   }
   return {{"unet_b1_call_seconds", unet},
+          {"taesd_decode_seconds", taesd},  // right after the UNet call
+          {"taesd_decode_over_unet_call", taesd_ratio},
+          {"median_taesd_ratio", median(taesd_ratio)},
           {"image_call_seconds", image},
           {"image_denoise_seconds", image_denoise},  // each image's own UNet phase
           {"image_over_unet_call", ratio},
@@ -254,6 +261,9 @@ json run_few_step(const std::shared_ptr<const StableDiffusionModel>& model, cons
       {"one_step_image_vs_unet_b1_in_pairs",
        ratio_check(j["one_step_image_and_unet_b1_in_pairs"]["median_ratio"].get<double>(), 1.0, 1.15,
                    "one-step image end to end (TAESD) / a UNet batch-1 call just before it (median over pairs)")},
+      {"taesd_decode_vs_unet_b1_in_pairs",
+       ratio_check(j["one_step_image_and_unet_b1_in_pairs"]["median_taesd_ratio"].get<double>(), 1.0, 0.10,
+                   "TAESD decode / the UNet batch-1 call just before it (median over pairs)")},
       // The same budget within each image: its seconds over its own UNet phase (no target of its
       // own: the issue's check is the one above; this one does not move with the VM between them).
       {"one_step_image_vs_its_unet_phase",

@@ -11,7 +11,10 @@
 //     TAESD and by the VAE, a one-step image with TAESD (the same run as the first when steps is
 //     1), and a 2×4 grid of one-step images with TAESD (8 devices);
 //   - the ratio checks: one-step image ≤ 1.15 × one UNet batch-1 call, TAESD decode ≤ 10 %
-//     of a UNet call, the 2×4 grid ≤ 10 × one image (targets stated for bf16 on 2 threads).
+//     of a UNet call, the 2×4 grid ≤ 10 × one image (targets stated for bf16 on 2 threads);
+//     the first two also in pairs (`…_in_pairs`: a UNet call, a TAESD decode and a one-step image
+//     one after another, the median of each round's ratios), since a shared VM's speed drifts
+//     over the minutes between the networks' timing and the images'.
 #pragma once
 
 #include <memory>
