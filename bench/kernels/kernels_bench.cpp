@@ -233,6 +233,8 @@ void attention_shapes(benchmark::internal::Benchmark* b) {
       ->Args({2, 4096, 4096, 8, 160})
       ->Args({2, 1024, 1024, 8, 80})    // level-2 self-attention
       ->Args({2, 4096, 77, 8, 40})      // cross-attention to the text
+      ->Args({1, 4096, 4096, 5, 64})    // SD 2.x (SD-Turbo's one-step image): level-1 self-attention
+      ->Args({1, 1024, 1024, 10, 64})   // and level 2
       ->Args({1, 4096, 4096, 1, 512});  // VAE mid-block attention
   timing(b);
 }
