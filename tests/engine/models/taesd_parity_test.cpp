@@ -5,6 +5,7 @@
 // settings this engine refuses. Every comparison prints its max abs error.
 #include <gtest/gtest.h>
 
+#include "core/arena.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "io/files.h"
@@ -107,6 +108,29 @@ TEST(TaesdParity, ResultsDoNotDependOnThreadCount) {
     two = taesd.decode_nhwc(latents);
   }
   for (int64_t i = 0; i < one.numel(); ++i) ASSERT_EQ(one[i], two[i]) << "element " << i;
+}
+
+// A decoder block keeps at most three activations of its size live (its input for the residual,
+// the middle convolution's input and the output): the largest stage's blocks set the decode's
+// peak, which a first decode faults in page by page. Measured from a caching arena (what the
+// pipeline decodes with) in multiples S of one activation at the output resolution.
+TEST(TaesdMemory, DecodeKeepsThreeActivationsOfTheLastStageLive) {
+  const AutoencoderTiny taesd = load(Precision::F32);
+  const AutoencoderTinyConfig c = tiny_config();
+  const int64_t h = 24, w = 20, f = c.decoder_scale_factor();
+  const Tensor latents = Tensor::full({1, h, w, c.latent_channels}, 0.25f);
+  CachingArena arena;
+  {
+    AllocatorScope scope(&arena);
+    DeviceScope device(DeviceContext{0, 1, nullptr});
+    taesd.decode_nhwc(latents);
+  }
+  const double S = static_cast<double>(h * f * w * f * c.channels() * sizeof(float));
+  const double peak = static_cast<double>(arena.peak_bytes_in_use());
+  std::printf("[taesd memory] %lldx%lld latents: peak in use %.2f S (S = %.0f bytes)\n", static_cast<long long>(h),
+              static_cast<long long>(w), peak / S, S);
+  EXPECT_GE(peak, 3.0 * S);  // the three live activations (a lower figure means the count is off)
+  EXPECT_LT(peak, 3.5 * S);  // not a fourth (the block's first output kept while its last runs)
 }
 
 TEST(TaesdParity, WrongInputShapesAreErrors) {
