@@ -1,7 +1,13 @@
 #include "core/arena.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <iterator>
+
+#include "core/error.h"
 
 namespace octodiff {
 
@@ -10,9 +16,55 @@ size_t CachingArena::round_size(size_t bytes) {
   return std::max<size_t>(64, (bytes + 63) / 64 * 64);
 }
 
+namespace {
+
+constexpr size_t kPage2M = size_t{2} << 20;
+
+size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+}  // namespace
+
 CachingArena::~CachingArena() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [base, size] : slabs_) aligned_free(base);
+  for (auto& [base, size] : slabs_)
+    if (base != region_) aligned_free(base);
+  if (region_) ::munmap(region_, region_size_);
+}
+
+bool CachingArena::grow_locked(size_t size, char** p, size_t* range) {
+  if (!region_tried_) {
+    region_tried_ = true;
+    // Address space only (PROT_NONE is not committed memory); 64 GiB, or less where refused.
+    for (size_t reserve = size_t{64} << 30; reserve >= (size_t{1} << 30) && !region_; reserve /= 4) {
+      void* q = ::mmap(nullptr, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (q != MAP_FAILED) {
+        region_ = static_cast<char*>(q);
+        region_size_ = reserve;
+      }
+    }
+  }
+  if (!region_) return false;
+  // The free range at the end of what is committed, if any, is extended rather than left behind.
+  char* const end = region_ + committed_;
+  size_t tail = 0;
+  if (committed_ > 0) {
+    auto last = free_by_address_.lower_bound(end);
+    if (last != free_by_address_.begin() && (--last)->first + last->second == end) tail = last->second;
+  }
+  // As a slab would be: at least kMinSlab, whole 2 MiB pages.
+  const size_t grow = std::max(kMinSlab, round_up(size - tail, kPage2M));
+  if (grow > region_size_ - committed_) return false;
+  if (::mprotect(end, grow, PROT_READ | PROT_WRITE) != 0)
+    fail("out of memory: could not allocate ", size / (1024.0 * 1024.0), " MiB (", std::strerror(errno), ")");
+  if (tail) remove_free_locked(end - tail, tail);
+  committed_ += grow;
+  slabs_[region_] = committed_;
+  ++system_allocations_;
+  reserved_ += grow;
+  peak_reserved_ = std::max(peak_reserved_, reserved_);
+  *p = end - tail;
+  *range = tail + grow;
+  return true;
 }
 
 void CachingArena::add_free_locked(char* p, size_t size) {
@@ -35,10 +87,10 @@ void* CachingArena::allocate(size_t bytes) {
     range = fit->first;
     p = fit->second;
     remove_free_locked(p, range);
-  } else {
+  } else if (!grow_locked(size, &p, &range)) {
     // A new slab: large enough that the few sizes of a step share slabs (fragmentation stays
     // inside them), whole 2 MiB pages.
-    range = std::max(kMinSlab, (size + (size_t{2} << 20) - 1) / (size_t{2} << 20) * (size_t{2} << 20));
+    range = std::max(kMinSlab, round_up(size, kPage2M));
     p = static_cast<char*>(aligned_alloc_or_throw(range));
     slabs_.emplace(p, range);
     ++system_allocations_;
@@ -88,7 +140,30 @@ void CachingArena::deallocate(void* q, size_t /*bytes*/) {
 
 void CachingArena::trim() {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (committed_ > 0) {  // the free end of the reserved range, from the 2 MiB page after its start
+    char* const end = region_ + committed_;
+    auto last = free_by_address_.lower_bound(end);
+    if (last != free_by_address_.begin() && (--last)->first + last->second == end) {
+      char* const start = last->first;
+      const size_t keep = round_up(static_cast<size_t>(start - region_), kPage2M);
+      if (keep < committed_) {
+        const size_t size = last->second;
+        remove_free_locked(start, size);
+        ::madvise(region_ + keep, committed_ - keep, MADV_DONTNEED);
+        ::mprotect(region_ + keep, committed_ - keep, PROT_NONE);
+        reserved_ -= committed_ - keep;
+        committed_ = keep;
+        if (region_ + keep > start) add_free_locked(start, static_cast<size_t>(region_ + keep - start));
+        if (committed_ > 0) slabs_[region_] = committed_;
+        else slabs_.erase(region_);
+      }
+    }
+  }
   for (auto s = slabs_.begin(); s != slabs_.end();) {
+    if (s->first == region_) {
+      ++s;
+      continue;
+    }
     auto whole = free_by_address_.find(s->first);
     if (whole != free_by_address_.end() && whole->second == s->second) {
       remove_free_locked(s->first, s->second);

@@ -8,6 +8,15 @@
 // first step no memory is requested from the system, so no page faults, and the footprint stays
 // near the peak of simultaneously live activations (plus fragmentation) rather than the sum of
 // every distinct size seen. trim() gives whole free slabs back (between phases).
+//
+// Slabs are carved one after another from one reserved address range (committed as the arena
+// grows, so an impossible size is still a clear out-of-memory error): together they are one slab
+// whose free ranges merge across what would have been slab boundaries, and a request that does
+// not fit extends the free range at the end instead of taking a slab of its own. A decoder whose
+// activation sizes grow stage by stage (a VAE: 32, 128, then 256 MB blocks) then reuses the memory
+// it has touched instead of faulting in fresh slabs beside fragmented old ones. trim() hands back
+// the free end of the range. Where the range cannot be reserved (a `ulimit -v`), each slab is its
+// own allocation, as before.
 #pragma once
 
 #include <cstddef>
@@ -46,6 +55,9 @@ class CachingArena : public Allocator {
   static size_t round_size(size_t bytes);
   void add_free_locked(char* p, size_t size);
   void remove_free_locked(char* p, size_t size);
+  // Extends the reserved range by at least `size` bytes past its free end (merged with that end):
+  // the free range that now holds `size`, or false where the range cannot grow.
+  bool grow_locked(size_t size, char** p, size_t* range);
 
   mutable std::mutex mutex_;
   std::map<char*, size_t> slabs_;               // base -> size
@@ -53,6 +65,10 @@ class CachingArena : public Allocator {
   std::set<std::pair<size_t, char*>> free_by_size_;
   std::unordered_map<void*, size_t> live_;      // block sizes of handed-out blocks
   size_t reserved_ = 0, peak_reserved_ = 0, in_use_ = 0, peak_in_use_ = 0, system_allocations_ = 0;
+  char* region_ = nullptr;   // the reserved address range (null: not reserved yet, or refused)
+  size_t region_size_ = 0;   // its size
+  size_t committed_ = 0;     // bytes from region_ usable (the slab slabs_[region_] when > 0)
+  bool region_tried_ = false;
 };
 
 // A set of arenas (one per worker of a plan): what they hold from the system together, and
