@@ -34,9 +34,11 @@ CachingArena::~CachingArena() {
 bool CachingArena::grow_locked(size_t size, char** p, size_t* range) {
   if (!region_tried_) {
     region_tried_ = true;
-    // Address space only (PROT_NONE is not committed memory); 64 GiB, or less where refused.
+    // Address space only: a PROT_NONE mapping is not committed memory. Making a part writable
+    // commits it, so the kernel's overcommit policy refuses an impossible size there as it would
+    // a malloc (no MAP_NORESERVE). 64 GiB, or less where refused.
     for (size_t reserve = size_t{64} << 30; reserve >= (size_t{1} << 30) && !region_; reserve /= 4) {
-      void* q = ::mmap(nullptr, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      void* q = ::mmap(nullptr, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (q != MAP_FAILED) {
         region_ = static_cast<char*>(q);
         region_size_ = reserve;

@@ -4,10 +4,15 @@
 // free slabs) only, and the counters say what happened.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "core/arena.h"
+#include "core/error.h"
 #include "core/tensor.h"
 
 using namespace octodiff;
@@ -114,6 +119,33 @@ TEST(CachingArena, AGrowingSizeExtendsTheFreeEnd) {
     EXPECT_EQ(arena.peak_bytes_reserved(), 3 * slab);
   }
   arena.deallocate(c, 0);
+  EXPECT_EQ(arena.bytes_in_use(), 0u);
+}
+
+// More than the machine has is a clear error, as from malloc: committing a part of the reserved
+// range is refused by the kernel's overcommit check (modes 0 and 2; mode 1 grants anything).
+TEST(CachingArena, AnImpossibleSizeIsAClearError) {
+  std::ifstream policy("/proc/sys/vm/overcommit_memory");
+  int mode = -1;
+  policy >> mode;
+  if (mode == 1) GTEST_SKIP() << "vm.overcommit_memory = 1: the kernel grants any size";
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  ASSERT_GT(pages, 0);
+  const size_t ram = static_cast<size_t>(pages) * static_cast<size_t>(page);
+  CachingArena arena;
+  void* small = arena.allocate(1 << 20);
+  // Inside the 64 GiB range where RAM is under 32 GiB (its commit is refused), beyond it elsewhere.
+  for (size_t bytes : {2 * ram, size_t{1} << 40}) {
+    try {
+      arena.allocate(bytes);
+      ADD_FAILURE() << bytes << " bytes were granted";
+    } catch (const Error& e) {
+      std::printf("[arena] %zu MiB: %s\n", bytes >> 20, e.what());
+      EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos);
+    }
+  }
+  std::memset(small, 5, 1 << 20);  // what was allocated before is untouched and usable
+  arena.deallocate(small, 0);
   EXPECT_EQ(arena.bytes_in_use(), 0u);
 }
 
