@@ -16,19 +16,19 @@ namespace {
 
 constexpr int64_t kChunkPixels = 64;
 
-// Per (sample, pixel chunk, channel): Σx and Σx² in double. Chunk q of sample n holds
-// pixels [q·kChunkPixels, (q+1)·kChunkPixels); partials are combined later in a fixed order.
-void channel_moments(const float* x, int64_t N, int64_t HW, int64_t C, std::vector<double>& s1,
-                     std::vector<double>& s2) {
+// Per (sample, pixel chunk, channel): Σx and Σx² in double, into s1 and s2 (N·chunks·C each).
+// Chunk q of sample n holds pixels [q·kChunkPixels, (q+1)·kChunkPixels); partials are combined
+// later in a fixed order.
+void channel_moments(const float* x, int64_t N, int64_t HW, int64_t C, double* s1, double* s2) {
   const int64_t chunks = (HW + kChunkPixels - 1) / kChunkPixels;
-  s1.assign(static_cast<size_t>(N * chunks * C), 0.0);
-  s2.assign(static_cast<size_t>(N * chunks * C), 0.0);
   parallel_for(N * chunks, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t n = t / chunks, p0 = (t % chunks) * kChunkPixels;
       const int64_t p1 = std::min(HW, p0 + kChunkPixels);
-      double* a1 = s1.data() + t * C;
-      double* a2 = s2.data() + t * C;
+      double* a1 = s1 + t * C;
+      double* a2 = s2 + t * C;
+      std::fill(a1, a1 + C, 0.0);
+      std::fill(a2, a2 + C, 0.0);
       for (int64_t p = p0; p < p1; ++p) {
         const float* xp = x + (n * HW + p) * C;
         for (int64_t c = 0; c < C; ++c) {
@@ -42,8 +42,7 @@ void channel_moments(const float* x, int64_t N, int64_t HW, int64_t C, std::vect
 }
 
 // Sums the partials of each (sample, group) in a fixed order (chunks, then channels).
-std::vector<double> group_totals(const std::vector<double>& partial, int64_t N, int64_t chunks, int64_t C,
-                                 int64_t G) {
+std::vector<double> group_totals(const double* partial, int64_t N, int64_t chunks, int64_t C, int64_t G) {
   const int64_t cg = C / G;
   std::vector<double> total(static_cast<size_t>(N * G), 0.0);
   for (int64_t n = 0; n < N; ++n)
@@ -70,7 +69,13 @@ void group_norm_nhwc(const float* x, int64_t N, int64_t HW, int64_t C, int64_t G
 
   // One pass of Σx and Σx² in double: var = E[x²] − E[x]² loses only ≈ 2⁻⁵³·mean²/var, far
   // below float resolution for any activation, so this matches the two-pass variance.
-  std::vector<double> s1, s2;
+  // The partials (16 MB at 512×512 × 256 channels) from the caller's allocator, like the
+  // activations (the pipeline's arena keeps and reuses them): from the heap, every call mapped a
+  // fresh buffer and faulted it in (~110 MB of page faults per 512×512 VAE decode).
+  const int64_t partials = N * chunks * C;
+  const detail::CallScratch moments(static_cast<size_t>(2 * partials) * sizeof(double));
+  double* const s1 = moments.get<double>();
+  double* const s2 = s1 + partials;
   channel_moments(x, N, HW, C, s1, s2);
   std::vector<double> mean = group_totals(s1, N, chunks, C, G);
   std::vector<double> var = group_totals(s2, N, chunks, C, G);
