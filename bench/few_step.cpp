@@ -146,8 +146,9 @@ json time_networks(const StableDiffusionModel& model, const FewStepOptions& o) {
 
 // Issue 20's ratios measured in pairs: a UNet batch-1 call alone (as time_networks times it), a
 // TAESD decode and right after them a one-step image of a new prompt with TAESD, `repeats`
-// rounds after one warm-up round. A shared VM's speed drifts by more than the text and decode budget between the networks'
-// timing and the images' minutes apart; within a pair (seconds apart) much less.
+// rounds after one warm-up round. A shared VM's speed drifts by more than the text and decode
+// budget between the networks' timing and the images' minutes apart; within a round (seconds
+// apart) much less.
 json time_image_unet_pairs(ShardedPipeline& pipe, const StableDiffusionModel& model, const FewStepOptions& o) {
   const GenerationRequest req = image_request(o, 1, 1, Decoder::Tiny);
   const int vsf = model.vae_scale_factor();
