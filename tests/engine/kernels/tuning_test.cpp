@@ -4,7 +4,9 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "core/half.h"
@@ -399,26 +401,37 @@ TEST(KernelTuningKernels, AttentionAccurateAndThreadInvariant) {
   }
 }
 
+// The named cases' results at each value of one tuning key, compared bit for bit with those at the
+// first value.
+using NamedCase = std::pair<const char*, std::function<std::vector<float>()>>;
+void expect_same_bits(int64_t KernelTuning::*key, const char* key_name, std::initializer_list<int64_t> values,
+                      const std::vector<NamedCase>& cases) {
+  auto results = [&](int64_t value) {
+    KernelTuning t = kernel_tuning();
+    t.*key = value;
+    ScopedKernelTuning scope(t);
+    std::vector<std::vector<float>> r;
+    for (const NamedCase& c : cases) r.push_back(c.second());
+    return r;
+  };
+  const std::vector<std::vector<float>> first = results(*values.begin());
+  for (auto v = values.begin() + 1; v != values.end(); ++v) {
+    const std::vector<std::vector<float>> other = results(*v);
+    for (size_t i = 0; i < cases.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(other[i].data(), first[i].data(), first[i].size() * sizeof(float)))
+          << cases[i].first << ", " << key_name << "=" << *v;
+  }
+}
+
 // A Winograd block's size (winograd_micro_rows: how many tiles a thread takes through the three
 // stages at once) changes no bit: each tile's arithmetic is fixed by the tile alone. F(2×2) f32 and
 // bf16, F(4×4) f32, at 8 micro-rows (Zen 4's), 2 (Sapphire/Emerald Rapids') and 1.
 TEST(KernelTuningKernels, WinogradBlockSizeChangesNoBit) {
   const ConvData cd;
-  auto all = [&](int64_t micro_rows) {
-    KernelTuning t = kernel_tuning();
-    t.winograd_micro_rows = micro_rows;
-    ScopedKernelTuning scope(t);
-    return std::vector<std::vector<float>>{run_conv(cd, ConvAlgorithm::Winograd, Precision::F32),
-                                           run_conv(cd, ConvAlgorithm::Winograd, Precision::BF16),
-                                           run_conv(cd, ConvAlgorithm::Winograd4x4, Precision::F32)};
-  };
-  const auto eight = all(8);
-  for (int64_t rows : {2, 1}) {
-    const auto other = all(rows);
-    for (size_t i = 0; i < eight.size(); ++i)
-      EXPECT_EQ(0, std::memcmp(other[i].data(), eight[i].data(), eight[i].size() * sizeof(float)))
-          << "winograd_micro_rows=" << rows << ", case " << i;
-  }
+  expect_same_bits(&KernelTuning::winograd_micro_rows, "winograd_micro_rows", {8, 2, 1},
+                   {{"Winograd F(2x2) f32", [&] { return run_conv(cd, ConvAlgorithm::Winograd, Precision::F32); }},
+                    {"Winograd F(2x2) bf16", [&] { return run_conv(cd, ConvAlgorithm::Winograd, Precision::BF16); }},
+                    {"Winograd F(4x4)", [&] { return run_conv(cd, ConvAlgorithm::Winograd4x4, Precision::F32); }}});
 }
 
 // B prefetching (gemm_prefetch_b: each slice ahead, or the next slice shared by the micro-rows)
@@ -429,23 +442,11 @@ TEST(KernelTuningKernels, BPrefetchingChangesNoBit) {
   const ConvData cd;
   const AttnData ad;
   const float scale = 1.0f / std::sqrt(static_cast<float>(kAD));
-  auto all = [&](int64_t prefetch) {
-    KernelTuning t = kernel_tuning();
-    t.gemm_prefetch_b = prefetch;
-    ScopedKernelTuning scope(t);
-    return std::vector<std::vector<float>>{run_conv(cd, ConvAlgorithm::Direct, Precision::F32),
-                                           run_conv(cd, ConvAlgorithm::Winograd, Precision::F32),
-                                           run_conv(cd, ConvAlgorithm::Winograd4x4, Precision::F32),
-                                           run_attention(ad, scale, Precision::F32)};
-  };
-  const std::vector<std::vector<float>> without = all(0);
-  for (int64_t prefetch : {1, 2}) {
-    const std::vector<std::vector<float>> with = all(prefetch);
-    const char* names[] = {"direct conv", "Winograd F(2x2)", "Winograd F(4x4)", "attention"};
-    for (size_t i = 0; i < with.size(); ++i)
-      EXPECT_EQ(0, std::memcmp(with[i].data(), without[i].data(), with[i].size() * sizeof(float)))
-          << names[i] << ", prefetching " << prefetch;
-  }
+  expect_same_bits(&KernelTuning::gemm_prefetch_b, "gemm_prefetch_b", {0, 1, 2},
+                   {{"direct conv", [&] { return run_conv(cd, ConvAlgorithm::Direct, Precision::F32); }},
+                    {"Winograd F(2x2)", [&] { return run_conv(cd, ConvAlgorithm::Winograd, Precision::F32); }},
+                    {"Winograd F(4x4)", [&] { return run_conv(cd, ConvAlgorithm::Winograd4x4, Precision::F32); }},
+                    {"attention", [&] { return run_attention(ad, scale, Precision::F32); }}});
 }
 
 }  // namespace
