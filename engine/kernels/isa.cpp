@@ -19,9 +19,12 @@ Isa kernel_isa() {
   return static_cast<Isa>(o < 0 ? best : std::min(o, best));
 }
 
+bool kernel_bf16_instructions() {
+  return kernel_isa() == Isa::Avx512 && has_avx512_bf16() && g_bf16_dot.load(std::memory_order_relaxed);
+}
+
 bool kernel_bf16_dot() {
-  return kernel_isa() == Isa::Avx512 && has_avx512_bf16() && g_bf16_dot.load(std::memory_order_relaxed) &&
-         kernel_tuning().bf16_dot != 0;
+  return kernel_bf16_instructions() && kernel_tuning().bf16_dot != 0;
 }
 
 ScopedKernelIsa::ScopedKernelIsa(Isa isa, bool bf16_dot)

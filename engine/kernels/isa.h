@@ -14,6 +14,11 @@ Isa kernel_isa();
 // otherwise they widen bf16 to float32 and use FMA, with the same results.
 bool kernel_bf16_dot();
 
+// Whether the AVX-512 BF16 instructions may be used at all (the ISA is AVX-512, the CPU has them,
+// no ScopedKernelIsa turned them off), whatever the tuning says of VDPBF16PS's rate: a core
+// that multiplies on widened values still rounds with VCVTNEPS2BF16.
+bool kernel_bf16_instructions();
+
 // Test/benchmark hook: makes the kernels use `isa` (clamped to best_isa()) until destroyed;
 // bf16_dot = false also keeps AVX-512 kernels off the BF16 instructions (a CPU without them).
 // Process-wide, not thread-local: do not use while other threads run kernels.

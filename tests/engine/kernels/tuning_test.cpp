@@ -449,5 +449,19 @@ TEST(KernelTuningKernels, BPrefetchingChangesNoBit) {
                     {"attention", [&] { return run_attention(ad, scale, Precision::F32); }}});
 }
 
+// bf16 products by VDPBF16PS or by FMA on widened values change no bit of the bf16 convolutions
+// and attention either: the widened products are summed in VDPBF16PS's order, and attention's
+// softmax follows the instruction set the CPU has, not how the products are made (a core with
+// BF16 that widens, as Sapphire/Emerald Rapids do, rounds its probabilities as the dot path does).
+TEST(KernelTuningKernels, Bf16DotOrWidenedFmaChangeNoBitOfConvolutionsAndAttention) {
+  const ConvData cd;
+  const AttnData ad;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(kAD));
+  expect_same_bits(&KernelTuning::bf16_dot, "bf16_dot", {1, 0},
+                   {{"direct conv bf16", [&] { return run_conv(cd, ConvAlgorithm::Direct, Precision::BF16); }},
+                    {"Winograd F(2x2) bf16", [&] { return run_conv(cd, ConvAlgorithm::Winograd, Precision::BF16); }},
+                    {"attention bf16", [&] { return run_attention(ad, scale, Precision::BF16); }}});
+}
+
 }  // namespace
 }  // namespace octodiff::kernels::test
