@@ -23,7 +23,7 @@ set -eu
 bench=build/bench/octodiff-kernel-bench
 reps=3
 min_time=0.2
-grid="gemm_kc=256,384,512,576,768;bf16_kc=384,512,640,768;attention_key_tile=128,256,512;winograd_micro_rows=4,8,16;gemm_mc_micro_rows=4,8,12;bf16_dot=0,1;gemm_prefetch_b=0,1,2"
+grid="gemm_kc=256,384,512,576,768;bf16_kc=384,512,640,768;attention_key_tile=128,256,512;attention_columns=0,1;winograd_micro_rows=4,8,16;gemm_mc_micro_rows=4,8,12;bf16_dot=0,1;gemm_prefetch_b=0,1,2"
 filter=""
 out="tune-$(date -u +%Y%m%d-%H%M%S)"
 paired=0
@@ -62,6 +62,7 @@ shapes_for() {
     bf16_dot) bf16_only "($gemm|$conv|$wino|$attn)" ;;
     gemm_prefetch_b) echo "(BM_TextEncoderLayers/.*|$(f32_only "$gemm"))" ;;
     gemm_*) echo "($gemm|$conv)" ;;
+    attention_columns) f32_only "$attn" ;;
     attention_*) echo "$attn" ;;
     winograd_*) echo "$wino" ;;
     *) echo "($gemm|$conv|$wino|$attn)" ;;

@@ -34,6 +34,16 @@ struct AlignedBuffer {
   float* p;
 };
 
+// Row and batch strides, zeros resolved.
+struct Strides {
+  int64_t ldq, ldk, ldv, ldo, bsq, bsk, bsv, bso;
+};
+
+void attention_by_rows(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
+                       const Strides& st, float scale, bool causal);
+void attention_by_columns(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
+                          const Strides& st, float scale, bool causal);
+
 }  // namespace
 
 void attention(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
@@ -56,7 +66,29 @@ void attention(const float* q, const float* k, const float* v, float* out, const
     full.batch_stride_o = bso;
     return detail::attention_bf16(q, k, v, out, full, scale, causal);
   }
+  const Strides st{ldq, ldk, ldv, ldo, bsq, bsk, bsv, bso};
+  if (detail::attention_by_columns_chosen(s))
+    attention_by_columns(q, k, v, out, s, st, scale, causal);
+  else
+    attention_by_rows(q, k, v, out, s, st, scale, causal);
+}
 
+// Score columns where they paid, paired on Emerald Rapids (bench/results "Attention in score
+// columns"): head dims that are not whole panels (40: ×1.09, 80: ×1.13, SD 1.5's self-attention),
+// where score rows compute P·V on 48 or 96 columns; not for 64, 160 or 512 (rows ×1.00–1.11
+// faster) nor for short key rows (77 text tokens: rows ×1.05).
+bool detail::attention_by_columns_chosen(const AttentionShape& s) {
+  return kernel_tuning().attention_columns && vec_math(kernel_isa()).softmax_columns && s.head_dim % kPanel != 0 &&
+         s.kv_len >= 256;
+}
+
+namespace {
+
+// Score rows (S = Q·Kᵀ, queries × keys): the ISAs without VecMath::softmax_columns.
+void attention_by_rows(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
+                       const Strides& st, float scale, bool causal) {
+  const int64_t d = s.head_dim, H = s.heads, B = s.batch, Lq = s.q_len, Lk = s.kv_len;
+  const auto [ldq, ldk, ldv, ldo, bsq, bsk, bsv, bso] = st;
   const detail::MicroKernel mk = detail::micro_kernel(kernel_isa());
   const auto softmax_update = detail::vec_math(kernel_isa()).softmax_update;
   const int64_t Lkp = round_up(Lk, kPanel), dp = round_up(d, kPanel);
@@ -146,4 +178,109 @@ void attention(const float* q, const float* k, const float* v, float* out, const
   }
 }
 
+
+// One block of queries of one (batch, head) in score columns: the buffers of a thread and the
+// loop over key tiles (attention_by_columns).
+class ColumnBlock {
+ public:
+  ColumnBlock(const detail::MicroKernel& mk, int64_t d, int64_t Br, int64_t Bc)
+      : mk_(mk), d_(d), Bc_(Bc), np_max_(Br / kPanel), q_(np_max_ * d * kPanel), s_(np_max_ * Bc * kPanel),
+        o_(np_max_ * d * kPanel), m_(Br), l_(Br), alpha_(Br), valid_(Br) {}
+
+  // Queries [i0, i0 + br) of one head: q, k, out at the head's first column, vt its packed Vᵀ
+  // (d rows of stride ldvt), keys [0, kend).
+  void run(const float* q, int64_t ldq, const float* k, int64_t ldk, const float* vt, int64_t ldvt, float* out,
+           int64_t ldo, int64_t i0, int64_t br, int64_t kend, float scale, bool causal) {
+    const int64_t d = d_, np = (br + kPanel - 1) / kPanel;
+    auto cols = [&](int64_t p) { return static_cast<int>(std::min<int64_t>(kPanel, br - p * kPanel)); };
+    // Qᵀ panels: the micro-kernel's B for Sᵀ = K·Qᵀ, zero past br.
+    std::fill(q_.p, q_.p + np * d * kPanel, 0.0f);
+    for (int64_t i = 0; i < br; ++i)
+      for (int64_t c = 0; c < d; ++c) q_.p[(i / kPanel) * d * kPanel + c * kPanel + i % kPanel] = q[(i0 + i) * ldq + c];
+    std::fill(m_.begin(), m_.end(), -std::numeric_limits<float>::infinity());
+    std::fill(l_.begin(), l_.end(), 0.0f);
+    for (int64_t j0 = 0; j0 < kend; j0 += Bc_) {
+      const int64_t nc = std::min(Bc_, kend - j0);
+      for (int64_t j = 0; j < nc; j += mk_.mr)  // Sᵀ: rows are keys, one panel per 32 queries
+        for (int64_t p = 0; p < np; ++p)
+          mk_.fn(d, k + (j0 + j) * ldk, ldk, q_.p + p * d * kPanel, s_.p + p * Bc_ * kPanel + j * kPanel, kPanel,
+                 static_cast<int>(std::min<int64_t>(mk_.mr, nc - j)), cols(p), false);
+      if (causal)  // query i0 + i sees keys j0 … i0 + i
+        for (int64_t i = 0; i < br; ++i) valid_[i] = static_cast<int32_t>(std::clamp<int64_t>(i0 + i - j0 + 1, 0, nc));
+      for (int64_t p = 0; p < np; ++p)
+        softmax_(s_.p + p * Bc_ * kPanel, static_cast<int>(nc), cols(p), scale, &m_[p * kPanel], &l_[p * kPanel],
+                 &alpha_[p * kPanel], causal ? &valid_[p * kPanel] : nullptr);
+      for (int64_t p = 0; p < np; ++p) {
+        float* o = o_.p + p * d * kPanel;
+        if (j0 > 0)  // the first tile's P·V overwrites Oᵀ
+          for (int64_t c = 0; c < d; ++c)
+            for (int i = 0; i < cols(p); ++i) o[c * kPanel + i] *= alpha_[p * kPanel + i];
+        for (int64_t c0 = 0; c0 < d; c0 += mk_.mr)  // Oᵀ += Vᵀ·P: rows are the head dimension
+          mk_.fn(nc, vt + c0 * ldvt + j0, ldvt, s_.p + p * Bc_ * kPanel, o + c0 * kPanel, kPanel,
+                 static_cast<int>(std::min<int64_t>(mk_.mr, d - c0)), cols(p), j0 > 0);
+      }
+    }
+    for (int64_t i = 0; i < br; ++i) {
+      const float* o = o_.p + (i / kPanel) * d * kPanel + i % kPanel;
+      for (int64_t c = 0; c < d; ++c) out[(i0 + i) * ldo + c] = o[c * kPanel] / l_[i];
+    }
+  }
+
+ private:
+  const detail::MicroKernel& mk_;
+  const decltype(detail::VecMath::softmax_columns) softmax_ = detail::vec_math(kernel_isa()).softmax_columns;
+  int64_t d_, Bc_, np_max_;
+  AlignedBuffer q_, s_, o_;  // Qᵀ panels (d × 32 each), Sᵀ/P panels (Bc × 32), Oᵀ panels (d × 32)
+  std::vector<float> m_, l_, alpha_;
+  std::vector<int32_t> valid_;
+};
+
+// Score columns (Sᵀ = K·Qᵀ, keys × queries), for ISAs with VecMath::softmax_columns. K is read
+// where it lies (its rows are the micro-kernel's A); per (batch, head) V is packed once as Vᵀ
+// (head_dim × keys). For each key tile Sᵀ lands in panels of 32 queries, which is the packed B
+// layout, so the probabilities feed Oᵀ += Vᵀ·P as they are; the softmax runs down the columns
+// (no horizontal reductions), and the output's rows are the head dimension: head_dim 40 is 40
+// rows of micro-tiles, not 32 + 16 columns. Every query is computed by one thread in a fixed key
+// order, so results do not depend on the thread count.
+void attention_by_columns(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
+                          const Strides& st, float scale, bool causal) {
+  const int64_t d = s.head_dim, H = s.heads, B = s.batch, Lq = s.q_len, Lk = s.kv_len;
+  const detail::MicroKernel mk = detail::micro_kernel(kernel_isa());
+  // The key tile in whole micro-rows (attention_key_tile rounded down), the query block in
+  // panels of 32 (attention_query_micro_rows / 2: Zen 4's 4 → 64 queries).
+  const int64_t Bc = std::max<int64_t>(mk.mr, kernel_tuning().attention_key_tile / mk.mr * mk.mr);
+  const int64_t Br = kPanel * std::max<int64_t>(1, kernel_tuning().attention_query_micro_rows / 2);
+  // Vᵀ rows one cache line longer than whole 64-byte lines: 4096 keys would put the micro-kernel's
+  // rows 16 KiB apart, all in one L1 set.
+  const int64_t q_blocks = (Lq + Br - 1) / Br, ldvt = round_up(Lk, 16) + 16, vt_size = d * ldvt;
+  // (batch, head) pairs in groups whose Vᵀ take at most 8 MiB, as attention_by_rows does.
+  const int64_t pairs = B * H;
+  const int64_t group =
+      std::clamp<int64_t>((int64_t{8} << 20) / (vt_size * static_cast<int64_t>(sizeof(float))), 1, pairs);
+  const detail::CallScratch vt_buffer(static_cast<size_t>(group * vt_size) * sizeof(float));
+  float* const vt_packed = vt_buffer.get<float>();
+  for (int64_t g0 = 0; g0 < pairs; g0 += group) {
+    const int64_t gn = std::min(group, pairs - g0);
+    parallel_for(gn, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t b = (g0 + t) / H, h = (g0 + t) % H;
+        float* vt = vt_packed + t * vt_size;
+        for (int64_t j = 0; j < Lk; ++j) {
+          const float* vr = v + b * st.bsv + j * st.ldv + h * d;
+          for (int64_t c = 0; c < d; ++c) vt[c * ldvt + j] = vr[c];
+        }
+      }
+    });
+    parallel_for(gn * q_blocks, [&](int64_t t0, int64_t t1) {
+      ColumnBlock block(mk, d, Br, Bc);
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t gi = t / q_blocks, b = (g0 + gi) / H, h = (g0 + gi) % H;
+        const int64_t i0 = (t % q_blocks) * Br, br = std::min(Br, Lq - i0);
+        block.run(q + b * st.bsq + h * d, st.ldq, k + b * st.bsk + h * d, st.ldk, vt_packed + gi * vt_size, ldvt,
+                  out + b * st.bso + h * d, st.ldo, i0, br, causal ? std::min(Lk, i0 + br) : Lk, scale, causal);
+      }
+    });
+  }
+}
+}  // namespace
 }  // namespace octodiff::kernels

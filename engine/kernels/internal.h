@@ -158,6 +158,14 @@ struct VecMath {
   // softmax_update, except that the probabilities go to p[0..n) as bf16 (round to nearest even)
   // and s is left as scratch. l sums the float32 probabilities.
   float (*softmax_update_bf16)(float* s, int n, float scale, float* m, float* l, uint16_t* p) = nullptr;
+  // softmax_update for a key tile held in columns: s is nk rows (keys) × n ≤ kPanel columns
+  // (queries), row stride kPanel, and each column is one query's score row. Per column c: m' =
+  // max(m[c], max_j scale·s[j][c]), s[j][c] ← exp(scale·s[j][c] − m'), l[c] ← l[c]·alpha[c] + Σ_j,
+  // alpha[c] = exp(m[c] − m') (0 when m[c] was −∞), m[c] ← m'. With `valid`, rows j ≥ valid[c]
+  // are masked out of column c (set to 0): a causal tile. Null where the ISA has none (attention
+  // then works on score rows).
+  void (*softmax_columns)(float* s, int nk, int n, float scale, float* m, float* l, float* alpha,
+                          const int32_t* valid) = nullptr;
 };
 // The factor softmax_update returns: exp(m − m_new), or exp2 for a maximum kept in base 2 (the
 // VDPBF16PS path); 0 when m is −∞ (the row's first block), and exactly 1 without a libm call
@@ -257,6 +265,10 @@ void block_gemm(const MicroKernel& mk, const float* a, int64_t lda, int64_t M, i
 // panels panel_stride elements apart.
 void block_gemm_bf16(const MicroKernelBf16& mk, const uint16_t* a, int64_t lda, int64_t M, int64_t pairs,
                      const uint16_t* b, int64_t panel_stride, int64_t N, float* c, int64_t ldc, bool load);
+
+// Whether float32 attention of this shape holds its scores in columns (attention.cpp): the
+// tuning allows it, the ISA has VecMath::softmax_columns, and the shape is one where it pays.
+bool attention_by_columns_chosen(const AttentionShape& s);
 
 // bf16 attention (attention.h with Precision::BF16): Q·Kᵀ and P·V on the bf16 micro-kernels,
 // the online softmax in float32.

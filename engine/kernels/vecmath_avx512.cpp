@@ -185,6 +185,46 @@ float softmax_update(float* s, int n, float scale, float* m, float* l) {
   return alpha;
 }
 
+// VecMath::softmax_columns: 16 columns at a time, down the rows (no horizontal reductions).
+template <bool kValid>
+void softmax_columns_16(float* s, int nk, __mmask16 cm, __m512 vscale, float* m, float* l, float* alpha,
+                        const int32_t* valid) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m512i limit = kValid ? _mm512_maskz_loadu_epi32(cm, valid) : _mm512_setzero_si512();
+  auto visible = [&](int j) { return _mm512_cmpgt_epi32_mask(limit, _mm512_set1_epi32(j)); };
+  __m512 vmax = ninf;
+  for (int j = 0; j < nk; ++j) {
+    const __m512 x = _mm512_mul_ps(_mm512_load_ps(s + j * kPanel), vscale);
+    vmax = kValid ? _mm512_mask_max_ps(vmax, visible(j), vmax, x) : _mm512_max_ps(vmax, x);
+  }
+  const __m512 m_old = _mm512_mask_loadu_ps(ninf, cm, m);
+  const __m512 m_new = _mm512_max_ps(m_old, vmax);
+  // exp(m − m'): 0 where m was −∞, exactly 1 where the maximum did not grow (exp16(0) = 1).
+  const __mmask16 seen = _mm512_cmp_ps_mask(m_old, ninf, _CMP_NEQ_OQ);
+  const __m512 a = _mm512_maskz_mov_ps(seen, exp16(_mm512_sub_ps(m_old, m_new)));
+  __m512 sum = _mm512_setzero_ps();
+  for (int j = 0; j < nk; ++j) {
+    __m512 e = exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_load_ps(s + j * kPanel), vscale), m_new));
+    if constexpr (kValid) e = _mm512_maskz_mov_ps(visible(j), e);
+    _mm512_store_ps(s + j * kPanel, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  _mm512_mask_storeu_ps(l, cm, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(cm, l), a, sum));
+  _mm512_mask_storeu_ps(m, cm, m_new);
+  _mm512_mask_storeu_ps(alpha, cm, a);
+}
+
+void softmax_columns(float* s, int nk, int n, float scale, float* m, float* l, float* alpha, const int32_t* valid) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int c = 0; c < n; c += 16) {
+    const __mmask16 cm = n - c >= 16 ? __mmask16(0xFFFF) : tail_mask16(n - c);
+    if (valid)
+      softmax_columns_16<true>(s + c, nk, cm, vscale, m + c, l + c, alpha + c, valid + c);
+    else
+      softmax_columns_16<false>(s + c, nk, cm, vscale, m + c, l + c, alpha + c, nullptr);
+  }
+}
+
 // VCVTNEPS2BF16: the same rounding except that subnormals become zero (see internal.h).
 inline __m256i round_to_bf16_dot(__m512i v) {
   return (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(v));
@@ -293,7 +333,8 @@ void to_bf16_avx512_dot(const float* x, int64_t n, uint16_t* y) {
 }
 
 const VecMath& vec_math_avx512() {
-  static const VecMath v{&silu, &gelu_tanh, &quick_gelu, &softmax_update, &gelu_erf, &softmax_update_bf16};
+  static const VecMath v{&silu,     &gelu_tanh,           &quick_gelu,     &softmax_update,
+                         &gelu_erf, &softmax_update_bf16, &softmax_columns};
   return v;
 }
 

@@ -1,6 +1,9 @@
 #include "kernels/attention.h"
 
 #include "core/error.h"
+#include "kernels/internal.h"
+#include "kernels/isa.h"
+#include "kernels/tuning.h"
 #include "kernel_test_util.h"
 
 namespace octodiff::kernels::test {
@@ -91,6 +94,42 @@ TEST(Attention, MatchesDoubleReferenceOnEveryIsa) {
       std::printf("[attention %s] B=%lld Lq=%lld Lk=%lld H=%lld d=%lld causal=%d rel err %.3g\n",
                   isa_name(isa).c_str(), (long long)t.batch, (long long)t.q_len, (long long)t.kv_len,
                   (long long)t.heads, (long long)t.head_dim, t.causal, err);
+    }
+  }
+}
+
+// Scores in columns (AVX-512, head dims not a multiple of 32, 256 keys or more) and in rows give
+// the reference's result either way; attention_columns = 0 keeps every shape on rows.
+TEST(Attention, ScoreColumnsAndRowsBothMatchTheReference) {
+  const bool has_columns = detail::vec_math(kernel_isa()).softmax_columns != nullptr;
+  const AttnCase cases[] = {{1, 70, 300, 2, 80, false, 2}, {2, 300, 300, 1, 40, true, 1}, {1, 29, 513, 2, 40, false, 0},
+                            {1, 100, 77, 2, 40, false, 0}, {1, 64, 600, 1, 64, false, 0}};
+  for (int64_t columns : {0, 1}) {
+    KernelTuning tuning = kernel_tuning();
+    tuning.attention_columns = columns;
+    ScopedKernelTuning scope(tuning);
+    for (const AttnCase& t : cases) {
+      const AttentionShape s = make_shape(t);
+      const bool eligible = t.head_dim % 32 != 0 && t.kv_len >= 256;
+      EXPECT_EQ(detail::attention_by_columns_chosen(s), columns == 1 && has_columns && eligible)
+          << "d=" << t.head_dim << " Lk=" << t.kv_len;
+      auto q = random_vec(t.batch * s.batch_stride_q, 37, -2.0f, 2.0f);
+      auto k = random_vec(t.batch * s.batch_stride_k, 38, -2.0f, 2.0f);
+      auto v = random_vec(t.batch * s.batch_stride_v, 39);
+      std::vector<float> out(t.batch * s.batch_stride_o, NAN);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(t.head_dim));
+      attention(q.data(), k.data(), v.data(), out.data(), s, scale, t.causal);
+      const auto ref = ref_attention(t, q, k, v, s, scale);
+      std::vector<float> got(ref.size());
+      for (int64_t b = 0; b < t.batch; ++b)
+        for (int64_t i = 0; i < t.q_len; ++i)
+          for (int64_t c = 0; c < t.heads * t.head_dim; ++c)
+            got[(b * t.q_len + i) * t.heads * t.head_dim + c] = out[b * s.batch_stride_o + i * s.ldo + c];
+      const double err = rel_error(got.data(), ref);
+      EXPECT_LT(err, 1e-5) << "columns=" << columns << " d=" << t.head_dim << " Lk=" << t.kv_len;
+      std::printf("[attention, scores in %s] Lq=%lld Lk=%lld d=%lld causal=%d rel err %.3g\n",
+                  detail::attention_by_columns_chosen(s) ? "columns" : "rows", (long long)t.q_len,
+                  (long long)t.kv_len, (long long)t.head_dim, t.causal, err);
     }
   }
 }
