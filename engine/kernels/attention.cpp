@@ -74,12 +74,13 @@ void attention(const float* q, const float* k, const float* v, float* out, const
 }
 
 // Score columns where they paid, paired on Emerald Rapids (bench/results "Attention in score
-// columns"): head dims that are not whole panels (40: ×1.09, 80: ×1.13, SD 1.5's self-attention),
-// where score rows compute P·V on 48 or 96 columns; not for 64, 160 or 512 (rows ×1.00–1.11
-// faster) nor for short key rows (77 text tokens: rows ×1.05).
+// columns"): head dims above one panel that are not whole panels (40: ×1.09, 80: ×1.13, SD 1.5's
+// self-attention), where score rows compute P·V on 48 or 96 columns; not for 64, 160 or 512
+// (rows ×1.00–1.11 faster) nor for short key rows (77 text tokens: rows ×1.05). Head dims under
+// 32 (the tiny test models' 8) were not measured and keep rows.
 bool detail::attention_by_columns_chosen(const AttentionShape& s) {
-  return kernel_tuning().attention_columns && vec_math(kernel_isa()).softmax_columns && s.head_dim % kPanel != 0 &&
-         s.kv_len >= 256;
+  return kernel_tuning().attention_columns && vec_math(kernel_isa()).softmax_columns && s.head_dim > kPanel &&
+         s.head_dim % kPanel != 0 && s.kv_len >= 256;
 }
 
 namespace {

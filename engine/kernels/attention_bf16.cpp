@@ -31,12 +31,12 @@ void attention_bf16(const float* q, const float* k, const float* v, float* out, 
   const int64_t d = s.head_dim, H = s.heads, B = s.batch, Lq = s.q_len, Lk = s.kv_len;
   const Isa isa = kernel_isa();
   const MicroKernelBf16 mk = micro_kernel_bf16(isa);
-  const bool dot = kernel_bf16_dot();
-  const ToBf16Fn convert = to_bf16_fn(isa, dot);
-  // The base-2 softmax rounding with VCVTNEPS2BF16 wherever the BF16 instructions exist, also
-  // when the products run on widened values (its exp costs half of the portable one's).
+  // Rounding by VCVTNEPS2BF16 and the base-2 softmax wherever the BF16 instructions exist, also
+  // when the products run on widened values (that softmax's exp costs half of the portable one's).
+  const bool bf16_instructions = kernel_bf16_instructions();
+  const ToBf16Fn convert = to_bf16_fn(isa, bf16_instructions);
   const auto softmax_update =
-      kernel_bf16_instructions() ? &softmax_update_bf16_avx512_dot : vec_math(isa).softmax_update_bf16;
+      bf16_instructions ? &softmax_update_bf16_avx512_dot : vec_math(isa).softmax_update_bf16;
   const int64_t C = H * d, d2 = bf16_pairs(d), Lk2 = bf16_pairs(Lk);
   const int64_t Lkp = round_up(Lk, kPanel), dp = round_up(d, kPanel);
   const int64_t k_size = (Lkp / kPanel) * d2 * kPairRow;  // bf16 elements per (batch, head)

@@ -218,7 +218,7 @@ void conv2d_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWe
     const int64_t Ci = w.in_channels;
     const detail::CallScratch buffer(static_cast<size_t>(N * H * W * Ci) * sizeof(uint16_t));
     uint16_t* x16 = buffer.get<uint16_t>();
-    const detail::ToBf16Fn convert = detail::to_bf16_fn(kernel_isa(), kernel_bf16_dot());
+    const detail::ToBf16Fn convert = detail::to_bf16_fn(kernel_isa(), kernel_bf16_instructions());
     parallel_for(N * H, [&](int64_t r0, int64_t r1) {
       convert(x + r0 * W * Ci, (r1 - r0) * W * Ci, x16 + r0 * W * Ci);
     });

@@ -163,8 +163,8 @@ class WinogradConv {
     const Isa isa = kernel_isa();
     mk_ = micro_kernel(isa);
     mk16_ = micro_kernel_bf16(isa);
-    convert_ = to_bf16_fn(isa, kernel_bf16_dot());
-    convert_low_ = to_bf16_low_fn(isa, kernel_bf16_dot());
+    convert_ = to_bf16_fn(isa, kernel_bf16_instructions());
+    convert_low_ = to_bf16_low_fn(isa, kernel_bf16_instructions());
     halves_ = bf16_ && bf16_activations() == Bf16Activations::Split ? 2 : 1;
     mr_ = bf16_ ? mk16_.mr : mk_.mr;
     ldv_ = scratch_lda(g.Ci);

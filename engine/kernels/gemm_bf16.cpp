@@ -233,9 +233,9 @@ void run_gemm_bf16(const ASource& src, int64_t M, const PackedMatrix& b, float* 
                    const Epilogue& ep) {
   const Isa isa = kernel_isa();
   const MicroKernelBf16 mk = micro_kernel_bf16(isa);
-  const ToBf16Fn convert = to_bf16_fn(isa, kernel_bf16_dot());
+  const ToBf16Fn convert = to_bf16_fn(isa, kernel_bf16_instructions());
   // Split activations: every K chunk twice, its high halves then its low halves (gemm.h).
-  const ToBf16Fn convert_low = to_bf16_low_fn(isa, kernel_bf16_dot());
+  const ToBf16Fn convert_low = to_bf16_low_fn(isa, kernel_bf16_instructions());
   const int halves = bf16_activations() == Bf16Activations::Split ? 2 : 1;
   const int64_t K = b.K(), N = b.N(), pairs = bf16_pairs(K);
   const int64_t kc_max = chunk_size_bf16(K);

@@ -131,8 +131,11 @@ MicroKernelBf16 micro_kernel_bf16_avx512();      // FMA on widened values (no BF
 MicroKernelBf16 micro_kernel_bf16_avx512_dot();  // VDPBF16PS
 
 // float32 → bf16, round to nearest even (core/half.h's f32_to_bf16, bit for bit), per ISA.
-// With dot (the VDPBF16PS path) it is VCVTNEPS2BF16, which also flushes subnormal inputs to
-// zero: VDPBF16PS reads subnormal bf16 inputs as zero anyway, so products are unchanged.
+// With dot (kernel_bf16_instructions(): the CPU has AVX-512 BF16) it is VCVTNEPS2BF16, which
+// also flushes subnormal inputs to zero: VDPBF16PS reads subnormal bf16 inputs as zero anyway, so
+// its products are unchanged, and the widened products of a core that multiplies with FMA are
+// then the same bits as VDPBF16PS's. Packed weights always keep subnormals (dot = false): the
+// weight cache does not depend on the CPU.
 using ToBf16Fn = void (*)(const float* x, int64_t n, uint16_t* y);
 ToBf16Fn to_bf16_fn(Isa isa, bool dot);
 void to_bf16_generic(const float* x, int64_t n, uint16_t* y);
