@@ -74,10 +74,11 @@ void attention(const float* q, const float* k, const float* v, float* out, const
 }
 
 // Score columns where they paid, paired on Emerald Rapids (bench/results "Attention in score
-// columns"): head dims above one panel that are not whole panels (40: ×1.09, 80: ×1.13, SD 1.5's
-// self-attention), where score rows compute P·V on 48 or 96 columns; not for 64, 160 or 512
-// (rows ×1.00–1.11 faster) nor for short key rows (77 text tokens: rows ×1.05). Head dims under
-// 32 (the tiny test models' 8) were not measured and keep rows.
+// columns"; kernel_tuning() turns them on there only): head dims above one panel that are not
+// whole panels — SD 1.5's self-attention, 4096 keys × 40 ×1.09–1.13, × 80 ×1.02–1.08, 1024 × 80
+// ×1.02–1.04 — where score rows compute P·V on 48 or 96 columns; not for 64, 160 or 512 (rows
+// ×1.03–1.10 faster) nor for short key rows (77 text tokens: rows ×1.05). Head dims under 32
+// (the tiny test models' 8) were not measured and keep rows.
 bool detail::attention_by_columns_chosen(const AttentionShape& s) {
   return kernel_tuning().attention_columns && vec_math(kernel_isa()).softmax_columns && s.head_dim > kPanel &&
          s.head_dim % kPanel != 0 && s.kv_len >= 256;

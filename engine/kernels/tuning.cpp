@@ -87,10 +87,14 @@ KernelTuning choose_kernel_tuning(const CpuIdentity& cpu, const CacheSizes& cach
   // and GEMM outputs stay in L2 while the transformed weight streams from the large L3 (paired,
   // bench/results "Winograd blocks of 2 micro-rows"): the UNet's and VAE's Winograd shapes
   // ×1.03–1.32, TAESD ×1.05–1.10, whole networks ×1.00–1.05.
+  // Float32 attention in score columns for SD 1.5's head dims (kernels/attention.cpp; paired,
+  // bench/results "Attention in score columns"): 4096 keys × 40 ×1.09–1.13, × 80 ×1.02–1.08,
+  // 1024 × 80 ×1.02–1.04.
   if (cpu.vendor == "GenuineIntel" && cpu.family == 6 && (cpu.model == 143 || cpu.model == 207)) {
     t.bf16_dot = 0;
     t.gemm_prefetch_b = 2;
     t.winograd_micro_rows = 2;
+    t.attention_columns = 1;
   }
   return t;
 }

@@ -53,14 +53,20 @@ TEST(KernelTuningChoice, CacheRuleGivesTodaysValuesOnZen4Caches) {
 
 TEST(KernelTuningChoice, SapphireAndEmeraldRapidsMultiplyBf16WithFma) {
   // VDPBF16PS issues at half the FMA rate there (measured on model 207): the bf16 kernels widen;
-  // and the f32 GEMM prefetches B, Winograd blocks are 2 micro-rows (measured there too).
+  // and the f32 GEMM prefetches B, Winograd blocks are 2 micro-rows, float32 attention of SD 1.5's
+  // head dims holds its scores in columns (measured there too).
   for (int model : {143, 207}) {
     KernelTuning expected;
     expected.bf16_dot = 0;
     expected.gemm_prefetch_b = 2;
     expected.winograd_micro_rows = 2;
+    expected.attention_columns = 1;
     EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, model}, kZen4Caches), expected) << model;
   }
+  // Float32 attention in score columns: measured there only.
+  EXPECT_EQ(choose_kernel_tuning({"AuthenticAMD", 25, 0x11}, kZen4Caches).attention_columns, 0);
+  EXPECT_EQ(choose_kernel_tuning({"AuthenticAMD", 26, 0x44}, kZen4Caches).attention_columns, 0);
+  EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, 173}, kZen4Caches).attention_columns, 0);
   // Not measured elsewhere: no B prefetching on Zen 4 (its tuning), Zen 5 or other Intel cores.
   EXPECT_EQ(choose_kernel_tuning({"AuthenticAMD", 25, 0x11}, kZen4Caches).gemm_prefetch_b, 0);
   EXPECT_EQ(choose_kernel_tuning({"AuthenticAMD", 26, 0x44}, kZen4Caches).gemm_prefetch_b, 0);
