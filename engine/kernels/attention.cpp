@@ -75,10 +75,10 @@ void attention(const float* q, const float* k, const float* v, float* out, const
 
 // Score columns where they paid, paired on Emerald Rapids (bench/results "Attention in score
 // columns"; kernel_tuning() turns them on there only): head dims above one panel that are not
-// whole panels — SD 1.5's self-attention, 4096 keys × 40 ×1.09–1.13, × 80 ×1.02–1.08, 1024 × 80
-// ×1.02–1.04 — where score rows compute P·V on 48 or 96 columns; not for 64, 160 or 512 (rows
-// ×1.03–1.10 faster) nor for short key rows (77 text tokens: rows ×1.05). Head dims under 32
-// (the tiny test models' 8) were not measured and keep rows.
+// whole panels — SD 1.5's self-attention, 4096 keys × 40 ×1.07–1.13, 1024 × 80 ×1.02–1.04 (the
+// bench's 4096 × 80, not an SD shape: ×0.95–1.08) — where score rows compute P·V on 48 or 96
+// columns; not for 64, 160 or 512 (rows ×1.03–1.10 faster) nor for short key rows (77 text
+// tokens: rows ×1.05). Head dims under 32 (the tiny test models' 8) were not measured: rows.
 bool detail::attention_by_columns_chosen(const AttentionShape& s) {
   return kernel_tuning().attention_columns && vec_math(kernel_isa()).softmax_columns && s.head_dim > kPanel &&
          s.head_dim % kPanel != 0 && s.kv_len >= 256;
@@ -240,7 +240,7 @@ class ColumnBlock {
 // Score columns (Sᵀ = K·Qᵀ, keys × queries), for ISAs with VecMath::softmax_columns. Per (batch,
 // head) V is packed once as Vᵀ (head_dim × keys) and K's rows of the head side by side (the
 // micro-kernel's A, read in order: from where they lie, 4096 keys × 80 ran ×1.02–1.15 slower than
-// score rows, packed ×1.02–1.08 faster). For each key tile Sᵀ lands in panels of 32 queries, which is the packed B
+// score rows, packed ×0.95–1.08). For each key tile Sᵀ lands in panels of 32 queries, which is the packed B
 // layout, so the probabilities feed Oᵀ += Vᵀ·P as they are; the softmax runs down the columns
 // (no horizontal reductions), and the output's rows are the head dimension: head_dim 40 is 40
 // rows of micro-tiles, not 32 + 16 columns. Every query is computed by one thread in a fixed key
