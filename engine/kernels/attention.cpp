@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/parallel.h"
+#include "kernels/attention_columns.h"
 #include "kernels/internal.h"
 #include "kernels/isa.h"
 
@@ -25,14 +26,6 @@ using detail::kPanel;
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-struct AlignedBuffer {
-  explicit AlignedBuffer(int64_t n)
-      : p(static_cast<float*>(aligned_alloc_or_throw(static_cast<size_t>(std::max<int64_t>(n, 16)) * sizeof(float)))) {}
-  ~AlignedBuffer() { aligned_free(p); }
-  AlignedBuffer(const AlignedBuffer&) = delete;
-  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-  float* p;
-};
 
 // Row and batch strides, zeros resolved.
 struct Strides {
@@ -138,7 +131,7 @@ void attention_by_rows(const float* q, const float* k, const float* v, float* ou
     });
 
     parallel_for(gn * q_blocks, [&](int64_t t0, int64_t t1) {
-      AlignedBuffer S(Br * Bc), O(Br * dp);
+      detail::AlignedFloats S(Br * Bc), O(Br * dp);
       std::vector<float> m(Br), l(Br);
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t gi = t / q_blocks, b = (g0 + gi) / H, h = (g0 + gi) % H;
@@ -146,15 +139,15 @@ void attention_by_rows(const float* q, const float* k, const float* v, float* ou
         const float* qb = q + b * bsq + i0 * ldq + h * d;
         const float* kp = kv_packed + gi * (k_size + v_size);
         const float* vp = kp + k_size;
-        std::fill(O.p, O.p + Br * dp, 0.0f);
+        std::fill(O.get(), O.get() + Br * dp, 0.0f);
         std::fill(m.begin(), m.end(), ninf);
         std::fill(l.begin(), l.end(), 0.0f);
         const int64_t kend = causal ? std::min(Lk, i0 + br) : Lk;
         for (int64_t j0 = 0; j0 < kend; j0 += Bc) {
           const int64_t nc = std::min(Bc, kend - j0);
-          detail::block_gemm(mk, qb, ldq, br, d, kp + (j0 / kPanel) * d * kPanel, d * kPanel, nc, S.p, Bc, false);
+          detail::block_gemm(mk, qb, ldq, br, d, kp + (j0 / kPanel) * d * kPanel, d * kPanel, nc, S.get(), Bc, false);
           for (int64_t r = 0; r < br; ++r) {
-            float* sr = S.p + r * Bc;
+            float* sr = S.get() + r * Bc;
             const int64_t valid = causal ? std::min(nc, i0 + r - j0 + 1) : nc;
             if (valid <= 0) {
               std::fill(sr, sr + nc, 0.0f);
@@ -163,15 +156,15 @@ void attention_by_rows(const float* q, const float* k, const float* v, float* ou
             const float alpha = softmax_update(sr, static_cast<int>(valid), scale, &m[r], &l[r]);
             std::fill(sr + valid, sr + nc, 0.0f);
             if (alpha != 1.0f) {
-              float* o = O.p + r * dp;
+              float* o = O.get() + r * dp;
               for (int64_t c = 0; c < d; ++c) o[c] *= alpha;
             }
           }
-          detail::block_gemm(mk, S.p, Bc, br, nc, vp + j0 * kPanel, Lk * kPanel, d, O.p, dp, true);
+          detail::block_gemm(mk, S.get(), Bc, br, nc, vp + j0 * kPanel, Lk * kPanel, d, O.get(), dp, true);
         }
         for (int64_t r = 0; r < br; ++r) {
           float* dst = out + b * bso + (i0 + r) * ldo + h * d;
-          const float* o = O.p + r * dp;
+          const float* o = O.get() + r * dp;
           const float lr = l[r];
           for (int64_t c = 0; c < d; ++c) dst[c] = o[c] / lr;
         }
@@ -181,78 +174,45 @@ void attention_by_rows(const float* q, const float* k, const float* v, float* ou
 }
 
 
-// One block of queries of one (batch, head) in score columns: the buffers of a thread and the
-// loop over key tiles (attention_by_columns).
-class ColumnBlock {
+// float32 products of one head for detail::ColumnBlock: K's rows side by side (stride d), Vᵀ
+// (d rows of stride ldvt); Qᵀ panels packed per query block.
+class F32Products {
  public:
-  ColumnBlock(const detail::MicroKernel& mk, int64_t d, int64_t Br, int64_t Bc)
-      : mk_(mk), d_(d), Bc_(Bc), np_max_(Br / kPanel), q_(np_max_ * d * kPanel), s_(np_max_ * Bc * kPanel),
-        o_(np_max_ * d * kPanel), m_(Br), l_(Br), alpha_(Br), valid_(Br) {}
+  F32Products(const detail::MicroKernel& mk, int64_t d, int64_t Br) : mk_(mk), d_(d), q_(Br / kPanel * d * kPanel) {}
+  void set_head(const float* k, const float* vt, int64_t ldvt) { k_ = k, vt_ = vt, ldvt_ = ldvt; }
+  int64_t mr() const { return mk_.mr; }
 
-  // Queries [i0, i0 + br) of one head: q and out at the head's first column, k its keys' rows
-  // (stride ldk), vt its Vᵀ (d rows of stride ldvt); keys [0, kend).
-  void run(const float* q, int64_t ldq, const float* k, int64_t ldk, const float* vt, int64_t ldvt, float* out,
-           int64_t ldo, int64_t i0, int64_t br, int64_t kend, float scale, bool causal) {
-    const int64_t d = d_, np = (br + kPanel - 1) / kPanel;
-    auto cols = [&](int64_t p) { return static_cast<int>(std::min<int64_t>(kPanel, br - p * kPanel)); };
-    // Qᵀ panels: the micro-kernel's B for Sᵀ = K·Qᵀ, zero past br.
-    std::fill(q_.p, q_.p + np * d * kPanel, 0.0f);
+  void pack_queries(const float* q, int64_t ldq, int64_t i0, int64_t br) {  // zero past br
+    const int64_t d = d_;
+    std::fill(q_.get(), q_.get() + (br + kPanel - 1) / kPanel * d * kPanel, 0.0f);
     for (int64_t i = 0; i < br; ++i)
-      for (int64_t c = 0; c < d; ++c) q_.p[(i / kPanel) * d * kPanel + c * kPanel + i % kPanel] = q[(i0 + i) * ldq + c];
-    std::fill(m_.begin(), m_.end(), -std::numeric_limits<float>::infinity());
-    std::fill(l_.begin(), l_.end(), 0.0f);
-    for (int64_t j0 = 0; j0 < kend; j0 += Bc_) {
-      const int64_t nc = std::min(Bc_, kend - j0);
-      for (int64_t j = 0; j < nc; j += mk_.mr)  // Sᵀ: rows are keys, one panel per 32 queries
-        for (int64_t p = 0; p < np; ++p)
-          mk_.fn(d, k + (j0 + j) * ldk, ldk, q_.p + p * d * kPanel, s_.p + p * Bc_ * kPanel + j * kPanel, kPanel,
-                 static_cast<int>(std::min<int64_t>(mk_.mr, nc - j)), cols(p), false);
-      if (causal)  // query i0 + i sees keys j0 … i0 + i
-        for (int64_t i = 0; i < br; ++i) valid_[i] = static_cast<int32_t>(std::clamp<int64_t>(i0 + i - j0 + 1, 0, nc));
-      for (int64_t p = 0; p < np; ++p)
-        softmax_(s_.p + p * Bc_ * kPanel, static_cast<int>(nc), cols(p), scale, &m_[p * kPanel], &l_[p * kPanel],
-                 &alpha_[p * kPanel], causal ? &valid_[p * kPanel] : nullptr);
-      for (int64_t p = 0; p < np; ++p) {
-        float* o = o_.p + p * d * kPanel;
-        if (j0 > 0)  // the first tile's P·V overwrites Oᵀ
-          for (int64_t c = 0; c < d; ++c)
-            for (int i = 0; i < cols(p); ++i) o[c * kPanel + i] *= alpha_[p * kPanel + i];
-        for (int64_t c0 = 0; c0 < d; c0 += mk_.mr)  // Oᵀ += Vᵀ·P: rows are the head dimension
-          mk_.fn(nc, vt + c0 * ldvt + j0, ldvt, s_.p + p * Bc_ * kPanel, o + c0 * kPanel, kPanel,
-                 static_cast<int>(std::min<int64_t>(mk_.mr, d - c0)), cols(p), j0 > 0);
-      }
-    }
-    for (int64_t i = 0; i < br; ++i) {
-      const float* o = o_.p + (i / kPanel) * d * kPanel + i % kPanel;
-      for (int64_t c = 0; c < d; ++c) out[(i0 + i) * ldo + c] = o[c * kPanel] / l_[i];
-    }
+      for (int64_t c = 0; c < d; ++c) q_.get()[(i / kPanel) * d * kPanel + c * kPanel + i % kPanel] = q[(i0 + i) * ldq + c];
+  }
+  void scores(int64_t key, int rows, int64_t p, int cols, float* s) const {
+    mk_.fn(d_, k_ + key * d_, d_, q_.get() + p * d_ * kPanel, s, kPanel, rows, cols, false);
+  }
+  void probabilities(int64_t, const float*, int) const {}  // Sᵀ's panels are P·V's B as they are
+  void accumulate(int64_t, const float* s, int64_t j0, int nc, int64_t c0, int rows, int cols, float* o,
+                  bool load) const {
+    mk_.fn(nc, vt_ + c0 * ldvt_ + j0, ldvt_, s, o, kPanel, rows, cols, load);
   }
 
  private:
   const detail::MicroKernel& mk_;
-  const decltype(detail::VecMath::softmax_columns) softmax_ = detail::vec_math(kernel_isa()).softmax_columns;
-  int64_t d_, Bc_, np_max_;
-  AlignedBuffer q_, s_, o_;  // Qᵀ panels (d × 32 each), Sᵀ/P panels (Bc × 32), Oᵀ panels (d × 32)
-  std::vector<float> m_, l_, alpha_;
-  std::vector<int32_t> valid_;
+  int64_t d_;
+  detail::AlignedFloats q_;
+  const float *k_ = nullptr, *vt_ = nullptr;
+  int64_t ldvt_ = 0;
 };
 
-// Score columns (Sᵀ = K·Qᵀ, keys × queries), for ISAs with VecMath::softmax_columns. Per (batch,
-// head) V is packed once as Vᵀ (head_dim × keys) and K's rows of the head side by side (the
-// micro-kernel's A, read in order: from where they lie, 4096 keys × 80 ran ×1.02–1.15 slower than
-// score rows, packed ×0.95–1.08). For each key tile Sᵀ lands in panels of 32 queries, which is the packed B
-// layout, so the probabilities feed Oᵀ += Vᵀ·P as they are; the softmax runs down the columns
-// (no horizontal reductions), and the output's rows are the head dimension: head_dim 40 is 40
-// rows of micro-tiles, not 32 + 16 columns. Every query is computed by one thread in a fixed key
-// order, so results do not depend on the thread count.
+// Score columns (attention_columns.h) in float32. Per (batch, head) V is packed once as Vᵀ
+// (head_dim × keys) and K's rows of the head side by side (the micro-kernel's A, read in order:
+// from where they lie, 4096 keys × 80 ran ×1.02–1.15 slower than score rows, packed ×0.95–1.08).
 void attention_by_columns(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
                           const Strides& st, float scale, bool causal) {
   const int64_t d = s.head_dim, H = s.heads, B = s.batch, Lq = s.q_len, Lk = s.kv_len;
   const detail::MicroKernel mk = detail::micro_kernel(kernel_isa());
-  // The key tile in whole micro-rows (attention_key_tile rounded down), the query block in
-  // panels of 32 (attention_query_micro_rows / 2: Zen 4's 4 → 64 queries).
-  const int64_t Bc = std::max<int64_t>(mk.mr, kernel_tuning().attention_key_tile / mk.mr * mk.mr);
-  const int64_t Br = kPanel * std::max<int64_t>(1, kernel_tuning().attention_query_micro_rows / 2);
+  const int64_t Bc = detail::column_key_tile(mk.mr), Br = detail::column_query_block();
   // Vᵀ rows one cache line longer than whole 64-byte lines: 4096 keys would put the micro-kernel's
   // rows 16 KiB apart, all in one L1 set.
   const int64_t q_blocks = (Lq + Br - 1) / Br, ldvt = round_up(Lk, 16) + 16;
@@ -278,16 +238,19 @@ void attention_by_columns(const float* q, const float* k, const float* v, float*
       }
     });
     parallel_for(gn * q_blocks, [&](int64_t t0, int64_t t1) {
-      ColumnBlock block(mk, d, Br, Bc);
+      F32Products products(mk, d, Br);
+      detail::ColumnBlock<F32Products> block(products, d, Br, Bc);
       for (int64_t t = t0; t < t1; ++t) {
         const int64_t gi = t / q_blocks, b = (g0 + gi) / H, h = (g0 + gi) % H;
         const int64_t i0 = (t % q_blocks) * Br, br = std::min(Br, Lq - i0);
         const float* vt = kv_packed + gi * kv_size;
-        block.run(q + b * st.bsq + h * d, st.ldq, vt + d * ldvt, d, vt, ldvt,
-                  out + b * st.bso + h * d, st.ldo, i0, br, causal ? std::min(Lk, i0 + br) : Lk, scale, causal);
+        products.set_head(vt + d * ldvt, vt, ldvt);
+        block.run(q + b * st.bsq + h * d, st.ldq, out + b * st.bso + h * d, st.ldo, i0, br,
+                  causal ? std::min(Lk, i0 + br) : Lk, scale, causal);
       }
     });
   }
 }
+
 }  // namespace
 }  // namespace octodiff::kernels

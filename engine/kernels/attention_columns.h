@@ -1,0 +1,100 @@
+// Flash attention with a key tile's scores held in columns (Sᵀ = K·Qᵀ: keys are the micro-kernel's
+// rows, 32 queries a panel), shared by the float32 and bf16 products (attention.cpp,
+// attention_bf16.cpp). Sᵀ lands in the packed-B layout, so the probabilities feed Oᵀ += Vᵀ·P with
+// no repacking (bf16: pairs of keys interleaved); the softmax runs down the columns
+// (VecMath::softmax_columns: no horizontal reductions, the rescaling a vector per row of Oᵀ); the
+// output's rows are the head dimension, so a head of 40 costs 40 rows, not 32 + 16 columns.
+// Every query is computed by one thread in a fixed key order: no dependence on the thread count.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "core/memory.h"
+#include "kernels/internal.h"
+#include "kernels/isa.h"
+
+namespace octodiff::kernels::detail {
+
+// n floats, 64-byte aligned, uninitialised.
+class AlignedFloats {
+ public:
+  explicit AlignedFloats(int64_t n)
+      : p_(static_cast<float*>(aligned_alloc_or_throw(static_cast<size_t>(std::max<int64_t>(n, 16)) * sizeof(float)))) {}
+  ~AlignedFloats() { aligned_free(p_); }
+  AlignedFloats(const AlignedFloats&) = delete;
+  AlignedFloats& operator=(const AlignedFloats&) = delete;
+  float* get() const { return p_; }
+
+ private:
+  float* p_;
+};
+
+// Products supplies, for one head: mr(); pack_queries(q, ldq, i0, br) (the Qᵀ panels);
+// scores(key, rows, p, cols, s) (Sᵀ rows key … key + rows − 1 of panel p into s, row stride 32);
+// probabilities(p, s, nc) (panel p's probabilities as the B of P·V); accumulate(p, s, j0, nc, c0,
+// rows, cols, o, load) (Oᵀ rows c0 … c0 + rows − 1 of panel p += Vᵀ·P over keys j0 … j0 + nc − 1).
+template <class Products>
+class ColumnBlock {
+ public:
+  ColumnBlock(Products& products, int64_t d, int64_t Br, int64_t Bc)
+      : products_(products), d_(d), Bc_(Bc), s_(Br / kPanel * Bc * kPanel), o_(Br / kPanel * d * kPanel), m_(Br),
+        l_(Br), alpha_(Br), valid_(Br) {}
+
+  // Queries [i0, i0 + br) of the head, q and out at its first column; keys [0, kend).
+  void run(const float* q, int64_t ldq, float* out, int64_t ldo, int64_t i0, int64_t br, int64_t kend, float scale,
+           bool causal) {
+    const int64_t d = d_, np = (br + kPanel - 1) / kPanel, mr = products_.mr();
+    auto cols = [&](int64_t p) { return static_cast<int>(std::min<int64_t>(kPanel, br - p * kPanel)); };
+    products_.pack_queries(q, ldq, i0, br);
+    std::fill(m_.begin(), m_.end(), -std::numeric_limits<float>::infinity());
+    std::fill(l_.begin(), l_.end(), 0.0f);
+    for (int64_t j0 = 0; j0 < kend; j0 += Bc_) {
+      const int64_t nc = std::min(Bc_, kend - j0);
+      for (int64_t j = 0; j < nc; j += mr)
+        for (int64_t p = 0; p < np; ++p)
+          products_.scores(j0 + j, static_cast<int>(std::min(mr, nc - j)), p, cols(p), panel(p) + j * kPanel);
+      if (causal)  // query i0 + i sees keys j0 … i0 + i
+        for (int64_t i = 0; i < br; ++i) valid_[i] = static_cast<int32_t>(std::clamp<int64_t>(i0 + i - j0 + 1, 0, nc));
+      for (int64_t p = 0; p < np; ++p) {
+        softmax_(panel(p), static_cast<int>(nc), cols(p), scale, &m_[p * kPanel], &l_[p * kPanel], &alpha_[p * kPanel],
+                 causal ? &valid_[p * kPanel] : nullptr);
+        products_.probabilities(p, panel(p), static_cast<int>(nc));
+        float* o = o_.get() + p * d * kPanel;
+        if (j0 > 0)  // the first tile's P·V overwrites Oᵀ
+          for (int64_t c = 0; c < d; ++c)
+            for (int i = 0; i < cols(p); ++i) o[c * kPanel + i] *= alpha_[p * kPanel + i];
+        for (int64_t c0 = 0; c0 < d; c0 += mr)
+          products_.accumulate(p, panel(p), j0, static_cast<int>(nc), c0, static_cast<int>(std::min(mr, d - c0)), cols(p),
+                               o + c0 * kPanel, j0 > 0);
+      }
+    }
+    for (int64_t i = 0; i < br; ++i) {
+      const float* o = o_.get() + (i / kPanel) * d * kPanel + i % kPanel;
+      for (int64_t c = 0; c < d; ++c) out[(i0 + i) * ldo + c] = o[c * kPanel] / l_[i];
+    }
+  }
+
+ private:
+  float* panel(int64_t p) { return s_.get() + p * Bc_ * kPanel; }
+
+  Products& products_;
+  const decltype(VecMath::softmax_columns) softmax_ = vec_math(kernel_isa()).softmax_columns;
+  int64_t d_, Bc_;
+  AlignedFloats s_, o_;  // Sᵀ/P panels (Bc × 32 each), Oᵀ panels (d × 32)
+  std::vector<float> m_, l_, alpha_;
+  std::vector<int32_t> valid_;
+};
+
+// The key tile in whole micro-rows (attention_key_tile rounded down), the query block in panels
+// of 32 (attention_query_micro_rows / 2: Zen 4's 4 → 64 queries).
+inline int64_t column_key_tile(int64_t mr) {
+  return std::max<int64_t>(mr, kernel_tuning().attention_key_tile / mr * mr);
+}
+inline int64_t column_query_block() {
+  return kPanel * std::max<int64_t>(1, kernel_tuning().attention_query_micro_rows / 2);
+}
+
+}  // namespace octodiff::kernels::detail
