@@ -66,15 +66,16 @@ void attention(const float* q, const float* k, const float* v, float* out, const
     attention_by_rows(q, k, v, out, s, st, scale, causal);
 }
 
-// Score columns where they paid, paired on Emerald Rapids (bench/results "Attention in score
-// columns"; kernel_tuning() turns them on there only): head dims above one panel that are not
-// whole panels — SD 1.5's self-attention, 4096 keys × 40 ×1.07–1.13, 1024 × 80 ×1.02–1.04 (the
-// bench's 4096 × 80, not an SD shape: ×0.95–1.08) — where score rows compute P·V on 48 or 96
-// columns; not for 64, 160 or 512 (rows ×1.03–1.10 faster) nor for short key rows (77 text
-// tokens: rows ×1.05). Head dims under 32 (the tiny test models' 8) were not measured: rows.
+// Score columns where score rows waste part of P·V, paired on Emerald Rapids (bench/results
+// "Attention in score columns"; kernel_tuning() turns them on there only): head dims above one
+// panel whose last columns fill neither a panel of 32 nor a half of 16 — SD 1.5's level-1 head of
+// 40, computed in rows on 48 columns: 4096 keys × 40 float32 ×1.07–1.13, bf16 ×1.12. Not for 64,
+// 160 or 512 (rows ×1.03–1.10 faster), 80 (float32 1024 keys ×1.02–1.04 in columns, bf16 ×1.12
+// slower), nor for short key rows (77 text tokens: rows ×1.05). Head dims under 32 (the tiny
+// test models' 8) were not measured: rows.
 bool detail::attention_by_columns_chosen(const AttentionShape& s) {
   return kernel_tuning().attention_columns && vec_math(kernel_isa()).softmax_columns && s.head_dim > kPanel &&
-         s.head_dim % kPanel != 0 && s.kv_len >= 256;
+         s.head_dim % (kPanel / 2) != 0 && s.kv_len >= 256;
 }
 
 namespace {

@@ -8,12 +8,14 @@
 // running sum l adds the float32 probabilities. Every query row is computed by one thread in a
 // fixed key order, so results do not depend on the thread count.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <limits>
 #include <vector>
 
 #include "core/half.h"
 #include "core/parallel.h"
+#include "kernels/attention_columns.h"
 #include "kernels/internal.h"
 #include "kernels/isa.h"
 
@@ -24,6 +26,102 @@ int64_t round_up(int64_t v, int64_t m) {
   return (v + m - 1) / m * m;
 }
 
+// bf16 products of one head for ColumnBlock on the widened micro-kernel (FMA on bf16 values as
+// float32): K's rows rounded and widened side by side (stride 2·⌈d/2⌉, zero-padded), Vᵀ the
+// same (d rows of stride ldvt, zero past the keys); per query block Qᵀ as bf16 pair panels (pairs
+// of the head dimension), per key tile P as bf16 pair panels (pairs of keys).
+class WideProducts {
+ public:
+  WideProducts(const MicroKernelBf16& mk, int64_t d, int64_t Br, int64_t Bc, ToBf16Fn convert)
+      : mk_(mk), d_(d), d2_(bf16_pairs(d)), Bc_(Bc), convert_(convert),
+        q_(Br / kPanel * bf16_pairs(d) * kPairRow / 2), p_(Br / kPanel * Bc * kPanel / 2), row_(2 * bf16_pairs(d)) {}
+  void set_head(const float* k, const float* vt, int64_t ldvt) { k_ = k, vt_ = vt, ldvt_ = ldvt; }
+  int64_t mr() const { return mk_.mr; }
+
+  void pack_queries(const float* q, int64_t ldq, int64_t i0, int64_t br) {  // zero past br and d
+    uint16_t* dst = reinterpret_cast<uint16_t*>(q_.get());
+    std::fill(dst, dst + (br + kPanel - 1) / kPanel * d2_ * kPairRow, uint16_t{0});
+    for (int64_t i = 0; i < br; ++i) {
+      convert_(q + (i0 + i) * ldq, d_, row_.data());
+      uint16_t* panel = dst + (i / kPanel) * d2_ * kPairRow + 2 * (i % kPanel);
+      for (int64_t c = 0; c < d_; ++c) panel[(c / 2) * kPairRow + c % 2] = row_[c];
+    }
+  }
+  void scores(int64_t key, int rows, int64_t p, int cols, float* s) const {
+    mk_.wide(d2_, k_ + key * 2 * d2_, 2 * d2_, q16() + p * d2_ * kPairRow, s, kPanel, rows, cols, false,
+             TileEpilogue{});
+  }
+  void probabilities(int64_t p, const float* s, int nc) { pack_probability_pairs_avx512(s, nc, p16() + p * Bc_ * kPanel); }
+  void accumulate(int64_t p, const float*, int64_t j0, int nc, int64_t c0, int rows, int cols, float* o, bool load) const {
+    mk_.wide((nc + 1) / 2, vt_ + c0 * ldvt_ + j0, ldvt_, p16() + p * Bc_ * kPanel, o, kPanel, rows, cols, load,
+             TileEpilogue{});
+  }
+
+ private:
+  const uint16_t* q16() const { return reinterpret_cast<const uint16_t*>(q_.get()); }
+  uint16_t* p16() const { return reinterpret_cast<uint16_t*>(p_.get()); }
+
+  const MicroKernelBf16& mk_;
+  int64_t d_, d2_, Bc_;
+  ToBf16Fn convert_;
+  AlignedFloats q_, p_;  // bf16 storage: Qᵀ pair panels, P pair panels (Bc/2 pair-rows each)
+  std::vector<uint16_t> row_;
+  const float *k_ = nullptr, *vt_ = nullptr;
+  int64_t ldvt_ = 0;
+};
+
+// float32 of a bf16 value.
+inline float widened(uint16_t h) {
+  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+}
+
+// Score columns (attention_columns.h) on the widened bf16 micro-kernel: where the CPU has the
+// BF16 instructions (P's rounding) but multiplies with FMA, for the shapes attention.cpp chooses.
+void attention_bf16_by_columns(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
+                               float scale, bool causal) {
+  const int64_t d = s.head_dim, H = s.heads, B = s.batch, Lq = s.q_len, Lk = s.kv_len, d2 = bf16_pairs(d);
+  const MicroKernelBf16 mk = micro_kernel_bf16(kernel_isa());
+  const ToBf16Fn convert = to_bf16_fn(kernel_isa(), true);
+  const int64_t Bc = column_key_tile(mk.mr), Br = column_query_block();
+  const int64_t q_blocks = (Lq + Br - 1) / Br, ldvt = round_up(Lk, 16) + 16;  // as attention.cpp's
+  const int64_t kv_size = d * ldvt + Lk * 2 * d2;  // Vᵀ, then K's rows
+  const int64_t pairs = B * H;
+  const int64_t group =
+      std::clamp<int64_t>((int64_t{8} << 20) / (kv_size * static_cast<int64_t>(sizeof(float))), 1, pairs);
+  const CallScratch kv_buffer(static_cast<size_t>(group * kv_size) * sizeof(float));
+  float* const kv_packed = kv_buffer.get<float>();
+  for (int64_t g0 = 0; g0 < pairs; g0 += group) {
+    const int64_t gn = std::min(group, pairs - g0);
+    parallel_for(gn, [&](int64_t t0, int64_t t1) {
+      std::vector<uint16_t> row(2 * d2);
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t b = (g0 + t) / H, h = (g0 + t) % H;
+        float* vt = kv_packed + t * kv_size;
+        float* kw = vt + d * ldvt;
+        for (int64_t c = 0; c < d; ++c) std::fill(vt + c * ldvt + Lk, vt + (c + 1) * ldvt, 0.0f);
+        for (int64_t j = 0; j < Lk; ++j) {
+          convert(v + b * s.batch_stride_v + j * s.ldv + h * d, d, row.data());
+          for (int64_t c = 0; c < d; ++c) vt[c * ldvt + j] = widened(row[c]);
+          convert(k + b * s.batch_stride_k + j * s.ldk + h * d, d, row.data());
+          for (int64_t c = 0; c < 2 * d2; ++c) kw[j * 2 * d2 + c] = c < d ? widened(row[c]) : 0.0f;
+        }
+      }
+    });
+    parallel_for(gn * q_blocks, [&](int64_t t0, int64_t t1) {
+      WideProducts products(mk, d, Br, Bc, convert);
+      ColumnBlock<WideProducts> block(products, d, Br, Bc, &softmax_columns_base2_avx512);
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t gi = t / q_blocks, b = (g0 + gi) / H, h = (g0 + gi) % H;
+        const int64_t i0 = (t % q_blocks) * Br, br = std::min(Br, Lq - i0);
+        const float* vt = kv_packed + gi * kv_size;
+        products.set_head(vt + d * ldvt, vt, ldvt);
+        block.run(q + b * s.batch_stride_q + h * d, s.ldq, out + b * s.batch_stride_o + h * d, s.ldo, i0, br,
+                  causal ? std::min(Lk, i0 + br) : Lk, scale, causal);
+      }
+    });
+  }
+}
+
 }  // namespace
 
 void attention_bf16(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
@@ -31,6 +129,8 @@ void attention_bf16(const float* q, const float* k, const float* v, float* out, 
   const int64_t d = s.head_dim, H = s.heads, B = s.batch, Lq = s.q_len, Lk = s.kv_len;
   const Isa isa = kernel_isa();
   const MicroKernelBf16 mk = micro_kernel_bf16(isa);
+  if (mk.wide && kernel_bf16_instructions() && attention_by_columns_chosen(s))
+    return attention_bf16_by_columns(q, k, v, out, s, scale, causal);
   // Rounding by VCVTNEPS2BF16 and the base-2 softmax wherever the BF16 instructions exist, also
   // when the products run on widened values (that softmax's exp costs half of the portable one's).
   const bool bf16_instructions = kernel_bf16_instructions();

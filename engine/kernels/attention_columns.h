@@ -39,8 +39,10 @@ class AlignedFloats {
 template <class Products>
 class ColumnBlock {
  public:
-  ColumnBlock(Products& products, int64_t d, int64_t Br, int64_t Bc)
-      : products_(products), d_(d), Bc_(Bc), s_(Br / kPanel * Bc * kPanel), o_(Br / kPanel * d * kPanel), m_(Br),
+  using SoftmaxColumns = decltype(VecMath::softmax_columns);
+  ColumnBlock(Products& products, int64_t d, int64_t Br, int64_t Bc,
+              SoftmaxColumns softmax = vec_math(kernel_isa()).softmax_columns)
+      : products_(products), softmax_(softmax), d_(d), Bc_(Bc), s_(Br / kPanel * Bc * kPanel), o_(Br / kPanel * d * kPanel), m_(Br),
         l_(Br), alpha_(Br), valid_(Br) {}
 
   // Queries [i0, i0 + br) of the head, q and out at its first column; keys [0, kend).
@@ -81,7 +83,7 @@ class ColumnBlock {
   float* panel(int64_t p) { return s_.get() + p * Bc_ * kPanel; }
 
   Products& products_;
-  const decltype(VecMath::softmax_columns) softmax_ = vec_math(kernel_isa()).softmax_columns;
+  const SoftmaxColumns softmax_;
   int64_t d_, Bc_;
   AlignedFloats s_, o_;  // Sᵀ/P panels (Bc × 32 each), Oᵀ panels (d × 32)
   std::vector<float> m_, l_, alpha_;

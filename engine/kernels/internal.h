@@ -269,6 +269,16 @@ void block_gemm(const MicroKernel& mk, const float* a, int64_t lda, int64_t M, i
 void block_gemm_bf16(const MicroKernelBf16& mk, const uint16_t* a, int64_t lda, int64_t M, int64_t pairs,
                      const uint16_t* b, int64_t panel_stride, int64_t N, float* c, int64_t ldc, bool load);
 
+// VecMath::softmax_columns with the VDPBF16PS path's base-2 exp (for probabilities rounded to
+// bf16; m is kept in units of log2 e, alpha and l mean what they mean there).
+void softmax_columns_base2_avx512(float* s, int nk, int n, float scale, float* m, float* l, float* alpha,
+                                  const int32_t* valid);
+
+// Probabilities of a score-column tile (nk rows × kPanel, float32, row stride kPanel) as a bf16
+// pair panel for P·V: pair-row r holds rows 2r and 2r + 1 of each column side by side, rounded by
+// VCVTNEPS2BF16 (AVX-512 BF16 only); a missing last odd row is zero.
+void pack_probability_pairs_avx512(const float* s, int nk, uint16_t* p);
+
 // Whether float32 attention of this shape holds its scores in columns (attention.cpp): the
 // tuning allows it, the ISA has VecMath::softmax_columns, and the shape is one where it pays.
 bool attention_by_columns_chosen(const AttentionShape& s);

@@ -185,8 +185,25 @@ float softmax_update(float* s, int n, float scale, float* m, float* l) {
   return alpha;
 }
 
+// 2^t for t ≤ 0: t = n + f with n = round(t), |f| ≤ ½, 2^f by a degree-4 polynomial (interpolating
+// at the Chebyshev nodes of [−½, ½]; relative error ≤ 3.5e-6), scalef for 2^n (underflows to 0
+// below −149). Only the VDPBF16PS softmax uses it, whose probabilities are then rounded to bf16
+// (relative error up to 2⁻⁹ ≈ 2e-3): the degree-6 Taylor polynomial's 1.3e-7 bought nothing
+// there and cost two more FMAs per 16 scores, an eighth of the softmax's arithmetic.
+inline __m512 exp2_nonpositive(__m512 t) {
+  t = _mm512_max_ps(t, _mm512_set1_ps(-150.0f));
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 q = _mm512_set1_ps(9.666368515387469e-3f);
+  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(5.5921975842256264e-2f));
+  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(2.4022349038020335e-1f));
+  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(6.931210452034270e-1f));
+  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(q, n);
+}
+
 // VecMath::softmax_columns: 16 columns at a time, down the rows (no horizontal reductions).
-template <bool kValid>
+template <bool kValid, bool kBase2>
 void softmax_columns_16(float* s, int nk, __mmask16 cm, __m512 vscale, float* m, float* l, float* alpha,
                         const int32_t* valid) {
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -201,10 +218,12 @@ void softmax_columns_16(float* s, int nk, __mmask16 cm, __m512 vscale, float* m,
   const __m512 m_new = _mm512_max_ps(m_old, vmax);
   // exp(m − m'): 0 where m was −∞, exactly 1 where the maximum did not grow (exp16(0) = 1).
   const __mmask16 seen = _mm512_cmp_ps_mask(m_old, ninf, _CMP_NEQ_OQ);
-  const __m512 a = _mm512_maskz_mov_ps(seen, exp16(_mm512_sub_ps(m_old, m_new)));
+  const __m512 a = _mm512_maskz_mov_ps(seen, kBase2 ? exp2_nonpositive(_mm512_sub_ps(m_old, m_new))
+                                                    : exp16(_mm512_sub_ps(m_old, m_new)));
   __m512 sum = _mm512_setzero_ps();
   for (int j = 0; j < nk; ++j) {
-    __m512 e = exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_load_ps(s + j * kPanel), vscale), m_new));
+    __m512 e = kBase2 ? exp2_nonpositive(_mm512_fmsub_ps(_mm512_load_ps(s + j * kPanel), vscale, m_new))
+                      : exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_load_ps(s + j * kPanel), vscale), m_new));
     if constexpr (kValid) e = _mm512_maskz_mov_ps(visible(j), e);
     _mm512_store_ps(s + j * kPanel, e);
     sum = _mm512_add_ps(sum, e);
@@ -214,16 +233,48 @@ void softmax_columns_16(float* s, int nk, __mmask16 cm, __m512 vscale, float* m,
   _mm512_mask_storeu_ps(alpha, cm, a);
 }
 
-void softmax_columns(float* s, int nk, int n, float scale, float* m, float* l, float* alpha, const int32_t* valid) {
-  const __m512 vscale = _mm512_set1_ps(scale);
+template <bool kBase2>
+void softmax_columns_with(float* s, int nk, int n, float scale, float* m, float* l, float* alpha,
+                          const int32_t* valid) {
+  const __m512 vscale = _mm512_set1_ps(kBase2 ? scale * 1.44269504088896341f : scale);
   for (int c = 0; c < n; c += 16) {
     const __mmask16 cm = n - c >= 16 ? __mmask16(0xFFFF) : tail_mask16(n - c);
     if (valid)
-      softmax_columns_16<true>(s + c, nk, cm, vscale, m + c, l + c, alpha + c, valid + c);
+      softmax_columns_16<true, kBase2>(s + c, nk, cm, vscale, m + c, l + c, alpha + c, valid + c);
     else
-      softmax_columns_16<false>(s + c, nk, cm, vscale, m + c, l + c, alpha + c, nullptr);
+      softmax_columns_16<false, kBase2>(s + c, nk, cm, vscale, m + c, l + c, alpha + c, nullptr);
   }
 }
+
+void softmax_columns(float* s, int nk, int n, float scale, float* m, float* l, float* alpha, const int32_t* valid) {
+  softmax_columns_with<false>(s, nk, n, scale, m, l, alpha, valid);
+}
+
+}  // namespace
+
+void softmax_columns_base2_avx512(float* s, int nk, int n, float scale, float* m, float* l, float* alpha,
+                                  const int32_t* valid) {
+  softmax_columns_with<true>(s, nk, n, scale, m, l, alpha, valid);
+}
+
+void pack_probability_pairs_avx512(const float* s, int nk, uint16_t* p) {
+  alignas(64) uint16_t lo[32], hi[32];
+  for (int q = 0; q < 16; ++q) {  // (row 2r, row 2r + 1) of column q, then of column 16 + q
+    lo[2 * q] = static_cast<uint16_t>(q), lo[2 * q + 1] = static_cast<uint16_t>(32 + q);
+    hi[2 * q] = static_cast<uint16_t>(16 + q), hi[2 * q + 1] = static_cast<uint16_t>(48 + q);
+  }
+  const __m512i lo_idx = _mm512_load_si512(lo), hi_idx = _mm512_load_si512(hi);
+  for (int r = 0; 2 * r < nk; ++r) {
+    const float* a = s + 2 * r * kPanel;
+    const __m512i even = (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(a + 16), _mm512_load_ps(a));
+    const __m512i odd = 2 * r + 1 < nk ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(a + 48), _mm512_load_ps(a + 32))
+                                       : _mm512_setzero_si512();
+    _mm512_store_si512(p + r * kPairRow, _mm512_permutex2var_epi16(even, lo_idx, odd));
+    _mm512_store_si512(p + r * kPairRow + kPanel, _mm512_permutex2var_epi16(even, hi_idx, odd));
+  }
+}
+
+namespace {
 
 // VCVTNEPS2BF16: the same rounding except that subnormals become zero (see internal.h).
 inline __m256i round_to_bf16_dot(__m512i v) {
@@ -272,22 +323,6 @@ void to_bf16_avx512(const float* x, int64_t n, uint16_t* y) {
   }
 }
 
-// 2^t for t ≤ 0: t = n + f with n = round(t), |f| ≤ ½, 2^f by a degree-4 polynomial (interpolating
-// at the Chebyshev nodes of [−½, ½]; relative error ≤ 3.5e-6), scalef for 2^n (underflows to 0
-// below −149). Only the VDPBF16PS softmax uses it, whose probabilities are then rounded to bf16
-// (relative error up to 2⁻⁹ ≈ 2e-3): the degree-6 Taylor polynomial's 1.3e-7 bought nothing
-// there and cost two more FMAs per 16 scores, an eighth of the softmax's arithmetic.
-inline __m512 exp2_nonpositive(__m512 t) {
-  t = _mm512_max_ps(t, _mm512_set1_ps(-150.0f));
-  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(t, n);
-  __m512 q = _mm512_set1_ps(9.666368515387469e-3f);
-  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(5.5921975842256264e-2f));
-  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(2.4022349038020335e-1f));
-  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(6.931210452034270e-1f));
-  q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(q, n);
-}
 
 // The VDPBF16PS path's softmax step, in base 2: this function keeps m in units of log2(e)
 // (m = max of s·scale·log2e), so that one fused s·c − m feeds exp2 directly; only alpha and l
