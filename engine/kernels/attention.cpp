@@ -67,9 +67,9 @@ void attention(const float* q, const float* k, const float* v, float* out, const
 }
 
 // Score columns where score rows waste part of P·V, paired on Emerald Rapids (bench/results
-// "Attention in score columns"; kernel_tuning() turns them on there only): head dims above one
+// "Attention on Emerald Rapids"; kernel_tuning() turns them on there only): head dims above one
 // panel whose last columns fill neither a panel of 32 nor a half of 16 — SD 1.5's level-1 head of
-// 40, computed in rows on 48 columns: 4096 keys × 40 float32 ×1.07–1.13, bf16 ×1.12. Not for 64,
+// 40, computed in rows on 48 columns: 4096 keys × 40 float32 ×1.07–1.17, bf16 ×1.12–1.13. Not for 64,
 // 160 or 512 (rows ×1.03–1.10 faster), 80 (float32 1024 keys ×1.02–1.04 in columns, bf16 ×1.12
 // slower), nor for short key rows (77 text tokens: rows ×1.05). Head dims under 32 (the tiny
 // test models' 8) were not measured: rows.

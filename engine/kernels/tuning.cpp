@@ -87,9 +87,8 @@ KernelTuning choose_kernel_tuning(const CpuIdentity& cpu, const CacheSizes& cach
   // and GEMM outputs stay in L2 while the transformed weight streams from the large L3 (paired,
   // bench/results "Winograd blocks of 2 micro-rows"): the UNet's and VAE's Winograd shapes
   // ×1.03–1.32, TAESD ×1.05–1.10, whole networks ×1.00–1.05.
-  // Float32 attention in score columns for SD 1.5's head dims (kernels/attention.cpp; paired,
-  // bench/results "Attention in score columns"): 4096 keys × 40 (level 1) ×1.07–1.13, 1024 × 80
-  // (level 2) ×1.02–1.04.
+  // Attention in score columns for SD 1.5's level-1 head of 40 (kernels/attention.cpp; paired,
+  // bench/results "Attention on Emerald Rapids"): 4096 keys × 40 f32 ×1.07–1.17, bf16 ×1.12–1.13.
   if (cpu.vendor == "GenuineIntel" && cpu.family == 6 && (cpu.model == 143 || cpu.model == 207)) {
     t.bf16_dot = 0;
     t.gemm_prefetch_b = 2;

@@ -62,9 +62,9 @@ struct KernelTuning {
   // micro-rows (Br = mr × this): the Br × Bc score tile stays in L1/L2.
   int64_t attention_key_tile = 256;
   int64_t attention_query_micro_rows = 4;
-  // 1: float32 attention holds a key tile's scores in columns (Sᵀ = K·Qᵀ, one column per query)
-  // for the shapes where that paid (kernels/attention.cpp) and the ISA has
-  // VecMath::softmax_columns; 0: in rows (S = Q·Kᵀ), on every ISA and shape.
+  // 1: attention holds a key tile's scores in columns (Sᵀ = K·Qᵀ, one column per query) for the
+  // shapes where that paid (kernels/attention.cpp) where the ISA has VecMath::softmax_columns —
+  // float32, and bf16 on widened products with the BF16 instructions; 0: in rows (S = Q·Kᵀ).
   int64_t attention_columns = 0;
   // 1: bf16 products use AVX-512 BF16's VDPBF16PS where the CPU has it; 0: they widen bf16 to
   // float32 and use FMA (the same bits). VDPBF16PS does 2 products + 2 sums per lane and
