@@ -26,7 +26,6 @@ using detail::kPanel;
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-
 // Row and batch strides, zeros resolved.
 struct Strides {
   int64_t ldq, ldk, ldv, ldo, bsq, bsk, bsv, bso;
@@ -146,7 +145,8 @@ void attention_by_rows(const float* q, const float* k, const float* v, float* ou
         const int64_t kend = causal ? std::min(Lk, i0 + br) : Lk;
         for (int64_t j0 = 0; j0 < kend; j0 += Bc) {
           const int64_t nc = std::min(Bc, kend - j0);
-          detail::block_gemm(mk, qb, ldq, br, d, kp + (j0 / kPanel) * d * kPanel, d * kPanel, nc, S.get(), Bc, false);
+          detail::block_gemm(mk, qb, ldq, br, d, kp + (j0 / kPanel) * d * kPanel, d * kPanel, nc, S.get(), Bc,
+                             false);
           for (int64_t r = 0; r < br; ++r) {
             float* sr = S.get() + r * Bc;
             const int64_t valid = causal ? std::min(nc, i0 + r - j0 + 1) : nc;
@@ -174,12 +174,12 @@ void attention_by_rows(const float* q, const float* k, const float* v, float* ou
   }
 }
 
-
 // float32 products of one head for detail::ColumnBlock: K's rows side by side (stride d), Vᵀ
 // (d rows of stride ldvt); Qᵀ panels packed per query block.
 class F32Products {
  public:
-  F32Products(const detail::MicroKernel& mk, int64_t d, int64_t Br) : mk_(mk), d_(d), q_(Br / kPanel * d * kPanel) {}
+  F32Products(const detail::MicroKernel& mk, int64_t d, int64_t Br)
+      : mk_(mk), d_(d), q_(Br / kPanel * d * kPanel) {}
   void set_head(const float* k, const float* vt, int64_t ldvt) { k_ = k, vt_ = vt, ldvt_ = ldvt; }
   int64_t mr() const { return mk_.mr; }
 
@@ -187,7 +187,8 @@ class F32Products {
     const int64_t d = d_;
     std::fill(q_.get(), q_.get() + (br + kPanel - 1) / kPanel * d * kPanel, 0.0f);
     for (int64_t i = 0; i < br; ++i)
-      for (int64_t c = 0; c < d; ++c) q_.get()[(i / kPanel) * d * kPanel + c * kPanel + i % kPanel] = q[(i0 + i) * ldq + c];
+      for (int64_t c = 0; c < d; ++c)
+        q_.get()[(i / kPanel) * d * kPanel + c * kPanel + i % kPanel] = q[(i0 + i) * ldq + c];
   }
   void scores(int64_t key, int rows, int64_t p, int cols, float* s) const {
     mk_.fn(d_, k_ + key * d_, d_, q_.get() + p * d_ * kPanel, s, kPanel, rows, cols, false);
@@ -235,7 +236,8 @@ void attention_by_columns(const float* q, const float* k, const float* v, float*
           for (int64_t c = 0; c < d; ++c) vt[c * ldvt + j] = vr[c];
         }
         float* kh = vt + d * ldvt;
-        for (int64_t j = 0; j < Lk; ++j) std::memcpy(kh + j * d, k + b * st.bsk + j * st.ldk + h * d, d * sizeof(float));
+        for (int64_t j = 0; j < Lk; ++j)
+          std::memcpy(kh + j * d, k + b * st.bsk + j * st.ldk + h * d, d * sizeof(float));
       }
     });
     parallel_for(gn * q_blocks, [&](int64_t t0, int64_t t1) {

@@ -33,8 +33,14 @@ int64_t round_up(int64_t v, int64_t m) {
 class WideProducts {
  public:
   WideProducts(const MicroKernelBf16& mk, int64_t d, int64_t Br, int64_t Bc, ToBf16Fn convert)
-      : mk_(mk), d_(d), d2_(bf16_pairs(d)), Bc_(Bc), convert_(convert),
-        q_(Br / kPanel * bf16_pairs(d) * kPairRow / 2), p_(Br / kPanel * Bc * kPanel / 2), row_(2 * bf16_pairs(d)) {}
+      : mk_(mk),
+        d_(d),
+        d2_(bf16_pairs(d)),
+        Bc_(Bc),
+        convert_(convert),
+        q_(Br / kPanel * bf16_pairs(d) * kPairRow / 2),
+        p_(Br / kPanel * Bc * kPanel / 2),
+        row_(2 * bf16_pairs(d)) {}
   void set_head(const float* k, const float* vt, int64_t ldvt) { k_ = k, vt_ = vt, ldvt_ = ldvt; }
   int64_t mr() const { return mk_.mr; }
 
@@ -51,10 +57,13 @@ class WideProducts {
     mk_.wide(d2_, k_ + key * 2 * d2_, 2 * d2_, q16() + p * d2_ * kPairRow, s, kPanel, rows, cols, false,
              TileEpilogue{});
   }
-  void probabilities(int64_t p, const float* s, int nc) { pack_probability_pairs_avx512(s, nc, p16() + p * Bc_ * kPanel); }
-  void accumulate(int64_t p, const float*, int64_t j0, int nc, int64_t c0, int rows, int cols, float* o, bool load) const {
-    mk_.wide((nc + 1) / 2, vt_ + c0 * ldvt_ + j0, ldvt_, p16() + p * Bc_ * kPanel, o, kPanel, rows, cols, load,
-             TileEpilogue{});
+  void probabilities(int64_t p, const float* s, int nc) {
+    pack_probability_pairs_avx512(s, nc, p16() + p * Bc_ * kPanel);
+  }
+  void accumulate(int64_t p, const float*, int64_t j0, int nc, int64_t c0, int rows, int cols, float* o,
+                  bool load) const {
+    mk_.wide((nc + 1) / 2, vt_ + c0 * ldvt_ + j0, ldvt_, p16() + p * Bc_ * kPanel, o, kPanel, rows, cols,
+             load, TileEpilogue{});
   }
 
  private:
@@ -77,14 +86,14 @@ inline float widened(uint16_t h) {
 
 // Score columns (attention_columns.h) on the widened bf16 micro-kernel: where the CPU has the
 // BF16 instructions (P's rounding) but multiplies with FMA, for the shapes attention.cpp chooses.
-void attention_bf16_by_columns(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
-                               float scale, bool causal) {
+void attention_bf16_by_columns(const float* q, const float* k, const float* v, float* out,
+                               const AttentionShape& s, float scale, bool causal) {
   const int64_t d = s.head_dim, H = s.heads, B = s.batch, Lq = s.q_len, Lk = s.kv_len, d2 = bf16_pairs(d);
   const MicroKernelBf16 mk = micro_kernel_bf16(kernel_isa());
   const ToBf16Fn convert = to_bf16_fn(kernel_isa(), true);
   const int64_t Bc = column_key_tile(mk.mr), Br = column_query_block();
   const int64_t q_blocks = (Lq + Br - 1) / Br, ldvt = round_up(Lk, 16) + 16;  // as attention.cpp's
-  const int64_t kv_size = d * ldvt + Lk * 2 * d2;  // Vᵀ, then K's rows
+  const int64_t kv_size = d * ldvt + Lk * 2 * d2;                             // Vᵀ, then K's rows
   const int64_t pairs = B * H;
   const int64_t group =
       std::clamp<int64_t>((int64_t{8} << 20) / (kv_size * static_cast<int64_t>(sizeof(float))), 1, pairs);

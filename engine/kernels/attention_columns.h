@@ -22,7 +22,8 @@ namespace octodiff::kernels::detail {
 class AlignedFloats {
  public:
   explicit AlignedFloats(int64_t n)
-      : p_(static_cast<float*>(aligned_alloc_or_throw(static_cast<size_t>(std::max<int64_t>(n, 16)) * sizeof(float)))) {}
+      : p_(static_cast<float*>(
+            aligned_alloc_or_throw(static_cast<size_t>(std::max<int64_t>(n, 16)) * sizeof(float)))) {}
   ~AlignedFloats() { aligned_free(p_); }
   AlignedFloats(const AlignedFloats&) = delete;
   AlignedFloats& operator=(const AlignedFloats&) = delete;
@@ -42,12 +43,20 @@ class ColumnBlock {
   using SoftmaxColumns = decltype(VecMath::softmax_columns);
   ColumnBlock(Products& products, int64_t d, int64_t Br, int64_t Bc,
               SoftmaxColumns softmax = vec_math(kernel_isa()).softmax_columns)
-      : products_(products), softmax_(softmax), d_(d), Bc_(Bc), s_(Br / kPanel * Bc * kPanel), o_(Br / kPanel * d * kPanel), m_(Br),
-        l_(Br), alpha_(Br), valid_(Br) {}
+      : products_(products),
+        softmax_(softmax),
+        d_(d),
+        Bc_(Bc),
+        s_(Br / kPanel * Bc * kPanel),
+        o_(Br / kPanel * d * kPanel),
+        m_(Br),
+        l_(Br),
+        alpha_(Br),
+        valid_(Br) {}
 
   // Queries [i0, i0 + br) of the head, q and out at its first column; keys [0, kend).
-  void run(const float* q, int64_t ldq, float* out, int64_t ldo, int64_t i0, int64_t br, int64_t kend, float scale,
-           bool causal) {
+  void run(const float* q, int64_t ldq, float* out, int64_t ldo, int64_t i0, int64_t br, int64_t kend,
+           float scale, bool causal) {
     const int64_t d = d_, np = (br + kPanel - 1) / kPanel, mr = products_.mr();
     auto cols = [&](int64_t p) { return static_cast<int>(std::min<int64_t>(kPanel, br - p * kPanel)); };
     products_.pack_queries(q, ldq, i0, br);
@@ -59,18 +68,19 @@ class ColumnBlock {
         for (int64_t p = 0; p < np; ++p)
           products_.scores(j0 + j, static_cast<int>(std::min(mr, nc - j)), p, cols(p), panel(p) + j * kPanel);
       if (causal)  // query i0 + i sees keys j0 … i0 + i
-        for (int64_t i = 0; i < br; ++i) valid_[i] = static_cast<int32_t>(std::clamp<int64_t>(i0 + i - j0 + 1, 0, nc));
+        for (int64_t i = 0; i < br; ++i)
+          valid_[i] = static_cast<int32_t>(std::clamp<int64_t>(i0 + i - j0 + 1, 0, nc));
       for (int64_t p = 0; p < np; ++p) {
-        softmax_(panel(p), static_cast<int>(nc), cols(p), scale, &m_[p * kPanel], &l_[p * kPanel], &alpha_[p * kPanel],
-                 causal ? &valid_[p * kPanel] : nullptr);
+        softmax_(panel(p), static_cast<int>(nc), cols(p), scale, &m_[p * kPanel], &l_[p * kPanel],
+                 &alpha_[p * kPanel], causal ? &valid_[p * kPanel] : nullptr);
         products_.probabilities(p, panel(p), static_cast<int>(nc));
         float* o = o_.get() + p * d * kPanel;
         if (j0 > 0)  // the first tile's P·V overwrites Oᵀ
           for (int64_t c = 0; c < d; ++c)
             for (int i = 0; i < cols(p); ++i) o[c * kPanel + i] *= alpha_[p * kPanel + i];
         for (int64_t c0 = 0; c0 < d; c0 += mr)
-          products_.accumulate(p, panel(p), j0, static_cast<int>(nc), c0, static_cast<int>(std::min(mr, d - c0)), cols(p),
-                               o + c0 * kPanel, j0 > 0);
+          products_.accumulate(p, panel(p), j0, static_cast<int>(nc), c0,
+                               static_cast<int>(std::min(mr, d - c0)), cols(p), o + c0 * kPanel, j0 > 0);
       }
     }
     for (int64_t i = 0; i < br; ++i) {

@@ -116,7 +116,7 @@ const std::vector<TuningKey>& kernel_tuning_keys() {
       {"attention_query_micro_rows", &KernelTuning::attention_query_micro_rows, 1, 64, 1,
        "attention query block Br, micro-rows"},
       {"attention_columns", &KernelTuning::attention_columns, 0, 1, 1,
-       "f32 attention: scores in columns (1, where the ISA has it) or rows (0)"},
+       "attention scores in columns (1: the shapes where that paid) or rows (0)"},
       {"bf16_dot", &KernelTuning::bf16_dot, 0, 1, 1, "bf16 products by VDPBF16PS (1) or widened to f32 FMA (0)"},
   };
   return keys;

@@ -218,8 +218,8 @@ void softmax_columns_16(float* s, int nk, __mmask16 cm, __m512 vscale, float* m,
   const __m512 m_new = _mm512_max_ps(m_old, vmax);
   // exp(m − m'): 0 where m was −∞, exactly 1 where the maximum did not grow (exp16(0) = 1).
   const __mmask16 seen = _mm512_cmp_ps_mask(m_old, ninf, _CMP_NEQ_OQ);
-  const __m512 a = _mm512_maskz_mov_ps(seen, kBase2 ? exp2_nonpositive(_mm512_sub_ps(m_old, m_new))
-                                                    : exp16(_mm512_sub_ps(m_old, m_new)));
+  const __m512 a = _mm512_maskz_mov_ps(
+      seen, kBase2 ? exp2_nonpositive(_mm512_sub_ps(m_old, m_new)) : exp16(_mm512_sub_ps(m_old, m_new)));
   __m512 sum = _mm512_setzero_ps();
   for (int j = 0; j < nk; ++j) {
     __m512 e = kBase2 ? exp2_nonpositive(_mm512_fmsub_ps(_mm512_load_ps(s + j * kPanel), vscale, m_new))
@@ -246,7 +246,8 @@ void softmax_columns_with(float* s, int nk, int n, float scale, float* m, float*
   }
 }
 
-void softmax_columns(float* s, int nk, int n, float scale, float* m, float* l, float* alpha, const int32_t* valid) {
+void softmax_columns(float* s, int nk, int n, float scale, float* m, float* l, float* alpha,
+                     const int32_t* valid) {
   softmax_columns_with<false>(s, nk, n, scale, m, l, alpha, valid);
 }
 
@@ -267,8 +268,9 @@ void pack_probability_pairs_avx512(const float* s, int nk, uint16_t* p) {
   for (int r = 0; 2 * r < nk; ++r) {
     const float* a = s + 2 * r * kPanel;
     const __m512i even = (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(a + 16), _mm512_load_ps(a));
-    const __m512i odd = 2 * r + 1 < nk ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(a + 48), _mm512_load_ps(a + 32))
-                                       : _mm512_setzero_si512();
+    const __m512i odd = 2 * r + 1 < nk
+                            ? (__m512i)_mm512_cvtne2ps_pbh(_mm512_load_ps(a + 48), _mm512_load_ps(a + 32))
+                            : _mm512_setzero_si512();
     _mm512_store_si512(p + r * kPairRow, _mm512_permutex2var_epi16(even, lo_idx, odd));
     _mm512_store_si512(p + r * kPairRow + kPanel, _mm512_permutex2var_epi16(even, hi_idx, odd));
   }
@@ -322,7 +324,6 @@ void to_bf16_avx512(const float* x, int64_t n, uint16_t* y) {
     _mm256_mask_storeu_epi16(y + i, m, round_to_bf16(_mm512_maskz_loadu_epi32(m, x + i)));
   }
 }
-
 
 // The VDPBF16PS path's softmax step, in base 2: this function keeps m in units of log2(e)
 // (m = max of s·scale·log2e), so that one fused s·c − m feeds exp2 directly; only alpha and l

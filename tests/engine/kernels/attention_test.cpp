@@ -1,10 +1,10 @@
 #include "kernels/attention.h"
 
 #include "core/error.h"
+#include "kernel_test_util.h"
 #include "kernels/internal.h"
 #include "kernels/isa.h"
 #include "kernels/tuning.h"
-#include "kernel_test_util.h"
 
 namespace octodiff::kernels::test {
 namespace {
@@ -102,9 +102,10 @@ TEST(Attention, MatchesDoubleReferenceOnEveryIsa) {
 // the reference's result either way; attention_columns = 0 keeps every shape on rows.
 TEST(Attention, ScoreColumnsAndRowsBothMatchTheReference) {
   const bool has_columns = detail::vec_math(kernel_isa()).softmax_columns != nullptr;
-  const AttnCase cases[] = {{1, 70, 300, 2, 56, false, 2}, {1, 70, 300, 2, 80, false, 2}, {2, 300, 300, 1, 40, true, 1},
-                            {1, 29, 513, 2, 41, false, 0},
-                            {1, 100, 77, 2, 40, false, 0}, {1, 64, 600, 1, 64, false, 0}, {1, 40, 300, 2, 8, false, 0}};
+  const AttnCase cases[] = {{1, 70, 300, 2, 56, false, 2}, {1, 70, 300, 2, 80, false, 2},
+                            {2, 300, 300, 1, 40, true, 1}, {1, 29, 513, 2, 41, false, 0},
+                            {1, 100, 77, 2, 40, false, 0}, {1, 64, 600, 1, 64, false, 0},
+                            {1, 40, 300, 2, 8, false, 0}};
   for (int64_t columns : {0, 1}) {
     KernelTuning tuning = kernel_tuning();
     tuning.attention_columns = columns;

@@ -314,7 +314,9 @@ TEST(Bf16Attention, ScoreColumnsOnWidenedProductsMatchTheReference) {
   tuning.bf16_dot = 0;
   tuning.attention_columns = 1;
   ScopedKernelTuning scope(tuning);
-  const AttnCase cases[] = {{1, 70, 300, 2, 40, false}, {2, 100, 301, 1, 40, true}, {1, 29, 513, 2, 41, false},
+  const AttnCase cases[] = {{1, 70, 300, 2, 40, false},
+                            {2, 100, 301, 1, 40, true},
+                            {1, 29, 513, 2, 41, false},
                             {1, 33, 260, 1, 56, true}};
   for (const AttnCase& t : cases) {
     const int64_t C = t.heads * t.head_dim;
@@ -324,17 +326,20 @@ TEST(Bf16Attention, ScoreColumnsOnWidenedProductsMatchTheReference) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(t.head_dim));
     AttentionShape s;
     s.batch = t.batch, s.q_len = t.q_len, s.kv_len = t.kv_len, s.heads = t.heads, s.head_dim = t.head_dim;
-    EXPECT_EQ(detail::attention_by_columns_chosen(s), detail::vec_math(kernel_isa()).softmax_columns != nullptr);
+    EXPECT_EQ(detail::attention_by_columns_chosen(s),
+              detail::vec_math(kernel_isa()).softmax_columns != nullptr);
     std::vector<float> out(t.batch * t.q_len * C, NAN);
     attention(q.data(), k.data(), v.data(), out.data(), s, scale, t.causal, Precision::BF16);
-    const double tight = rel_error(out.data(), ref_attention(t, rounded(q), rounded(k), rounded(v), scale, true));
+    const double tight =
+        rel_error(out.data(), ref_attention(t, rounded(q), rounded(k), rounded(v), scale, true));
     const double loose = rel_error(out.data(), ref_attention(t, q, k, v, scale, false));
     EXPECT_LT(tight, 2e-3) << "Lk=" << t.kv_len << " d=" << t.head_dim;
     EXPECT_LT(loose, 2e-2) << "Lk=" << t.kv_len << " d=" << t.head_dim;
-    std::printf("[bf16 attention, %s] Lq=%" PRId64 " Lk=%" PRId64 " d=%" PRId64 " causal=%d: rel err vs bf16 ref %.3g, "
+    std::printf("[bf16 attention, %s] Lq=%" PRId64 " Lk=%" PRId64 " d=%" PRId64
+                " causal=%d: rel err vs bf16 ref %.3g, "
                 "vs f32 ref %.3g\n",
-                kernel_bf16_instructions() ? "widened, scores in columns" : "no BF16 instructions: rows", t.q_len,
-                t.kv_len, t.head_dim, t.causal, tight, loose);
+                kernel_bf16_instructions() ? "widened, scores in columns" : "no BF16 instructions: rows",
+                t.q_len, t.kv_len, t.head_dim, t.causal, tight, loose);
     expect_thread_invariant("bf16 attention in columns", [&] {
       std::vector<float> o(out.size());
       attention(q.data(), k.data(), v.data(), o.data(), s, scale, t.causal, Precision::BF16);

@@ -467,10 +467,11 @@ TEST(KernelTuningKernels, Bf16DotOrWidenedFmaChangeNoBitOfConvolutionsAndAttenti
   KernelTuning rows = kernel_tuning();
   rows.attention_columns = 0;
   ScopedKernelTuning scope(rows);
-  expect_same_bits(&KernelTuning::bf16_dot, "bf16_dot", {1, 0},
-                   {{"direct conv bf16", [&] { return run_conv(cd, ConvAlgorithm::Direct, Precision::BF16); }},
-                    {"Winograd F(2x2) bf16", [&] { return run_conv(cd, ConvAlgorithm::Winograd, Precision::BF16); }},
-                    {"attention bf16", [&] { return run_attention(ad, scale, Precision::BF16); }}});
+  expect_same_bits(
+      &KernelTuning::bf16_dot, "bf16_dot", {1, 0},
+      {{"direct conv bf16", [&] { return run_conv(cd, ConvAlgorithm::Direct, Precision::BF16); }},
+       {"Winograd F(2x2) bf16", [&] { return run_conv(cd, ConvAlgorithm::Winograd, Precision::BF16); }},
+       {"attention bf16", [&] { return run_attention(ad, scale, Precision::BF16); }}});
 }
 
 }  // namespace
