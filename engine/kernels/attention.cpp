@@ -34,7 +34,7 @@ struct Strides {
 void attention_by_rows(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
                        const Strides& st, float scale, bool causal);
 void attention_by_columns(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
-                          const Strides& st, float scale, bool causal);
+                          float scale, bool causal);
 
 }  // namespace
 
@@ -51,18 +51,15 @@ void attention(const float* q, const float* k, const float* v, float* out, const
   const int64_t bsk = s.batch_stride_k ? s.batch_stride_k : Lk * ldk;
   const int64_t bsv = s.batch_stride_v ? s.batch_stride_v : Lk * ldv;
   const int64_t bso = s.batch_stride_o ? s.batch_stride_o : Lq * ldo;
-  if (precision == Precision::BF16 && bf16_activations() == Bf16Activations::Rounded) {
-    AttentionShape full = s;
-    full.ldq = ldq, full.ldk = ldk, full.ldv = ldv, full.ldo = ldo;
-    full.batch_stride_q = bsq, full.batch_stride_k = bsk, full.batch_stride_v = bsv,
-    full.batch_stride_o = bso;
+  AttentionShape full = s;  // every stride resolved
+  full.ldq = ldq, full.ldk = ldk, full.ldv = ldv, full.ldo = ldo;
+  full.batch_stride_q = bsq, full.batch_stride_k = bsk, full.batch_stride_v = bsv, full.batch_stride_o = bso;
+  if (precision == Precision::BF16 && bf16_activations() == Bf16Activations::Rounded)
     return detail::attention_bf16(q, k, v, out, full, scale, causal);
-  }
-  const Strides st{ldq, ldk, ldv, ldo, bsq, bsk, bsv, bso};
   if (detail::attention_by_columns_chosen(s))
-    attention_by_columns(q, k, v, out, s, st, scale, causal);
+    attention_by_columns(q, k, v, out, full, scale, causal);
   else
-    attention_by_rows(q, k, v, out, s, st, scale, causal);
+    attention_by_rows(q, k, v, out, s, Strides{ldq, ldk, ldv, ldo, bsq, bsk, bsv, bso}, scale, causal);
 }
 
 // Score columns where score rows waste part of P·V, paired on Emerald Rapids (bench/results
@@ -207,52 +204,28 @@ class F32Products {
   int64_t ldvt_ = 0;
 };
 
-// Score columns (attention_columns.h) in float32. Per (batch, head) V is packed once as Vᵀ
-// (head_dim × keys) and K's rows of the head side by side (the micro-kernel's A, read in order:
-// from where they lie, 4096 keys × 80 ran ×1.02–1.15 slower than score rows, packed ×0.95–1.08).
+// Score columns (attention_columns.h) in float32, on a shape with every stride resolved. Per
+// (batch, head) V is packed as Vᵀ (head_dim × keys) and K's rows side by side (the micro-kernel's
+// A, read in order: from where they lie, 4096 keys × 80 ran ×1.02–1.15 slower than score rows,
+// packed ×0.95–1.08).
 void attention_by_columns(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
-                          const Strides& st, float scale, bool causal) {
-  const int64_t d = s.head_dim, H = s.heads, B = s.batch, Lq = s.q_len, Lk = s.kv_len;
+                          float scale, bool causal) {
+  const int64_t d = s.head_dim, Lk = s.kv_len;
   const detail::MicroKernel mk = detail::micro_kernel(kernel_isa());
-  const int64_t Bc = detail::column_key_tile(mk.mr), Br = detail::column_query_block();
-  // Vᵀ rows one cache line longer than whole 64-byte lines: 4096 keys would put the micro-kernel's
-  // rows 16 KiB apart, all in one L1 set.
-  const int64_t q_blocks = (Lq + Br - 1) / Br, ldvt = round_up(Lk, 16) + 16;
-  const int64_t kv_size = d * ldvt + Lk * d;  // Vᵀ, then K's rows of the head side by side
-  // (batch, head) pairs in groups whose packed K and V take at most 8 MiB, as attention_by_rows does.
-  const int64_t pairs = B * H;
-  const int64_t group =
-      std::clamp<int64_t>((int64_t{8} << 20) / (kv_size * static_cast<int64_t>(sizeof(float))), 1, pairs);
-  const detail::CallScratch kv_buffer(static_cast<size_t>(group * kv_size) * sizeof(float));
-  float* const kv_packed = kv_buffer.get<float>();
-  for (int64_t g0 = 0; g0 < pairs; g0 += group) {
-    const int64_t gn = std::min(group, pairs - g0);
-    parallel_for(gn, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        const int64_t b = (g0 + t) / H, h = (g0 + t) % H;
-        float* vt = kv_packed + t * kv_size;
-        for (int64_t j = 0; j < Lk; ++j) {
-          const float* vr = v + b * st.bsv + j * st.ldv + h * d;
-          for (int64_t c = 0; c < d; ++c) vt[c * ldvt + j] = vr[c];
-        }
-        float* kh = vt + d * ldvt;
-        for (int64_t j = 0; j < Lk; ++j)
-          std::memcpy(kh + j * d, k + b * st.bsk + j * st.ldk + h * d, d * sizeof(float));
-      }
-    });
-    parallel_for(gn * q_blocks, [&](int64_t t0, int64_t t1) {
-      F32Products products(mk, d, Br);
-      detail::ColumnBlock<F32Products> block(products, d, Br, Bc);
-      for (int64_t t = t0; t < t1; ++t) {
-        const int64_t gi = t / q_blocks, b = (g0 + gi) / H, h = (g0 + gi) % H;
-        const int64_t i0 = (t % q_blocks) * Br, br = std::min(Br, Lq - i0);
-        const float* vt = kv_packed + gi * kv_size;
-        products.set_head(vt + d * ldvt, vt, ldvt);
-        block.run(q + b * st.bsq + h * d, st.ldq, out + b * st.bso + h * d, st.ldo, i0, br,
-                  causal ? std::min(Lk, i0 + br) : Lk, scale, causal);
-      }
-    });
-  }
+  const int64_t ldvt = detail::column_vt_stride(Lk);
+  auto pack = [&](int64_t b, int64_t h, float* vt) {
+    for (int64_t j = 0; j < Lk; ++j) {
+      const float* vr = v + b * s.batch_stride_v + j * s.ldv + h * d;
+      for (int64_t c = 0; c < d; ++c) vt[c * ldvt + j] = vr[c];
+    }
+    float* kh = vt + d * ldvt;
+    for (int64_t j = 0; j < Lk; ++j)
+      std::memcpy(kh + j * d, k + b * s.batch_stride_k + j * s.ldk + h * d, d * sizeof(float));
+  };
+  detail::run_by_columns(
+      q, out, s, scale, causal, detail::column_key_tile(mk.mr), d * ldvt + Lk * d,
+      [&](int64_t Br) { return F32Products(mk, d, Br); }, pack,
+      detail::vec_math(kernel_isa()).softmax_columns);
 }
 
 }  // namespace

@@ -88,47 +88,24 @@ inline float widened(uint16_t h) {
 // BF16 instructions (P's rounding) but multiplies with FMA, for the shapes attention.cpp chooses.
 void attention_bf16_by_columns(const float* q, const float* k, const float* v, float* out,
                                const AttentionShape& s, float scale, bool causal) {
-  const int64_t d = s.head_dim, H = s.heads, B = s.batch, Lq = s.q_len, Lk = s.kv_len, d2 = bf16_pairs(d);
+  const int64_t d = s.head_dim, Lk = s.kv_len, d2 = bf16_pairs(d);
   const MicroKernelBf16 mk = micro_kernel_bf16(kernel_isa());
   const ToBf16Fn convert = to_bf16_fn(kernel_isa(), true);
-  const int64_t Bc = column_key_tile(mk.mr), Br = column_query_block();
-  const int64_t q_blocks = (Lq + Br - 1) / Br, ldvt = round_up(Lk, 16) + 16;  // as attention.cpp's
-  const int64_t kv_size = d * ldvt + Lk * 2 * d2;                             // Vᵀ, then K's rows
-  const int64_t pairs = B * H;
-  const int64_t group =
-      std::clamp<int64_t>((int64_t{8} << 20) / (kv_size * static_cast<int64_t>(sizeof(float))), 1, pairs);
-  const CallScratch kv_buffer(static_cast<size_t>(group * kv_size) * sizeof(float));
-  float* const kv_packed = kv_buffer.get<float>();
-  for (int64_t g0 = 0; g0 < pairs; g0 += group) {
-    const int64_t gn = std::min(group, pairs - g0);
-    parallel_for(gn, [&](int64_t t0, int64_t t1) {
-      std::vector<uint16_t> row(2 * d2);
-      for (int64_t t = t0; t < t1; ++t) {
-        const int64_t b = (g0 + t) / H, h = (g0 + t) % H;
-        float* vt = kv_packed + t * kv_size;
-        float* kw = vt + d * ldvt;
-        for (int64_t c = 0; c < d; ++c) std::fill(vt + c * ldvt + Lk, vt + (c + 1) * ldvt, 0.0f);
-        for (int64_t j = 0; j < Lk; ++j) {
-          convert(v + b * s.batch_stride_v + j * s.ldv + h * d, d, row.data());
-          for (int64_t c = 0; c < d; ++c) vt[c * ldvt + j] = widened(row[c]);
-          convert(k + b * s.batch_stride_k + j * s.ldk + h * d, d, row.data());
-          for (int64_t c = 0; c < 2 * d2; ++c) kw[j * 2 * d2 + c] = c < d ? widened(row[c]) : 0.0f;
-        }
-      }
-    });
-    parallel_for(gn * q_blocks, [&](int64_t t0, int64_t t1) {
-      WideProducts products(mk, d, Br, Bc, convert);
-      ColumnBlock<WideProducts> block(products, d, Br, Bc, &softmax_columns_base2_avx512);
-      for (int64_t t = t0; t < t1; ++t) {
-        const int64_t gi = t / q_blocks, b = (g0 + gi) / H, h = (g0 + gi) % H;
-        const int64_t i0 = (t % q_blocks) * Br, br = std::min(Br, Lq - i0);
-        const float* vt = kv_packed + gi * kv_size;
-        products.set_head(vt + d * ldvt, vt, ldvt);
-        block.run(q + b * s.batch_stride_q + h * d, s.ldq, out + b * s.batch_stride_o + h * d, s.ldo, i0, br,
-                  causal ? std::min(Lk, i0 + br) : Lk, scale, causal);
-      }
-    });
-  }
+  const int64_t Bc = column_key_tile(mk.mr), ldvt = column_vt_stride(Lk);
+  auto pack = [&](int64_t b, int64_t h, float* vt) {  // rounded and widened; zero past the keys and d
+    std::vector<uint16_t> row(2 * d2);
+    float* kw = vt + d * ldvt;
+    for (int64_t c = 0; c < d; ++c) std::fill(vt + c * ldvt + Lk, vt + (c + 1) * ldvt, 0.0f);
+    for (int64_t j = 0; j < Lk; ++j) {
+      convert(v + b * s.batch_stride_v + j * s.ldv + h * d, d, row.data());
+      for (int64_t c = 0; c < d; ++c) vt[c * ldvt + j] = widened(row[c]);
+      convert(k + b * s.batch_stride_k + j * s.ldk + h * d, d, row.data());
+      for (int64_t c = 0; c < 2 * d2; ++c) kw[j * 2 * d2 + c] = c < d ? widened(row[c]) : 0.0f;
+    }
+  };
+  run_by_columns(
+      q, out, s, scale, causal, Bc, d * ldvt + Lk * 2 * d2,
+      [&](int64_t Br) { return WideProducts(mk, d, Br, Bc, convert); }, pack, &softmax_columns_base2_avx512);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/memory.h"
+#include "core/parallel.h"
 #include "kernels/internal.h"
 #include "kernels/isa.h"
 
@@ -107,6 +108,45 @@ inline int64_t column_key_tile(int64_t mr) {
 }
 inline int64_t column_query_block() {
   return kPanel * std::max<int64_t>(1, kernel_tuning().attention_query_micro_rows / 2);
+}
+// Vᵀ's row stride: past the keys, one cache line longer than whole 64-byte lines (4096 keys would
+// put the micro-kernel's rows 16 KiB apart, all in one L1 set).
+inline int64_t column_vt_stride(int64_t keys) {
+  return (keys + 15) / 16 * 16 + 16;
+}
+
+// The drivers' common loop (attention.cpp, attention_bf16.cpp) on a shape with every stride
+// resolved: (batch, head) pairs in groups whose packed K and V (kv_size floats each: Vᵀ in d rows
+// of stride column_vt_stride(), then K's rows) take at most 8 MiB; per group each pair is packed
+// by pack(b, h, dst), then its query blocks run through a ColumnBlock on make_products(Br).
+template <class MakeProducts, class Pack>
+void run_by_columns(const float* q, float* out, const AttentionShape& s, float scale, bool causal, int64_t Bc,
+                    int64_t kv_size, MakeProducts make_products, Pack pack,
+                    decltype(VecMath::softmax_columns) softmax) {
+  const int64_t d = s.head_dim, H = s.heads, Lq = s.q_len, Lk = s.kv_len, pairs = s.batch * H;
+  const int64_t Br = column_query_block(), q_blocks = (Lq + Br - 1) / Br, ldvt = column_vt_stride(Lk);
+  const int64_t group =
+      std::clamp<int64_t>((int64_t{8} << 20) / (kv_size * static_cast<int64_t>(sizeof(float))), 1, pairs);
+  const CallScratch kv_buffer(static_cast<size_t>(group * kv_size) * sizeof(float));
+  float* const kv_packed = kv_buffer.get<float>();
+  for (int64_t g0 = 0; g0 < pairs; g0 += group) {
+    const int64_t gn = std::min(group, pairs - g0);
+    parallel_for(gn, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) pack((g0 + t) / H, (g0 + t) % H, kv_packed + t * kv_size);
+    });
+    parallel_for(gn * q_blocks, [&](int64_t t0, int64_t t1) {
+      auto products = make_products(Br);
+      ColumnBlock<decltype(products)> block(products, d, Br, Bc, softmax);
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t gi = t / q_blocks, b = (g0 + gi) / H, h = (g0 + gi) % H;
+        const int64_t i0 = (t % q_blocks) * Br, br = std::min(Br, Lq - i0);
+        const float* vt = kv_packed + gi * kv_size;
+        products.set_head(vt + d * ldvt, vt, ldvt);
+        block.run(q + b * s.batch_stride_q + h * d, s.ldq, out + b * s.batch_stride_o + h * d, s.ldo, i0, br,
+                  causal ? std::min(Lk, i0 + br) : Lk, scale, causal);
+      }
+    });
+  }
 }
 
 }  // namespace octodiff::kernels::detail

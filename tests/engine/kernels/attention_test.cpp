@@ -63,6 +63,26 @@ AttentionShape make_shape(const AttnCase& t) {
   return s;
 }
 
+// float32 attention of random q, k, v (seeds seed … seed + 2) against the double reference: the
+// relative error.
+double error_against_reference(const AttnCase& t, uint32_t seed) {
+  const AttentionShape s = make_shape(t);
+  // Scores of a few units: the softmax is far from uniform and the running max moves.
+  auto q = random_vec(t.batch * s.batch_stride_q, seed, -2.0f, 2.0f);
+  auto k = random_vec(t.batch * s.batch_stride_k, seed + 1, -2.0f, 2.0f);
+  auto v = random_vec(t.batch * s.batch_stride_v, seed + 2);
+  std::vector<float> out(t.batch * s.batch_stride_o, NAN);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(t.head_dim));
+  attention(q.data(), k.data(), v.data(), out.data(), s, scale, t.causal);
+  const auto ref = ref_attention(t, q, k, v, s, scale);
+  std::vector<float> got(ref.size());
+  for (int64_t b = 0; b < t.batch; ++b)
+    for (int64_t i = 0; i < t.q_len; ++i)
+      for (int64_t c = 0; c < t.heads * t.head_dim; ++c)
+        got[(b * t.q_len + i) * t.heads * t.head_dim + c] = out[b * s.batch_stride_o + i * s.ldo + c];
+  return rel_error(got.data(), ref);
+}
+
 const AttnCase kCases[] = {
     {1, 5, 3, 1, 4, false, 0},     {2, 33, 77, 2, 8, false, 3},   {1, 77, 77, 3, 64, true, 0},
     {2, 77, 77, 2, 8, true, 1},    {1, 100, 77, 2, 40, false, 0}, {1, 70, 300, 2, 80, false, 2},
@@ -75,21 +95,7 @@ TEST(Attention, MatchesDoubleReferenceOnEveryIsa) {
   for (Isa isa : available_isas()) {
     ScopedKernelIsa scoped(isa);
     for (const AttnCase& t : kCases) {
-      const AttentionShape s = make_shape(t);
-      // Scores of a few units: the softmax is far from uniform and the running max moves.
-      auto q = random_vec(t.batch * s.batch_stride_q, 31, -2.0f, 2.0f);
-      auto k = random_vec(t.batch * s.batch_stride_k, 32, -2.0f, 2.0f);
-      auto v = random_vec(t.batch * s.batch_stride_v, 33);
-      std::vector<float> out(t.batch * s.batch_stride_o, NAN);
-      const float scale = 1.0f / std::sqrt(static_cast<float>(t.head_dim));
-      attention(q.data(), k.data(), v.data(), out.data(), s, scale, t.causal);
-      const auto ref = ref_attention(t, q, k, v, s, scale);
-      std::vector<float> got(ref.size());
-      for (int64_t b = 0; b < t.batch; ++b)
-        for (int64_t i = 0; i < t.q_len; ++i)
-          for (int64_t c = 0; c < t.heads * t.head_dim; ++c)
-            got[(b * t.q_len + i) * t.heads * t.head_dim + c] = out[b * s.batch_stride_o + i * s.ldo + c];
-      const double err = rel_error(got.data(), ref);
+      const double err = error_against_reference(t, 31);
       EXPECT_LT(err, 1e-5) << isa_name(isa) << " Lq=" << t.q_len << " Lk=" << t.kv_len << " d=" << t.head_dim;
       std::printf("[attention %s] B=%lld Lq=%lld Lk=%lld H=%lld d=%lld causal=%d rel err %.3g\n",
                   isa_name(isa).c_str(), (long long)t.batch, (long long)t.q_len, (long long)t.kv_len,
@@ -115,19 +121,7 @@ TEST(Attention, ScoreColumnsAndRowsBothMatchTheReference) {
       const bool eligible = t.head_dim > 32 && t.head_dim % 16 != 0 && t.kv_len >= 256;
       EXPECT_EQ(detail::attention_by_columns_chosen(s), columns == 1 && has_columns && eligible)
           << "d=" << t.head_dim << " Lk=" << t.kv_len;
-      auto q = random_vec(t.batch * s.batch_stride_q, 37, -2.0f, 2.0f);
-      auto k = random_vec(t.batch * s.batch_stride_k, 38, -2.0f, 2.0f);
-      auto v = random_vec(t.batch * s.batch_stride_v, 39);
-      std::vector<float> out(t.batch * s.batch_stride_o, NAN);
-      const float scale = 1.0f / std::sqrt(static_cast<float>(t.head_dim));
-      attention(q.data(), k.data(), v.data(), out.data(), s, scale, t.causal);
-      const auto ref = ref_attention(t, q, k, v, s, scale);
-      std::vector<float> got(ref.size());
-      for (int64_t b = 0; b < t.batch; ++b)
-        for (int64_t i = 0; i < t.q_len; ++i)
-          for (int64_t c = 0; c < t.heads * t.head_dim; ++c)
-            got[(b * t.q_len + i) * t.heads * t.head_dim + c] = out[b * s.batch_stride_o + i * s.ldo + c];
-      const double err = rel_error(got.data(), ref);
+      const double err = error_against_reference(t, 37);
       EXPECT_LT(err, 1e-5) << "columns=" << columns << " d=" << t.head_dim << " Lk=" << t.kv_len;
       std::printf("[attention, scores in %s] Lq=%lld Lk=%lld d=%lld causal=%d rel err %.3g\n",
                   detail::attention_by_columns_chosen(s) ? "columns" : "rows", (long long)t.q_len,

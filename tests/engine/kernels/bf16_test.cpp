@@ -270,6 +270,20 @@ std::vector<double> ref_attention(const AttnCase& t, const std::vector<float>& q
   return out;
 }
 
+// Random q, k, v of a case (seeds seed … seed + 2; scores of a few units), its scale and shape.
+struct AttnInputs {
+  AttnInputs(const AttnCase& t, uint32_t seed)
+      : q(random_vec(t.batch * t.q_len * t.heads * t.head_dim, seed, -2.0f, 2.0f)),
+        k(random_vec(t.batch * t.kv_len * t.heads * t.head_dim, seed + 1, -2.0f, 2.0f)),
+        v(random_vec(t.batch * t.kv_len * t.heads * t.head_dim, seed + 2)),
+        scale(1.0f / std::sqrt(static_cast<float>(t.head_dim))) {
+    s.batch = t.batch, s.q_len = t.q_len, s.kv_len = t.kv_len, s.heads = t.heads, s.head_dim = t.head_dim;
+  }
+  std::vector<float> q, k, v;
+  float scale;
+  AttentionShape s;
+};
+
 TEST(Bf16Attention, MatchesReferenceOnEveryPath) {
   const AttnCase cases[] = {
       {1, 5, 3, 1, 4, false},     {2, 33, 77, 2, 8, false},   {1, 77, 77, 3, 64, true},
@@ -277,16 +291,8 @@ TEST(Bf16Attention, MatchesReferenceOnEveryPath) {
       {2, 300, 301, 1, 40, true}, {1, 29, 513, 2, 41, false}, {1, 1, 1, 1, 4, false}};
   for (const AttnCase& t : cases) {
     const int64_t C = t.heads * t.head_dim;
-    auto q = random_vec(t.batch * t.q_len * C, 31, -2.0f, 2.0f);
-    auto k = random_vec(t.batch * t.kv_len * C, 32, -2.0f, 2.0f);
-    auto v = random_vec(t.batch * t.kv_len * C, 33);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(t.head_dim));
-    AttentionShape s;
-    s.batch = t.batch;
-    s.q_len = t.q_len;
-    s.kv_len = t.kv_len;
-    s.heads = t.heads;
-    s.head_dim = t.head_dim;
+    const AttnInputs in(t, 31);
+    const auto& [q, k, v, scale, s] = in;
     const auto ref_same = ref_attention(t, rounded(q), rounded(k), rounded(v), scale, /*round_p=*/true);
     const auto ref_f32 = ref_attention(t, q, k, v, scale, /*round_p=*/false);
     for (const Path& path : bf16_paths()) {
@@ -320,12 +326,8 @@ TEST(Bf16Attention, ScoreColumnsOnWidenedProductsMatchTheReference) {
                             {1, 33, 260, 1, 56, true}};
   for (const AttnCase& t : cases) {
     const int64_t C = t.heads * t.head_dim;
-    auto q = random_vec(t.batch * t.q_len * C, 41, -2.0f, 2.0f);
-    auto k = random_vec(t.batch * t.kv_len * C, 42, -2.0f, 2.0f);
-    auto v = random_vec(t.batch * t.kv_len * C, 43);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(t.head_dim));
-    AttentionShape s;
-    s.batch = t.batch, s.q_len = t.q_len, s.kv_len = t.kv_len, s.heads = t.heads, s.head_dim = t.head_dim;
+    const AttnInputs in(t, 41);
+    const auto& [q, k, v, scale, s] = in;
     EXPECT_EQ(detail::attention_by_columns_chosen(s),
               detail::vec_math(kernel_isa()).softmax_columns != nullptr);
     std::vector<float> out(t.batch * t.q_len * C, NAN);
