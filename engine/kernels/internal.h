@@ -279,8 +279,9 @@ void softmax_columns_base2_avx512(float* s, int nk, int n, float scale, float* m
 // VCVTNEPS2BF16 (AVX-512 BF16 only); a missing last odd row is zero.
 void pack_probability_pairs_avx512(const float* s, int nk, uint16_t* p);
 
-// Whether float32 attention of this shape holds its scores in columns (attention.cpp): the
-// tuning allows it, the ISA has VecMath::softmax_columns, and the shape is one where it pays.
+// Whether attention of this shape holds its scores in columns (attention_columns.h): the tuning
+// allows it, the ISA has VecMath::softmax_columns, and the shape is one where it pays (float32;
+// bf16 too where its products are widened and the CPU has the BF16 instructions).
 bool attention_by_columns_chosen(const AttentionShape& s);
 
 // bf16 attention (attention.h with Precision::BF16): Q·Kᵀ and P·V on the bf16 micro-kernels,

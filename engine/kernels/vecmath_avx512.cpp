@@ -187,9 +187,9 @@ float softmax_update(float* s, int n, float scale, float* m, float* l) {
 
 // 2^t for t ≤ 0: t = n + f with n = round(t), |f| ≤ ½, 2^f by a degree-4 polynomial (interpolating
 // at the Chebyshev nodes of [−½, ½]; relative error ≤ 3.5e-6), scalef for 2^n (underflows to 0
-// below −149). Only the VDPBF16PS softmax uses it, whose probabilities are then rounded to bf16
-// (relative error up to 2⁻⁹ ≈ 2e-3): the degree-6 Taylor polynomial's 1.3e-7 bought nothing
-// there and cost two more FMAs per 16 scores, an eighth of the softmax's arithmetic.
+// below −149). Only the softmaxes whose probabilities are then rounded to bf16 by the BF16
+// instructions use it (relative error up to 2⁻⁹ ≈ 2e-3): the degree-6 Taylor polynomial's 1.3e-7
+// bought nothing there and cost two more FMAs per 16 scores, an eighth of the softmax's arithmetic.
 inline __m512 exp2_nonpositive(__m512 t) {
   t = _mm512_max_ps(t, _mm512_set1_ps(-150.0f));
   const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
