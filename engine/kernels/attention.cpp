@@ -26,13 +26,8 @@ using detail::kPanel;
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-// Row and batch strides, zeros resolved.
-struct Strides {
-  int64_t ldq, ldk, ldv, ldo, bsq, bsk, bsv, bso;
-};
-
 void attention_by_rows(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
-                       const Strides& st, float scale, bool causal);
+                       float scale, bool causal);
 void attention_by_columns(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
                           float scale, bool causal);
 
@@ -59,7 +54,7 @@ void attention(const float* q, const float* k, const float* v, float* out, const
   if (detail::attention_by_columns_chosen(s))
     attention_by_columns(q, k, v, out, full, scale, causal);
   else
-    attention_by_rows(q, k, v, out, s, Strides{ldq, ldk, ldv, ldo, bsq, bsk, bsv, bso}, scale, causal);
+    attention_by_rows(q, k, v, out, full, scale, causal);
 }
 
 // Score columns where score rows waste part of P·V, paired on Emerald Rapids (bench/results
@@ -76,11 +71,13 @@ bool detail::attention_by_columns_chosen(const AttentionShape& s) {
 
 namespace {
 
-// Score rows (S = Q·Kᵀ, queries × keys): the ISAs without VecMath::softmax_columns.
+// Score rows (S = Q·Kᵀ, queries × keys), on a shape with every stride resolved: every ISA and
+// every shape attention_by_columns_chosen() leaves.
 void attention_by_rows(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
-                       const Strides& st, float scale, bool causal) {
+                       float scale, bool causal) {
   const int64_t d = s.head_dim, H = s.heads, B = s.batch, Lq = s.q_len, Lk = s.kv_len;
-  const auto [ldq, ldk, ldv, ldo, bsq, bsk, bsv, bso] = st;
+  const int64_t ldq = s.ldq, ldk = s.ldk, ldv = s.ldv, ldo = s.ldo;
+  const int64_t bsq = s.batch_stride_q, bsk = s.batch_stride_k, bsv = s.batch_stride_v, bso = s.batch_stride_o;
   const detail::MicroKernel mk = detail::micro_kernel(kernel_isa());
   const auto softmax_update = detail::vec_math(kernel_isa()).softmax_update;
   const int64_t Lkp = round_up(Lk, kPanel), dp = round_up(d, kPanel);
