@@ -208,6 +208,9 @@ nlohmann::json cpu_json() {
                                                        : "other Intel";
   // The kernels' blocking for this core (kernels/tuning.h; OCTODIFF_KERNEL_TUNING overrides it).
   cpu["kernel_tuning"] = kernels::describe(kernels::kernel_tuning());
+  // VDPBF16PS's FLOP rate over FMA's as the tuning probed it at start-up (0: a measured core, or
+  // no AVX-512 BF16): bf16_dot where it is 1 or more.
+  cpu["probed_vdpbf16ps_over_fma"] = kernels::probed_vdpbf16ps_over_fma();
   return cpu;
 }
 

@@ -10,25 +10,12 @@
 
 #include "core/cpu.h"
 #include "kernels/isa.h"
+#include "kernels/throughput_probe.h"
 
 namespace octodiff::bench {
-namespace detail {
-int64_t fma_loop_avx512(int64_t iterations, float* sink);
-int64_t fma_loop_avx2(int64_t iterations, float* sink);
-int64_t bf16_loop_avx512(int64_t iterations, float* sink);
-}  // namespace detail
-
 namespace {
 
-using Loop = int64_t (*)(int64_t, float*);
-
-int64_t scalar_loop(int64_t iterations, float* sink) {
-  float a[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-  for (int64_t it = 0; it < iterations; ++it)
-    for (float& x : a) x = x * 0.999999f + 1e-7f;
-  *sink = a[0] + a[7];
-  return iterations * 8 * 2;
-}
+using kernels::ThroughputLoop;
 
 double thread_cpu_seconds() {
   timespec t{};
@@ -38,7 +25,7 @@ double thread_cpu_seconds() {
 
 // Runs `loop` on `threads` threads at once, repeatedly, for about `seconds`; best rate wins.
 // With cpu_time, each thread's flops count against its own CPU time (summed over threads).
-double measure(Loop loop, int threads, double seconds, bool cpu_time) {
+double measure(ThroughputLoop loop, int threads, double seconds, bool cpu_time) {
   const int64_t chunk = 2'000'000;
   double best = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
@@ -70,15 +57,12 @@ double measure(Loop loop, int threads, double seconds, bool cpu_time) {
 }  // namespace
 
 double measure_fp32_peak_gflops(int threads, double seconds, bool cpu_time) {
-  Loop loop = scalar_loop;
-  if (best_isa() == Isa::Avx512) loop = detail::fma_loop_avx512;
-  else if (best_isa() == Isa::Avx2) loop = detail::fma_loop_avx2;
-  return measure(loop, threads, seconds, cpu_time);
+  return measure(kernels::fma_throughput_loop(best_isa()), threads, seconds, cpu_time);
 }
 
 double measure_vdpbf16ps_peak_gflops(int threads, double seconds, bool cpu_time) {
-  if (!has_avx512_bf16()) return 0;
-  return measure(detail::bf16_loop_avx512, threads, seconds, cpu_time);
+  const ThroughputLoop loop = kernels::vdpbf16ps_throughput_loop();
+  return loop ? measure(loop, threads, seconds, cpu_time) : 0;
 }
 
 const char* bf16_products() {

@@ -119,6 +119,8 @@ void add_context() {
   benchmark::AddCustomContext("octodiff_caches", cat("L1D ", caches.l1d / 1024, " KiB, L2 ", caches.l2 / 1024,
                                                      " KiB, L3 ", caches.l3 / 1024, " KiB"));
   benchmark::AddCustomContext("octodiff_kernel_tuning", kernels::describe(kernels::kernel_tuning()));
+  benchmark::AddCustomContext("octodiff_probed_vdpbf16ps_over_fma",
+                              std::to_string(kernels::probed_vdpbf16ps_over_fma()));
   benchmark::AddCustomContext("octodiff_threads", std::to_string(current_device().threads));
   benchmark::AddCustomContext("octodiff_peak_fp32_gflops", std::to_string(peak_gflops(kernels::Precision::F32)));
   benchmark::AddCustomContext("octodiff_peak_bf16_gflops", std::to_string(peak_gflops(kernels::Precision::BF16)));

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "kernels/internal.h"
+#include "kernels/throughput_probe.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -63,15 +64,25 @@ static_assert(KernelTuning{}.bf16_kc + 32 <= detail::kBlockLdaBf16, "a bf16 A bl
 
 }  // namespace
 
-KernelTuning choose_kernel_tuning(const CpuIdentity& cpu, const CacheSizes& caches) {
+KernelTuning choose_kernel_tuning(const CpuIdentity& cpu, const CacheSizes& caches,
+                                  const std::function<double()>& vdpbf16ps_over_fma) {
   const bool amd = cpu.vendor == "AuthenticAMD";
   // Zen 3/4: exactly the values measured there (the rule below gives the same on Zen 4's caches).
   if (amd && cpu.family == 25) return KernelTuning{};
+  const bool sapphire_or_emerald_rapids =
+      cpu.vendor == "GenuineIntel" && cpu.family == 6 && (cpu.model == 143 || cpu.model == 207);
   // Zen 5: derived from its documented caches, not yet measured on a Zen 5. Its two 512-bit FMA
   // ports need 8 independent accumulators in flight; the 14 × 32 micro-kernel has 28, so the
   // register blocking stays.
-  if (amd && cpu.family == 26) return derived_tuning({kZen5Caches.l1d, kZen5Caches.l2, caches.l3});
-  KernelTuning t = derived_tuning(caches);
+  KernelTuning t = amd && cpu.family == 26 ? derived_tuning({kZen5Caches.l1d, kZen5Caches.l2, caches.l3})
+                                           : derived_tuning(caches);
+  // Cores not measured (Zen 5, Granite Rapids, whatever comes next): VDPBF16PS where the core
+  // issues it at least at the FMA's FLOP rate, by the start-up probe (the same bits either way).
+  // The measured cores straddle that line by a factor 2: Zen 4 about 2, Emerald Rapids 0.44.
+  if (!sapphire_or_emerald_rapids && vdpbf16ps_over_fma) {
+    const double ratio = vdpbf16ps_over_fma();
+    if (ratio > 0) t.bf16_dot = ratio >= 1.0 ? 1 : 0;
+  }
   // Intel Sapphire Rapids (model 143) and Emerald Rapids (207), measured on a 207 (2026-11-26,
   // bench/results "Intel Xeon, Emerald Rapids"): VDPBF16PS issues once per 2 cycles (85 GFLOP/s a
   // core against 172 for FMA), so the bf16 kernels multiply widened values with FMA instead: the
@@ -89,7 +100,7 @@ KernelTuning choose_kernel_tuning(const CpuIdentity& cpu, const CacheSizes& cach
   // ×1.03–1.32, TAESD ×1.05–1.10, whole networks ×1.00–1.05.
   // Attention in score columns for SD 1.5's level-1 head of 40 (kernels/attention.cpp; paired,
   // bench/results "Attention on Emerald Rapids"): 4096 keys × 40 f32 ×1.07–1.17, bf16 ×1.12–1.13.
-  if (cpu.vendor == "GenuineIntel" && cpu.family == 6 && (cpu.model == 143 || cpu.model == 207)) {
+  if (sapphire_or_emerald_rapids) {
     t.bf16_dot = 0;
     t.gemm_prefetch_b = 2;
     t.winograd_micro_rows = 2;
@@ -260,9 +271,13 @@ namespace {
 
 std::atomic<const KernelTuning*> g_scoped{nullptr};
 
+double g_probed_vdpbf16ps_over_fma = 0;  // written once, before chosen_at_start_up() returns
+
 const KernelTuning& chosen_at_start_up() {
   static const KernelTuning t = [] {
-    KernelTuning chosen = choose_kernel_tuning(cpu_identity(), cache_sizes());
+    KernelTuning chosen = choose_kernel_tuning(cpu_identity(), cache_sizes(), [] {
+      return g_probed_vdpbf16ps_over_fma = measure_vdpbf16ps_over_fma();
+    });
     const char* spec = std::getenv("OCTODIFF_KERNEL_TUNING");
     if (!spec) return chosen;
     try {
@@ -275,6 +290,11 @@ const KernelTuning& chosen_at_start_up() {
 }
 
 }  // namespace
+
+double probed_vdpbf16ps_over_fma() {
+  chosen_at_start_up();
+  return g_probed_vdpbf16ps_over_fma;
+}
 
 const KernelTuning& kernel_tuning() {
   if (const KernelTuning* scoped = g_scoped.load(std::memory_order_acquire)) return *scoped;

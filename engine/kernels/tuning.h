@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -69,7 +70,8 @@ struct KernelTuning {
   // 1: bf16 products use AVX-512 BF16's VDPBF16PS where the CPU has it; 0: they widen bf16 to
   // float32 and use FMA (the same bits). VDPBF16PS does 2 products + 2 sums per lane and
   // instruction; worth it where it issues as often as an FMA (Zen 4: 2× the FMA rate), not where
-  // it issues half as often (Intel Sapphire/Emerald Rapids: the FMA rate, measured).
+  // it issues half as often (Intel Sapphire/Emerald Rapids: the FMA rate, measured). Cores not
+  // measured get what a start-up probe of the two instructions says (choose_kernel_tuning).
   int64_t bf16_dot = 1;
 
   bool operator==(const KernelTuning&) const = default;
@@ -93,8 +95,13 @@ CacheSizes cache_sizes();    // this CPU (/sys/devices/system/cpu/cpu0/cache, el
 // The blocking for a core: AMD family 25 → the values measured on Zen 4 (KernelTuning{});
 // AMD family 26 → derived from Zen 5's caches (48 KiB L1D, 1 MiB L2), not yet measured on one;
 // anything else → derived from its cache sizes, clamped to the supported ranges, and on Intel
-// Sapphire/Emerald Rapids without VDPBF16PS (measured slower there). Pure.
-KernelTuning choose_kernel_tuning(const CpuIdentity& cpu, const CacheSizes& caches);
+// Sapphire/Emerald Rapids without VDPBF16PS (measured slower there). On the cores not measured
+// (neither Zen 4 nor Sapphire/Emerald Rapids), bf16_dot follows `vdpbf16ps_over_fma` when given
+// and it returns more than 0 (the core's VDPBF16PS FLOP rate over its FMA's, as
+// measure_vdpbf16ps_over_fma() gives it: VDPBF16PS from 1 up); called at most once, and not
+// for the measured cores. Pure apart from that call.
+KernelTuning choose_kernel_tuning(const CpuIdentity& cpu, const CacheSizes& caches,
+                                  const std::function<double()>& vdpbf16ps_over_fma = {});
 
 // One overridable value: its key, the range it accepts and whether it must be even or a
 // multiple of something.
@@ -115,9 +122,12 @@ void check_kernel_tuning(const KernelTuning& t);
 // "gemm_kc=384,bf16_kc=768,…": every key, in kernel_tuning_keys() order (a valid override).
 std::string describe(const KernelTuning& t);
 
-// The tuning in use: choose_kernel_tuning for this CPU with OCTODIFF_KERNEL_TUNING applied,
-// chosen once (the first call throws if the variable is malformed), or a ScopedKernelTuning's.
+// The tuning in use: choose_kernel_tuning for this CPU (with measure_vdpbf16ps_over_fma() as
+// its probe, about 2 ms where it is asked for) with OCTODIFF_KERNEL_TUNING applied, chosen once
+// (the first call throws if the variable is malformed), or a ScopedKernelTuning's.
 const KernelTuning& kernel_tuning();
+// What that start-up choice measured of VDPBF16PS over FMA (0: not asked for, or no AVX-512 BF16).
+double probed_vdpbf16ps_over_fma();
 
 // Test/benchmark hook: the kernels use `t` until destroyed. Process-wide, like ScopedKernelIsa:
 // not while other threads run kernels.

@@ -15,6 +15,7 @@
 #include "kernels/conv2d.h"
 #include "kernels/gemm.h"
 #include "kernels/isa.h"
+#include "kernels/throughput_probe.h"
 #include "kernels/tuning.h"
 
 namespace octodiff::kernels::test {
@@ -71,11 +72,77 @@ TEST(KernelTuningChoice, SapphireAndEmeraldRapidsMultiplyBf16WithFma) {
   EXPECT_EQ(choose_kernel_tuning({"AuthenticAMD", 25, 0x11}, kZen4Caches).gemm_prefetch_b, 0);
   EXPECT_EQ(choose_kernel_tuning({"AuthenticAMD", 26, 0x44}, kZen4Caches).gemm_prefetch_b, 0);
   EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, 173}, kZen4Caches).gemm_prefetch_b, 0);
-  // Other Intel cores (Cooper Lake 85, Granite Rapids 173) are not measured: VDPBF16PS stays.
+  // Other Intel cores (Cooper Lake 85, Granite Rapids 173) are not measured: VDPBF16PS stays
+  // unless the start-up probe finds it slower than FMA (below).
   EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, 85}, kZen4Caches).bf16_dot, 1);
   EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, 173}, kZen4Caches).bf16_dot, 1);
   EXPECT_EQ(choose_kernel_tuning({"AuthenticAMD", 25, 0x11}, kZen4Caches).bf16_dot, 1);
   EXPECT_EQ(choose_kernel_tuning({"AuthenticAMD", 26, 0x44}, kZen4Caches).bf16_dot, 1);
+}
+
+TEST(KernelTuningChoice, UnmeasuredCoresTakeVdpbf16psWhereTheProbeFindsItAtLeastAsFastAsFma) {
+  // Cores no measurement settles: the start-up probe's ratio decides bf16_dot, and nothing else.
+  for (const CpuIdentity& cpu : {CpuIdentity{"AuthenticAMD", 26, 0x44}, CpuIdentity{"GenuineIntel", 6, 173},
+                                 CpuIdentity{"GenuineIntel", 6, 85}, CpuIdentity{"", 0, 0}}) {
+    const KernelTuning unprobed = choose_kernel_tuning(cpu, kZen4Caches);
+    EXPECT_EQ(unprobed.bf16_dot, 1) << cpu.vendor << " " << cpu.model;
+    int calls = 0;
+    auto probe = [&calls](double ratio) {
+      return [&calls, ratio] {
+        ++calls;
+        return ratio;
+      };
+    };
+    KernelTuning expected = unprobed;
+    expected.bf16_dot = 0;
+    // Emerald Rapids' rate, just under the line, exactly on it, Zen 4's, and no AVX-512 BF16.
+    EXPECT_EQ(choose_kernel_tuning(cpu, kZen4Caches, probe(0.44)), expected) << cpu.model;
+    EXPECT_EQ(choose_kernel_tuning(cpu, kZen4Caches, probe(0.99)), expected) << cpu.model;
+    expected.bf16_dot = 1;
+    EXPECT_EQ(choose_kernel_tuning(cpu, kZen4Caches, probe(1.0)), expected) << cpu.model;
+    EXPECT_EQ(choose_kernel_tuning(cpu, kZen4Caches, probe(2.0)), expected) << cpu.model;
+    EXPECT_EQ(choose_kernel_tuning(cpu, kZen4Caches, probe(0.0)), expected) << cpu.model;
+    EXPECT_EQ(calls, 5) << cpu.model;
+  }
+  // The measured cores keep what was measured, and are not probed.
+  int calls = 0;
+  const std::function<double()> probe = [&calls] {
+    ++calls;
+    return 2.0;
+  };
+  EXPECT_EQ(choose_kernel_tuning({"AuthenticAMD", 25, 0x11}, kZen4Caches, probe), KernelTuning{});
+  EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, 207}, kZen4Caches, probe).bf16_dot, 0);
+  EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, 143}, kZen4Caches, probe).bf16_dot, 0);
+  EXPECT_EQ(calls, 0);
+}
+
+TEST(KernelTuningChoice, ThroughputProbeMeasuresThisCore) {
+  const double ratio = measure_vdpbf16ps_over_fma();
+  std::printf("[tuning] VDPBF16PS FLOP rate / FMA's on this core: %.3f (0: no AVX-512 BF16)\n", ratio);
+  if (!has_avx512_bf16()) {
+    EXPECT_EQ(ratio, 0.0);
+    EXPECT_EQ(vdpbf16ps_throughput_loop(), nullptr);
+    return;
+  }
+  // The cores measured so far give 0.44 (Emerald Rapids) to 2 (Zen 4); a probe that timed nothing
+  // (or a loop dropped by the compiler) would give 0 or an absurd ratio.
+  EXPECT_GT(ratio, 0.1);
+  EXPECT_LT(ratio, 10.0);
+  // Each loop reports the FLOPs it did: 12 chains of 16 lanes, 2 (FMA) or 4 (VDPBF16PS) a lane.
+  float sink = 0;
+  EXPECT_EQ(fma_throughput_loop(Isa::Avx512)(10, &sink), 10 * 12 * 16 * 2);
+  EXPECT_EQ(vdpbf16ps_throughput_loop()(10, &sink), 10 * 12 * 16 * 4);
+  EXPECT_GT(sink, 0.0f);
+  // What the start-up choice probed, where it asked (not on the cores measured).
+  const CpuIdentity cpu = cpu_identity();
+  const bool measured =
+      (cpu.vendor == "AuthenticAMD" && cpu.family == 25) ||
+      (cpu.vendor == "GenuineIntel" && cpu.family == 6 && (cpu.model == 143 || cpu.model == 207));
+  if (measured) {
+    EXPECT_EQ(probed_vdpbf16ps_over_fma(), 0.0);
+  } else {
+    EXPECT_GT(probed_vdpbf16ps_over_fma(), 0.1);
+  }
 }
 
 TEST(KernelTuningChoice, Zen5IsDerivedFromItsCaches) {
