@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
@@ -119,6 +120,10 @@ std::shared_ptr<WeightCacheFile> WeightCacheFile::open(const fs::path& path, std
 }
 
 WeightCacheFile::~WeightCacheFile() {
+  {
+    std::lock_guard<std::mutex> lock(prefetch_mu_);
+    stop_prefetch_locked();
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     cancel_ = true;
@@ -356,6 +361,8 @@ std::shared_ptr<void> WeightCacheFile::next(size_t bytes, const std::string& tag
 }
 
 void WeightCacheFile::release() const {
+  std::lock_guard<std::mutex> lock(prefetch_mu_);
+  stop_prefetch_locked();
   // Only file-backed pages: on anonymous ones (a blob kept in memory after the file could not
   // take it, or not written yet) MADV_DONTNEED would discard the data.
   const uint64_t bytes = reading_ ? round_up(used_, 4096) : file_backed_.load();
@@ -363,12 +370,46 @@ void WeightCacheFile::release() const {
   populated_ = 0;
 }
 
+namespace {
+
+// Maps [base, base + bytes) in, 64 MiB at a time from the start, until `stop`. Where the kernel
+// cannot populate (before Linux 5.14), asks it to read the rest ahead instead.
+void populate_in_order(uint8_t* base, uint64_t bytes, const std::atomic<bool>& stop) {
+  constexpr uint64_t kRange = 64ull << 20;  // a multiple of the page size
+  for (uint64_t at = 0; at < bytes && !stop.load(std::memory_order_relaxed); at += kRange) {
+    if (::madvise(base + at, std::min(kRange, bytes - at), MADV_POPULATE_READ) != 0) {
+      ::madvise(base + at, bytes - at, MADV_WILLNEED);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
 void WeightCacheFile::prefetch() const {
+  std::lock_guard<std::mutex> lock(prefetch_mu_);
   const uint64_t bytes = std::min(reading_ ? round_up(used_, 4096) : file_backed_.load(), reserved_);
   if (!base_ || !bytes || populated_.load() == bytes) return;
-  if (::madvise(base_, bytes, MADV_POPULATE_READ) != 0) ::madvise(base_, bytes, MADV_WILLNEED);
+  stop_prefetch_locked();  // one still mapping a shorter range (the writer has remapped more since)
   populated_ = bytes;
   ++populations_;
+  try {
+    prefetcher_ = std::thread([this, bytes] { populate_in_order(base_, bytes, stop_prefetch_); });
+  } catch (const std::system_error&) {  // no thread to spare: map them in now
+    populate_in_order(base_, bytes, stop_prefetch_);
+  }
+}
+
+void WeightCacheFile::wait_for_prefetch() const {
+  std::lock_guard<std::mutex> lock(prefetch_mu_);
+  if (prefetcher_.joinable()) prefetcher_.join();
+}
+
+void WeightCacheFile::stop_prefetch_locked() const {
+  if (!prefetcher_.joinable()) return;
+  stop_prefetch_ = true;
+  prefetcher_.join();
+  stop_prefetch_ = false;
 }
 
 uint64_t WeightCacheFile::resident_bytes() const {

@@ -165,7 +165,8 @@ class StableDiffusionModel {
 
   // Memory of the components' weights when they live in weight cache files (else no-ops):
   // release() drops a component's pages (they come back from the page cache on next use),
-  // prefetch() maps them back in ahead of use.
+  // prefetch() starts mapping them back in ahead of use and returns (a thread of the cache's maps
+  // them in layer order while the network runs: WeightCacheFile::prefetch).
   void release(ModelComponent c) const;
   void prefetch(ModelComponent c) const;
   // Whether release() drops anything: the residency ModelLoadOptions asked for, with Auto decided
