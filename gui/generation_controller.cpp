@@ -120,6 +120,9 @@ bool GenerationController::hasLoras(const std::vector<LoraSpec>& loras) const {
 void GenerationController::adoptModel(const ModelPtr& model) {
   model_ = model;
   pipeline_ = std::make_shared<ShardedPipeline>(model_);
+  // Where the weights stay resident, the first run finds them in memory: they are read from the
+  // disk now, while the user writes a prompt (threads of the weight caches; returns at once).
+  model_->warm_up();
   // The model hash (PNG metadata) reads every weight byte once; do it now, in the background.
   static_cast<void>(QtConcurrent::run(&hash_pool_, [m = model_] {
     try {

@@ -254,6 +254,16 @@ void StableDiffusionModel::prefetch(ModelComponent c) const {
   if (c == ModelComponent::TextEncoder) prefetch(ModelComponent::TextEncoder2);
 }
 
+void StableDiffusionModel::warm_up() const {
+  if (!resident_) return;
+  for (ModelComponent c : {ModelComponent::TextEncoder, ModelComponent::UNet, ModelComponent::Vae}) prefetch(c);
+}
+
+void StableDiffusionModel::wait_for_prefetch() const {
+  for (const auto& cache : caches_)
+    if (cache) cache->wait_for_prefetch();
+}
+
 void StableDiffusionModel::keep_sources(const WeightSource& unet, const WeightSource& text_encoder) {
   unet_source_ = std::make_shared<const WeightSource>(unet);
   text_encoder_source_ = std::make_shared<const WeightSource>(text_encoder);

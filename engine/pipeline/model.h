@@ -169,6 +169,13 @@ class StableDiffusionModel {
   // them in layer order while the network runs: WeightCacheFile::prefetch).
   void release(ModelComponent c) const;
   void prefetch(ModelComponent c) const;
+  // Where the weights stay resident: prefetch() of every network, so that the first run finds
+  // them in memory instead of reading them from the disk as it goes — the app calls it once a
+  // model is loaded, while its user writes a prompt. Else nothing: the minimal residency keeps
+  // one network in memory at a time, in its phase.
+  void warm_up() const;
+  // Waits for every prefetch() in flight (tests, benchmarks).
+  void wait_for_prefetch() const;
   // Whether release() drops anything: the residency ModelLoadOptions asked for, with Auto decided
   // at load from the cached weights' size and physical memory (without a weight cache there is
   // nothing to drop: the heap weights are always resident, and Auto reads Resident). The

@@ -235,6 +235,37 @@ TEST(WeightResidency, ResidentKeepsEveryNetworkMappedAcrossRuns) {
   EXPECT_EQ(model->resident_weight_bytes(ModelComponent::UNet), unet);
 }
 
+// warm_up() (the app, once a model is loaded) maps every network in where the weights stay
+// resident, and nothing where the minimal residency keeps one network at a time.
+TEST(WeightResidency, WarmUpMapsEveryNetworkInOnlyWhereWeightsStayResident) {
+  const fs::path dir = test::temp_dir("weight_residency_warm_up");
+  StableDiffusionModel::load(test::tiny_sd_dir(), cached(dir))->wait_for_weight_caches();  // the caches
+  const auto components = {ModelComponent::TextEncoder, ModelComponent::UNet, ModelComponent::Vae};
+  for (WeightResidency residency : {WeightResidency::Minimal, WeightResidency::Resident}) {
+    ModelLoadOptions o = cached(dir);
+    o.residency = residency;
+    auto model = StableDiffusionModel::load(test::tiny_sd_dir(), o);
+    for (auto c : components) model->release(c);  // whatever the load read: from nothing (minimal)
+    ASSERT_TRUE(model->loaded_from_cache(ModelComponent::UNet));
+    uint64_t before = 0, after = 0;
+    for (auto c : components) before += model->resident_weight_bytes(c);
+    model->warm_up();
+    model->wait_for_prefetch();
+    for (auto c : components) after += model->resident_weight_bytes(c);
+    std::printf("[weight residency] %s: %llu bytes of %llu mapped before warm_up(), %llu after\n",
+                residency == WeightResidency::Resident ? "resident" : "minimal",
+                static_cast<unsigned long long>(before),
+                static_cast<unsigned long long>(model->cached_weight_bytes()),
+                static_cast<unsigned long long>(after));
+    if (residency == WeightResidency::Minimal) {
+      EXPECT_EQ(after, 0u);
+    } else {
+      for (auto c : components) EXPECT_GT(model->resident_weight_bytes(c), 0u) << static_cast<int>(c);
+      EXPECT_GE(after, model->cached_weight_bytes());  // every page of every blob (pages round up)
+    }
+  }
+}
+
 TEST(WeightResidency, AutoKeepsSmallModelsResidentAndTheEnvironmentOverrides) {
   const fs::path dir = test::temp_dir("weight_residency_auto");
   ModelLoadOptions o = cached(dir);
