@@ -256,7 +256,8 @@ void StableDiffusionModel::prefetch(ModelComponent c) const {
 
 void StableDiffusionModel::warm_up() const {
   if (!resident_) return;
-  for (ModelComponent c : {ModelComponent::TextEncoder, ModelComponent::UNet, ModelComponent::Vae}) prefetch(c);
+  for (ModelComponent c : {ModelComponent::TextEncoder, ModelComponent::UNet, ModelComponent::Vae})
+    prefetch(c);
 }
 
 void StableDiffusionModel::wait_for_prefetch() const {
