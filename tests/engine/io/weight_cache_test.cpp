@@ -103,8 +103,8 @@ TEST(WeightCache, PrefetchMapsPagesInOnceUntilReleased) {
 }
 
 // A prefetch still mapping pages in is stopped, not raced, by release() (nothing stays resident)
-// and by the cache's end; the next prefetch maps everything in again. 160 MiB: three of the
-// prefetching thread's 64 MiB ranges, so that the release finds it under way most of the time.
+// and by the cache's end; the next prefetch maps everything in again. 160 MiB: ten of the
+// prefetching thread's 16 MiB ranges, so that the release finds it under way most of the time.
 TEST(WeightCache, ReleaseAndDestructionStopAPrefetchUnderWay) {
   const fs::path dir = test::temp_dir("weight_cache_prefetch_stop");
   const std::vector<size_t> sizes{64u << 20, 64u << 20, 32u << 20};
