@@ -140,6 +140,7 @@ json time_networks(const StableDiffusionModel& model, const FewStepOptions& o) {
                [&] { taesd.decode_nhwc(z); });
   // bf16 runs decode TAESD in float32 where bf16 products are no faster (autoencoder_tiny_loader.h).
   j["taesd_precision"] = kernels::precision_name(taesd.precision());
+  j["vae_precision"] = kernels::precision_name(model.vae().precision());  // the same rule (pipeline/model.cpp)
   j["arena_peak_mb"] = arena.peak_bytes_reserved() / 1048576.0;
   return j;
 }

@@ -175,6 +175,8 @@ void time_vae_decode(const StableDiffusionModel& model, const GuidedStepOptions&
   j["vae_decode_first_call_seconds"] = calls.front();
   j["vae_decode_gflop"] = gflop;
   j["vae_decode_gflops"] = gflop / s;
+  // bf16 runs decode in float32 where bf16 products are FMAs on widened values (pipeline/model.cpp).
+  j["vae_precision"] = kernels::precision_name(model.vae().precision());
 }
 
 }  // namespace

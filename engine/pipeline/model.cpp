@@ -74,12 +74,27 @@ kernels::Precision precision_of(const ModelLoadOptions& o) {
   return o.dtype == ComputeDType::BF16 ? kernels::Precision::BF16 : kernels::Precision::F32;
 }
 
-// The VAE's load options: an SDXL VAE whose config says force_upcast (SDXL base's does; the
-// fp16-fix VAE does not) is packed and run in float32 in a bf16 run, as diffusers' SDXL pipelines
-// decode it in float32 (the weight cache keys it as f32 then).
-ModelLoadOptions vae_load_options(const ModelLoadOptions& o, const VaeConfig& cfg, bool sdxl) {
+// The VAE's load options: in a bf16 run it is packed and run in float32 (the weight cache keys it
+// as f32 then, the same cache as a float32 load's)
+// - when it is an SDXL VAE whose config says force_upcast (SDXL base's does; the fp16-fix VAE
+//   does not), as diffusers' SDXL pipelines decode it in float32;
+// - on CPUs whose bf16 products are FMAs on widened values (kernels::kernel_bf16_dot() false:
+//   Intel Sapphire/Emerald Rapids, AVX-512 without BF16, AVX2), as the tiny autoencoder
+//   (autoencoder_tiny_loader.h): float32 convolutions need fewer of them there (Winograd F(4×4, 3×3)
+//   is float32's), SD 1.5's 512×512 decode was ×1.29–1.40 faster in float32 on Emerald Rapids and
+//   ×1.09–1.56 with its AVX2 kernels (bench/results, session 17), and it is exact. A note says so.
+ModelLoadOptions vae_load_options(const ModelLoadOptions& o, const VaeConfig& cfg, bool sdxl,
+                                  std::vector<std::string>* notes) {
   ModelLoadOptions v = o;
-  if (sdxl && cfg.force_upcast) v.dtype = ComputeDType::F32;
+  if (o.dtype != ComputeDType::BF16) return v;
+  if (sdxl && cfg.force_upcast) {
+    v.dtype = ComputeDType::F32;
+  } else if (!kernels::kernel_bf16_dot()) {
+    v.dtype = ComputeDType::F32;
+    notes->push_back(
+        "the VAE computes in f32: this CPU's bf16 products are float32 FMAs, and float32 convolutions need fewer "
+        "of them (model.cpp, vae_load_options)");
+  }
   return v;
 }
 
@@ -469,7 +484,8 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
       const PackedLayersScope record(model->recorder(ModelComponent::UNet));
       return UNet2DCondition::load(*parts.unet, parts.unet_config, precision);
     }));
-    const ModelLoadOptions vae_options = vae_load_options(options, parts.vae_config, parts.text_encoder_2 != nullptr);
+    const ModelLoadOptions vae_options =
+        vae_load_options(options, parts.vae_config, parts.text_encoder_2 != nullptr, &model->load_notes_);
     model->vae_ = std::make_shared<AutoencoderKL>(model->load_component(vae_options, ModelComponent::Vae, files, *parts.vae, [&] {
       return AutoencoderKL::load(*parts.vae, parts.vae_config, options.load_vae_encoder, precision_of(vae_options));
     }));
@@ -542,7 +558,7 @@ std::shared_ptr<const StableDiffusionModel> StableDiffusionModel::load(const fs:
   auto vae_cfg = VaeConfig::from_json(read_config(vae_dir, "config.json"), (vae_dir / "config.json").string());
   if (vae_cfg.latent_channels != unet_cfg.in_channels && unet_cfg.in_channels != 9)
     fail("the VAE has ", vae_cfg.latent_channels, " latent channels but the UNet takes ", unet_cfg.in_channels);
-  const ModelLoadOptions vae_options = vae_load_options(options, vae_cfg, model->is_sdxl());
+  const ModelLoadOptions vae_options = vae_load_options(options, vae_cfg, model->is_sdxl(), &model->load_notes_);
   model->vae_ = std::make_shared<AutoencoderKL>(model->load_component(vae_options, ModelComponent::Vae, vae_files, *vae_w, [&] {
     return AutoencoderKL::load(*vae_w, vae_cfg, options.load_vae_encoder, precision_of(vae_options));
   }));

@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "io/files.h"
 #include "io/safetensors.h"
+#include "kernels/isa.h"
+#include "kernels/tuning.h"
 #include "pipeline/sharded_pipeline.h"
 #include "test_support.h"
 
@@ -175,8 +177,57 @@ TEST(Bf16PipelineErrors, TextEncoderStaysFloat32) {
   ASSERT_EQ(ea.numel(), eb.numel());
   for (int64_t i = 0; i < ea.numel(); ++i) ASSERT_EQ(ea[i], eb[i]) << i;
   EXPECT_EQ(b->unet().precision(), kernels::Precision::BF16);
-  EXPECT_EQ(b->vae().precision(), kernels::Precision::BF16);
+  // The VAE: bf16 where VDPBF16PS multiplies bf16, else float32 (below).
+  EXPECT_EQ(b->vae().precision(), kernels::kernel_bf16_dot() ? kernels::Precision::BF16 : kernels::Precision::F32);
   EXPECT_EQ(a->unet().precision(), kernels::Precision::F32);
+}
+
+bool notes_float32_vae(const StableDiffusionModel& m) {
+  for (const std::string& note : m.load_notes())
+    if (note.find("the VAE computes in f32") != std::string::npos) return true;
+  return false;
+}
+
+std::shared_ptr<const StableDiffusionModel> uncached_bf16_model() {
+  ModelLoadOptions o;
+  o.dtype = ComputeDType::BF16;
+  o.weight_cache = false;
+  return StableDiffusionModel::load(test::tiny_sd_dir(), o);
+}
+
+// bf16 products by FMA on widened values (forced here: VDPBF16PS off, as on AVX2 CPUs and Intel
+// Sapphire/Emerald Rapids): a bf16 model's VAE is the float32 one, to the bit (decode and encode),
+// and the load says so; its UNet stays bf16.
+TEST(Bf16VaePrecision, Float32WhereBf16ProductsAreFmas) {
+  kernels::KernelTuning tuning = kernels::kernel_tuning();
+  tuning.bf16_dot = 0;
+  const kernels::ScopedKernelTuning fma(tuning);
+  ASSERT_FALSE(kernels::kernel_bf16_dot());
+  const auto b = uncached_bf16_model();
+  EXPECT_EQ(b->dtype(), ComputeDType::BF16);
+  EXPECT_EQ(b->unet().precision(), kernels::Precision::BF16);
+  EXPECT_EQ(b->vae().precision(), kernels::Precision::F32);
+  EXPECT_TRUE(notes_float32_vae(*b));
+  const auto f = tiny_model(ComputeDType::F32);
+  const int64_t c = f->vae().config().latent_channels;
+  Tensor z = Tensor::empty({1, 8, 8, c});
+  for (int64_t i = 0; i < z.numel(); ++i) z[i] = static_cast<float>((i * 7919) % 1000) / 500.0f - 1.0f;
+  const test::Diff decoded = test::diff(b->vae().decode_nhwc(z), f->vae().decode_nhwc(z));
+  std::printf("[bf16] bf16 model's VAE decode vs the f32 model's: max_abs_diff=%.3e\n", decoded.max_abs);
+  EXPECT_EQ(decoded.max_abs, 0.0);
+}
+
+// Where VDPBF16PS is what bf16 products use, a bf16 model keeps its VAE in bf16, without the note.
+TEST(Bf16VaePrecision, Bf16WhereBf16ProductsAreNative) {
+  if (!has_avx512_bf16()) GTEST_SKIP() << "this CPU has no AVX-512 BF16 instructions";
+  kernels::KernelTuning tuning = kernels::kernel_tuning();
+  tuning.bf16_dot = 1;
+  const kernels::ScopedKernelTuning dot_tuning(tuning);
+  const kernels::ScopedKernelIsa dot(Isa::Avx512, /*bf16_dot=*/true);
+  ASSERT_TRUE(kernels::kernel_bf16_dot());
+  const auto b = uncached_bf16_model();
+  EXPECT_EQ(b->vae().precision(), kernels::Precision::BF16);
+  EXPECT_FALSE(notes_float32_vae(*b));
 }
 
 }  // namespace
