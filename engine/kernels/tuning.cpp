@@ -76,12 +76,17 @@ KernelTuning choose_kernel_tuning(const CpuIdentity& cpu, const CacheSizes& cach
   // register blocking stays.
   KernelTuning t = amd && cpu.family == 26 ? derived_tuning({kZen5Caches.l1d, kZen5Caches.l2, caches.l3})
                                            : derived_tuning(caches);
-  // Cores not measured (Zen 5, Granite Rapids, whatever comes next): VDPBF16PS where the core
-  // issues it at least at the FMA's FLOP rate, by the start-up probe (the same bits either way).
-  // The measured cores straddle that line by a factor 2: Zen 4 about 2, Emerald Rapids 0.44.
+  // Cores not measured (Zen 5, Granite Rapids, whatever comes next): products on widened values
+  // where the start-up probe finds VDPBF16PS's FLOP rate at most 0.75 of the FMA's. The products'
+  // bits are the same either way, but a bf16 model's TAESD and VAE run in float32 where VDPBF16PS
+  // is off (pipeline/model.cpp), so the choice must not flip from one start to the next. The FLOP
+  // rates cores have are 0.5 (VDPBF16PS issued a quarter as often as FMA: Emerald Rapids measures
+  // 0.47–0.50), 1 (half as often) and 2 (as often: Zen 4); the line at 0.75 is 50 % above the
+  // first and 25 % below the second, where the probe's spread here was 6 %. At 1 VDPBF16PS stays
+  // (the same FLOPs, no widening to pay for).
   if (!sapphire_or_emerald_rapids && vdpbf16ps_over_fma) {
     const double ratio = vdpbf16ps_over_fma();
-    if (ratio > 0) t.bf16_dot = ratio >= 1.0 ? 1 : 0;
+    if (ratio > 0 && ratio <= 0.75) t.bf16_dot = 0;
   }
   // Intel Sapphire Rapids (model 143) and Emerald Rapids (207), measured on a 207 (2026-11-26,
   // bench/results "Intel Xeon, Emerald Rapids"): VDPBF16PS issues once per 2 cycles (85 GFLOP/s a

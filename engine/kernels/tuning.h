@@ -96,10 +96,10 @@ CacheSizes cache_sizes();    // this CPU (/sys/devices/system/cpu/cpu0/cache, el
 // AMD family 26 → derived from Zen 5's caches (48 KiB L1D, 1 MiB L2), not yet measured on one;
 // anything else → derived from its cache sizes, clamped to the supported ranges, and on Intel
 // Sapphire/Emerald Rapids without VDPBF16PS (measured slower there). On the cores not measured
-// (neither Zen 4 nor Sapphire/Emerald Rapids), bf16_dot follows `vdpbf16ps_over_fma` when given
-// and it returns more than 0 (the core's VDPBF16PS FLOP rate over its FMA's, as
-// measure_vdpbf16ps_over_fma() gives it: VDPBF16PS from 1 up); called at most once, and not
-// for the measured cores. Pure apart from that call.
+// (neither Zen 4 nor Sapphire/Emerald Rapids), bf16_dot is 0 where `vdpbf16ps_over_fma` is given
+// and returns more than 0 and at most 0.75 (the core's VDPBF16PS FLOP rate over its FMA's, as
+// measure_vdpbf16ps_over_fma() gives it); called at most once, and not for the measured cores.
+// Pure apart from that call.
 KernelTuning choose_kernel_tuning(const CpuIdentity& cpu, const CacheSizes& caches,
                                   const std::function<double()>& vdpbf16ps_over_fma = {});
 

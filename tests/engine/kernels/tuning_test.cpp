@@ -73,14 +73,14 @@ TEST(KernelTuningChoice, SapphireAndEmeraldRapidsMultiplyBf16WithFma) {
   EXPECT_EQ(choose_kernel_tuning({"AuthenticAMD", 26, 0x44}, kZen4Caches).gemm_prefetch_b, 0);
   EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, 173}, kZen4Caches).gemm_prefetch_b, 0);
   // Other Intel cores (Cooper Lake 85, Granite Rapids 173) are not measured: VDPBF16PS stays
-  // unless the start-up probe finds it slower than FMA (below).
+  // unless the start-up probe finds it at most 0.75 of FMA's rate (below).
   EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, 85}, kZen4Caches).bf16_dot, 1);
   EXPECT_EQ(choose_kernel_tuning({"GenuineIntel", 6, 173}, kZen4Caches).bf16_dot, 1);
   EXPECT_EQ(choose_kernel_tuning({"AuthenticAMD", 25, 0x11}, kZen4Caches).bf16_dot, 1);
   EXPECT_EQ(choose_kernel_tuning({"AuthenticAMD", 26, 0x44}, kZen4Caches).bf16_dot, 1);
 }
 
-TEST(KernelTuningChoice, UnmeasuredCoresTakeVdpbf16psWhereTheProbeFindsItAtLeastAsFastAsFma) {
+TEST(KernelTuningChoice, UnmeasuredCoresWidenBf16WhereTheProbeFindsVdpbf16psAtMostThreeQuartersOfFma) {
   // Cores no measurement settles: the start-up probe's ratio decides bf16_dot, and nothing else.
   for (const CpuIdentity& cpu : {CpuIdentity{"AuthenticAMD", 26, 0x44}, CpuIdentity{"GenuineIntel", 6, 173},
                                  CpuIdentity{"GenuineIntel", 6, 85}, CpuIdentity{"", 0, 0}}) {
@@ -95,14 +95,16 @@ TEST(KernelTuningChoice, UnmeasuredCoresTakeVdpbf16psWhereTheProbeFindsItAtLeast
     };
     KernelTuning expected = unprobed;
     expected.bf16_dot = 0;
-    // Emerald Rapids' rate, just under the line, exactly on it, Zen 4's, and no AVX-512 BF16.
-    EXPECT_EQ(choose_kernel_tuning(cpu, kZen4Caches, probe(0.44)), expected) << cpu.model;
-    EXPECT_EQ(choose_kernel_tuning(cpu, kZen4Caches, probe(0.99)), expected) << cpu.model;
+    // Emerald Rapids' rate and the line itself; just above it, the equal-FLOP rate, Zen 4's, and
+    // no AVX-512 BF16 (0).
+    EXPECT_EQ(choose_kernel_tuning(cpu, kZen4Caches, probe(0.47)), expected) << cpu.model;
+    EXPECT_EQ(choose_kernel_tuning(cpu, kZen4Caches, probe(0.75)), expected) << cpu.model;
     expected.bf16_dot = 1;
+    EXPECT_EQ(choose_kernel_tuning(cpu, kZen4Caches, probe(0.76)), expected) << cpu.model;
     EXPECT_EQ(choose_kernel_tuning(cpu, kZen4Caches, probe(1.0)), expected) << cpu.model;
     EXPECT_EQ(choose_kernel_tuning(cpu, kZen4Caches, probe(2.0)), expected) << cpu.model;
     EXPECT_EQ(choose_kernel_tuning(cpu, kZen4Caches, probe(0.0)), expected) << cpu.model;
-    EXPECT_EQ(calls, 5) << cpu.model;
+    EXPECT_EQ(calls, 6) << cpu.model;
   }
   // The measured cores keep what was measured, and are not probed.
   int calls = 0;
