@@ -14,6 +14,7 @@
 #include "kernels/isa.h"
 #include "kernels/tuning.h"
 #include "pipeline/sharded_pipeline.h"
+#include "scoped_vdpbf16ps.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -196,7 +197,7 @@ std::shared_ptr<const StableDiffusionModel> uncached_bf16_model() {
 }
 
 // bf16 products by FMA on widened values (forced here: VDPBF16PS off, as on AVX2 CPUs and Intel
-// Sapphire/Emerald Rapids): a bf16 model's VAE is the float32 one, to the bit (decode and encode),
+// Sapphire/Emerald Rapids): a bf16 model's VAE is the float32 one, its decode the same to the bit,
 // and the load says so; its UNet stays bf16.
 TEST(Bf16VaePrecision, Float32WhereBf16ProductsAreFmas) {
   kernels::KernelTuning tuning = kernels::kernel_tuning();
@@ -220,10 +221,7 @@ TEST(Bf16VaePrecision, Float32WhereBf16ProductsAreFmas) {
 // Where VDPBF16PS is what bf16 products use, a bf16 model keeps its VAE in bf16, without the note.
 TEST(Bf16VaePrecision, Bf16WhereBf16ProductsAreNative) {
   if (!has_avx512_bf16()) GTEST_SKIP() << "this CPU has no AVX-512 BF16 instructions";
-  kernels::KernelTuning tuning = kernels::kernel_tuning();
-  tuning.bf16_dot = 1;
-  const kernels::ScopedKernelTuning dot_tuning(tuning);
-  const kernels::ScopedKernelIsa dot(Isa::Avx512, /*bf16_dot=*/true);
+  const test::ScopedVdpbf16ps dot;
   ASSERT_TRUE(kernels::kernel_bf16_dot());
   const auto b = uncached_bf16_model();
   EXPECT_EQ(b->vae().precision(), kernels::Precision::BF16);

@@ -14,6 +14,7 @@
 #include "models/layers.h"
 #include "pipeline/autoencoder_tiny_loader.h"
 #include "pipeline/model.h"
+#include "scoped_vdpbf16ps.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -124,10 +125,7 @@ TEST(TinyAutoencoderPrecision, ABf16ModelDecodesInFloat32WhereBf16ProductsAreFma
 // Where VDPBF16PS is what bf16 products use, a bf16 model keeps its TAESD in bf16.
 TEST(TinyAutoencoderPrecision, ABf16ModelKeepsBf16WhereBf16ProductsAreNative) {
   if (!has_avx512_bf16()) GTEST_SKIP() << "this CPU has no AVX-512 BF16 instructions";
-  kernels::KernelTuning tuning = kernels::kernel_tuning();
-  tuning.bf16_dot = 1;
-  const kernels::ScopedKernelTuning dot_tuning(tuning);
-  const kernels::ScopedKernelIsa dot(Isa::Avx512, /*bf16_dot=*/true);
+  const test::ScopedVdpbf16ps dot;
   ASSERT_TRUE(kernels::kernel_bf16_dot());
   const auto model = bf16_model_with_taesd();
   ASSERT_TRUE(model->tiny_autoencoder());
