@@ -209,7 +209,7 @@ nlohmann::json cpu_json() {
   // The kernels' blocking for this core (kernels/tuning.h; OCTODIFF_KERNEL_TUNING overrides it).
   cpu["kernel_tuning"] = kernels::describe(kernels::kernel_tuning());
   // VDPBF16PS's FLOP rate over FMA's as the tuning probed it at start-up (0: a measured core, or
-  // no AVX-512 BF16): bf16_dot where it is 1 or more.
+  // no AVX-512 BF16): bf16 products on widened values where it is at most 0.75.
   cpu["probed_vdpbf16ps_over_fma"] = kernels::probed_vdpbf16ps_over_fma();
   return cpu;
 }

@@ -122,6 +122,7 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
   // the idle writer) before the blob was written.
   bool write_blob(const Blob& b, bool idle);
   void finish_file();
+  void stop_prefetch_locked() const;  // under prefetch_mu_: stops and joins the prefetch() thread
 
   bool reading_ = false;
   std::filesystem::path path_, partial_;
@@ -133,8 +134,7 @@ class WeightCacheFile : public WeightStorage, public std::enable_shared_from_thi
   mutable std::atomic<uint64_t> populated_{0};  // bytes the last prefetch() maps in (0: released since)
   mutable std::atomic<int> populations_{0};
   // The prefetch() thread, started and stopped under prefetch_mu_ (release() and the destructor
-  // stop it before they unmap anything).
-  void stop_prefetch_locked() const;
+  // stop it, stop_prefetch_locked(), before they unmap anything).
   mutable std::mutex prefetch_mu_;
   mutable std::thread prefetcher_;
   mutable std::atomic<bool> stop_prefetch_{false};
