@@ -28,8 +28,8 @@ ClipTextModel ClipTextModel::load(WeightSource& w, const ClipTextConfig& c) {
   return m;
 }
 
-ClipTextOutput ClipTextModel::forward(const std::vector<int32_t>& ids, int64_t N, int64_t L) const {
-  return forward_embeddings(embed_tokens(ids, N, L));
+ClipTextOutput ClipTextModel::forward(const std::vector<int32_t>& ids, int64_t N, int64_t L, int skip) const {
+  return forward_embeddings(embed_tokens(ids, N, L), skip);
 }
 
 Tensor ClipTextModel::embed_tokens(const std::vector<int32_t>& ids, int64_t N, int64_t L) const {
@@ -46,8 +46,11 @@ Tensor ClipTextModel::embed_tokens(const std::vector<int32_t>& ids, int64_t N, i
   return x;
 }
 
-ClipTextOutput ClipTextModel::forward_embeddings(const Tensor& inputs_embeds) const {
+ClipTextOutput ClipTextModel::forward_embeddings(const Tensor& inputs_embeds, int skip) const {
   const int64_t H = config_.hidden_size;
+  if (skip < 0 || skip >= static_cast<int>(layers_.size()))
+    fail("cannot skip ", skip, " of the text encoder's ", layers_.size(), " layers (at least one must run)");
+  const size_t run = layers_.size() - static_cast<size_t>(skip);
   if (inputs_embeds.rank() != 3 || inputs_embeds.dim(2) != H)
     fail("internal: text encoder input embeddings of shape ", shape_str(inputs_embeds.shape()),
          ", expected N × L × ", H);
@@ -66,9 +69,9 @@ ClipTextOutput ClipTextModel::forward_embeddings(const Tensor& inputs_embeds) co
   }
 
   ClipTextOutput out;
-  for (size_t i = 0; i < layers_.size(); ++i) {
+  for (size_t i = 0; i < run; ++i) {
     check_cancelled();
-    if (i + 1 == layers_.size()) out.penultimate = x;
+    if (i + 1 == run) out.penultimate = x;
     x = layers_[i](x);
   }
   out.last_hidden_state = final_norm_(x);

@@ -84,6 +84,12 @@ struct GenerationRequest {
   PromptSyntax prompt_syntax = PromptSyntax::Plain;
   LongPrompts long_prompts = LongPrompts::Truncate;
   int comma_backtrack = 0;     // A1111's comma padding backtrack when chunking (0: off; A1111: 20)
+  // A1111's "Clip skip": the prompts' embeddings from the text encoder's clip_skip-th last layer,
+  // through its final LayerNorm (1: the last layer, as every pipeline runs; 2: the penultimate,
+  // which models trained on NovelAI's want). diffusers' clip_skip is this minus 1; it applies to
+  // prompts and negative prompts alike, as in A1111. SD 1.x/2.x; SDXL takes its penultimate
+  // layer whatever this says (a warning says so), as A1111 does.
+  int clip_skip = 1;
   // Textual-inversion embeddings (*.safetensors, io/textual_inversion.h) called by their file
   // names in prompts and negative prompts; empty: none.
   std::string embeddings_dir;

@@ -204,14 +204,14 @@ void apply_chunk_weights(Tensor& z, const std::vector<const PromptChunk*>& chunk
     apply_weights_restoring_mean(z.data() + static_cast<int64_t>(n) * L * H, chunks[n]->multipliers, H);
 }
 
-std::string chunk_key(const PromptChunk& chunk) {
+std::string chunk_key(const PromptChunk& chunk, int skipped_layers) {
   std::vector<std::pair<int, const Tensor*>> fixes;
   for (const PromptChunk::Fix& fix : chunk.fixes) fixes.emplace_back(fix.position, &fix.vectors);
-  return text_row_key(chunk.ids.data(), chunk.ids.size(), fixes);
+  return text_row_key(chunk.ids.data(), chunk.ids.size(), fixes, skipped_layers);
 }
 
 Tensor encode_prompt_layouts(const ClipTextModel& encoder, const std::vector<const PromptLayout*>& rows,
-                             const PromptLayout& empty, TextEncodingCache* cache) {
+                             const PromptLayout& empty, TextEncodingCache* cache, int skipped_layers) {
   constexpr int64_t kL = kChunkTokens + 2;
   const size_t chunks = most_chunks(rows);
   const std::vector<const PromptChunk*> all = padded_chunks(rows, empty, chunks);
@@ -219,12 +219,12 @@ Tensor encode_prompt_layouts(const ClipTextModel& encoder, const std::vector<con
     std::vector<const PromptChunk*> some;
     for (size_t i : which) some.push_back(all[i]);
     std::vector<int32_t> ids;
-    return encoder.forward_embeddings(embed_chunks(encoder, some, &ids)).last_hidden_state;
+    return encoder.forward_embeddings(embed_chunks(encoder, some, &ids), skipped_layers).last_hidden_state;
   };
   Tensor z;
   if (cache) {
     std::vector<std::string> keys;
-    for (const PromptChunk* c : all) keys.push_back(chunk_key(*c));
+    for (const PromptChunk* c : all) keys.push_back(chunk_key(*c, skipped_layers));
     z = cache->rows(keys, encode);
   } else {
     std::vector<size_t> every(all.size());

@@ -121,12 +121,14 @@ PromptLayout layout_prompt(const ClipTokenizer& tokenizer, const std::string& pr
 // The rows' embeddings, (rows, chunks·77, hidden) with chunks = the most any row has (the others
 // padded with the empty prompt's encoding, `empty`).
 // A chunk's TextEncodingCache key: its ids and textual-inversion vectors (not its weights,
-// which apply after the encoder).
-std::string chunk_key(const PromptChunk& chunk);
+// which apply after the encoder), and the encoder's layers skipped.
+std::string chunk_key(const PromptChunk& chunk, int skipped_layers = 0);
 
-// With a cache, chunks it holds are not encoded again (text_encoding_cache.h).
+// With a cache, chunks it holds are not encoded again (text_encoding_cache.h). skipped_layers:
+// the encoder's last layers not run (ClipTextModel::forward_embeddings).
 Tensor encode_prompt_layouts(const ClipTextModel& encoder, const std::vector<const PromptLayout*>& rows,
-                             const PromptLayout& empty, TextEncodingCache* cache = nullptr);
+                             const PromptLayout& empty, TextEncodingCache* cache = nullptr,
+                             int skipped_layers = 0);
 
 // The pieces of encode_prompt_layouts, for encoders that take other hidden states (SDXL):
 // the most chunks any row has (at least 1);

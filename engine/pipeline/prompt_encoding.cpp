@@ -95,12 +95,22 @@ TokenizedPrompts tokenize_layouts(const ClipTokenizer& tok, const std::vector<st
 
 }  // namespace
 
+int clip_skip_layers(int clip_skip, const ClipTextConfig& encoder) {
+  if (clip_skip < 1 || clip_skip > encoder.num_hidden_layers)
+    fail("clip skip ", clip_skip, " is outside 1..", encoder.num_hidden_layers,
+         " (1: the text encoder's last layer, 2: the one before it; this encoder has ",
+         encoder.num_hidden_layers, " layers)");
+  return clip_skip - 1;
+}
+
 TokenizedPrompts tokenize_prompts(const ClipTokenizer& tok, const std::vector<std::string>& prompts,
                                   const std::vector<std::string>& negative_prompts, const PromptOptions& options) {
   const bool plain = options.syntax == PromptSyntax::Plain && options.long_prompts == LongPrompts::Truncate &&
                      options.embeddings == nullptr;
-  return plain ? tokenize_plain(tok, prompts, negative_prompts)
-               : tokenize_layouts(tok, prompts, negative_prompts, options);
+  TokenizedPrompts t = plain ? tokenize_plain(tok, prompts, negative_prompts)
+                             : tokenize_layouts(tok, prompts, negative_prompts, options);
+  t.skipped_layers = options.skipped_layers;
+  return t;
 }
 
 Tensor encode_device_prompts(const ClipTextModel& encoder, const TokenizedPrompts& tokens, int d, int B,
@@ -110,7 +120,7 @@ Tensor encode_device_prompts(const ClipTextModel& encoder, const TokenizedPrompt
     if (guidance)
       for (int b = 0; b < B; ++b) layouts.push_back(&tokens.uncond_layouts[d * B + b]);
     for (int b = 0; b < B; ++b) layouts.push_back(&tokens.cond_layouts[d * B + b]);
-    return encode_prompt_layouts(encoder, layouts, tokens.empty, cache);
+    return encode_prompt_layouts(encoder, layouts, tokens.empty, cache, tokens.skipped_layers);
   }
   std::vector<const std::vector<int32_t>*> rows;  // [uncond;] cond
   if (guidance)
@@ -119,13 +129,15 @@ Tensor encode_device_prompts(const ClipTextModel& encoder, const TokenizedPrompt
   auto encode = [&](const std::vector<size_t>& which) {
     std::vector<int32_t> ids;
     for (size_t i : which) ids.insert(ids.end(), rows[i]->begin(), rows[i]->end());
-    return encoder.forward(ids, static_cast<int64_t>(which.size()), tokens.length).last_hidden_state;
+    return encoder.forward(ids, static_cast<int64_t>(which.size()), tokens.length, tokens.skipped_layers)
+        .last_hidden_state;
   };
   std::vector<size_t> all(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) all[i] = i;
   if (!cache) return encode(all);
   std::vector<std::string> keys;
-  for (const auto* ids : rows) keys.push_back(text_row_key(ids->data(), ids->size()));
+  for (const auto* ids : rows)
+    keys.push_back(text_row_key(ids->data(), ids->size(), {}, tokens.skipped_layers));
   return cache->rows(keys, encode);
 }
 

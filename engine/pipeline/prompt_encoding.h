@@ -21,6 +21,7 @@ struct PromptOptions {
   LongPrompts long_prompts = LongPrompts::Truncate;
   int comma_backtrack = 0;
   const EmbeddingVocabulary* embeddings = nullptr;  // textual inversions; may be null
+  int skipped_layers = 0;  // the text encoder's last layers not run (diffusers' clip_skip)
 };
 
 // Every image's prompt and negative prompt (D·B each, device-major), and the warnings for
@@ -34,8 +35,13 @@ struct TokenizedPrompts {
   PromptLayout empty;                                      // the empty prompt: padding chunks
   std::vector<std::string> embeddings_used;                // names, over all prompts
   std::vector<std::string> warnings;
+  int skipped_layers = 0;  // PromptOptions::skipped_layers
   bool uses_layouts() const { return !cond_layouts.empty(); }
 };
+
+// The text encoder's last layers not run for A1111's "Clip skip" (GenerationRequest::clip_skip):
+// clip_skip − 1. Throws octodiff::Error unless 1 ≤ clip_skip ≤ the encoder's layers.
+int clip_skip_layers(int clip_skip, const ClipTextConfig& encoder);
 
 // Throws octodiff::Error naming the prompt ("prompt 3: ...") a tokenizer cannot take.
 TokenizedPrompts tokenize_prompts(const ClipTokenizer& tokenizer, const std::vector<std::string>& prompts,

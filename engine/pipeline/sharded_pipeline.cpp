@@ -148,6 +148,7 @@ static void check_run_settings(const StableDiffusionModel& m, const GenerationRe
   if (req.steps < 1 || req.steps > 1000) fail("steps must be between 1 and 1000, got ", req.steps);
   if (!std::isfinite(req.guidance_scale)) fail("guidance scale must be a finite number");
   if (req.threads < 0) fail("threads must be positive, got ", req.threads);
+  clip_skip_layers(req.clip_skip, m.text_encoder().config());  // checks it
   check_vae_tiling(req.vae_tiling);
   // The dtype is a load-time property (weights are packed in it), as with Flax's from_pretrained.
   if (req.dtype != m.dtype())
@@ -409,7 +410,8 @@ struct PromptReading {
 void read_prompt_options(const GenerationRequest& request, const StableDiffusionModel& m, PromptReading& p) {
   if (request.comma_backtrack < 0 || request.comma_backtrack >= kChunkTokens)
     fail("comma backtrack ", request.comma_backtrack, " must be in 0..", kChunkTokens - 1);
-  p.options = {request.prompt_syntax, request.long_prompts, request.comma_backtrack, nullptr};
+  p.options = {request.prompt_syntax, request.long_prompts, request.comma_backtrack, nullptr,
+               clip_skip_layers(request.clip_skip, m.text_encoder().config())};
   if (!request.embeddings_dir.empty()) {
     p.library = read_textual_inversion_folder(request.embeddings_dir);
     p.vocabulary = EmbeddingVocabulary(p.library, m.tokenizer(), m.text_encoder().config().hidden_size);
@@ -465,11 +467,16 @@ void warn_unused_negative_prompts(const ResolvedRequest& r, GenerationResult& re
 
 RunTokens tokenize_run(const ResolvedRequest& r, const StableDiffusionModel& m, GenerationResult& result) {
   RunTokens t;
-  if (!m.is_sdxl())
+  if (!m.is_sdxl()) {
     t.sd = tokenize_request(r, m, result);
-  else
+  } else {
     t.sdxl = tokenize_sdxl_request(m, r.request, r.prompts, r.negative_prompts,
                                    sdxl_zeros_for_empty_negative(m, r.signature.compat), result);
+    if (r.request.clip_skip != 1)
+      result.warnings.push_back(
+          cat("clip skip ", r.request.clip_skip,
+              " is not applied: SDXL takes its text encoders' penultimate layers, as A1111 does"));
+  }
   warn_unused_negative_prompts(r, result);
   return t;
 }

@@ -9,10 +9,11 @@ namespace octodiff {
 
 TextEncodingCache::TextEncodingCache(size_t capacity_rows) : capacity_(capacity_rows) {}
 
-std::string text_row_key(const int32_t* ids, size_t count, const std::vector<std::pair<int, const Tensor*>>& fixes) {
+std::string text_row_key(const int32_t* ids, size_t count,
+                         const std::vector<std::pair<int, const Tensor*>>& fixes, int skipped_layers) {
   // Self-delimiting (lengths first), so that keys of several rows can be concatenated.
   std::string key;
-  const uint64_t lengths[2] = {count, fixes.size()};
+  const uint64_t lengths[3] = {count, fixes.size(), static_cast<uint64_t>(skipped_layers)};
   key.append(reinterpret_cast<const char*>(lengths), sizeof lengths);
   key.append(reinterpret_cast<const char*>(ids), count * sizeof(int32_t));
   for (const auto& [position, vectors] : fixes) {

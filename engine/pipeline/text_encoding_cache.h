@@ -55,8 +55,11 @@ class TextEncodingCache {
   size_t hits_ = 0, misses_ = 0;
 };
 
-// A row's key: its ids and, for each textual-inversion fix, its position and vectors; keys are
-// self-delimiting, so two rows' keys concatenated are the key of the pair.
-std::string text_row_key(const int32_t* ids, size_t count, const std::vector<std::pair<int, const Tensor*>>& fixes = {});
+// A row's key: its ids, the text encoder's last layers not run (clip skip) and, for each
+// textual-inversion fix, its position and vectors; keys are self-delimiting, so two rows' keys
+// concatenated are the key of the pair.
+std::string text_row_key(const int32_t* ids, size_t count,
+                         const std::vector<std::pair<int, const Tensor*>>& fixes = {},
+                         int skipped_layers = 0);
 
 }  // namespace octodiff
