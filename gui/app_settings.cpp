@@ -31,6 +31,7 @@ FormState AppSettings::form() const {
       settings_.value("form/prompt_syntax", static_cast<int>(PromptSyntax::A1111)).toInt());
   r.long_prompts = static_cast<LongPrompts>(
       settings_.value("form/long_prompts", static_cast<int>(LongPrompts::Chunk)).toInt());
+  r.clip_skip = settings_.value("form/clip_skip", 1).toInt();
   r.embeddings_dir = settings_.value("form/embeddings_dir").toString().toStdString();
   f.seed_locked = settings_.value("form/seed_locked", true).toBool();
   f.preview = settings_.value("form/preview", true).toBool();
@@ -55,6 +56,7 @@ void AppSettings::setForm(const FormState& f) {
   settings_.setValue("form/threads", r.threads);
   settings_.setValue("form/prompt_syntax", static_cast<int>(r.prompt_syntax));
   settings_.setValue("form/long_prompts", static_cast<int>(r.long_prompts));
+  settings_.setValue("form/clip_skip", r.clip_skip);
   settings_.setValue("form/embeddings_dir", QString::fromStdString(r.embeddings_dir));
   settings_.setValue("form/seed_locked", f.seed_locked);
   settings_.setValue("form/preview", f.preview);

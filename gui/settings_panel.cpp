@@ -170,9 +170,17 @@ QLayout* SettingsPanel::buildPromptReading() {
   long_prompts_->addItem(tr("first 75 tokens"), static_cast<int>(LongPrompts::Truncate));
   long_prompts_->setToolTip(tr("Prompts longer than 75 tokens: encoded in 75-token chunks (A1111, ComfyUI), "
                                "or cut after the first 75 with a warning (the Flax pipeline)."));
+  clip_skip_ = new QSpinBox;
+  clip_skip_->setObjectName(QStringLiteral("clipSkip"));
+  clip_skip_->setRange(1, 24);  // the run checks it against the model's text encoder
+  clip_skip_->setPrefix(tr("clip skip "));
+  clip_skip_->setToolTip(tr("Clip skip (A1111's): the prompts' embeddings from the text encoder's N-th last layer. "
+                            "1: the last (every pipeline's default); 2: the one before, for models trained on "
+                            "NovelAI's (most anime models). SDXL keeps its own layers."));
   auto* row = new QHBoxLayout;
   row->addWidget(prompt_syntax_, 1);
   row->addWidget(long_prompts_, 1);
+  row->addWidget(clip_skip_);
   return row;
 }
 
@@ -231,6 +239,7 @@ void SettingsPanel::applyTo(GenerationRequest* r) const {
   r->threads = threads_->value();
   r->prompt_syntax = static_cast<PromptSyntax>(prompt_syntax_->currentData().toInt());
   r->long_prompts = static_cast<LongPrompts>(long_prompts_->currentData().toInt());
+  r->clip_skip = clip_skip_->value();
   r->embeddings_dir = embeddings_->text().trimmed().toStdString();
   r->sdxl_size = sdxl_size_;
 }
@@ -254,6 +263,7 @@ void SettingsPanel::setFrom(const GenerationRequest& r) {
   threads_->setValue(r.threads);
   selectData(prompt_syntax_, static_cast<int>(r.prompt_syntax));
   selectData(long_prompts_, static_cast<int>(r.long_prompts));
+  clip_skip_->setValue(r.clip_skip);
   if (!r.embeddings_dir.empty()) embeddings_->setText(QString::fromStdString(r.embeddings_dir));
   clearSdxlSize();
   if (!r.sdxl_size.given()) return;

@@ -60,6 +60,7 @@ class SettingsPanel : public QWidget {
   QSpinBox* threadsBox() const { return threads_; }
   QComboBox* promptSyntaxBox() const { return prompt_syntax_; }
   QComboBox* longPromptsBox() const { return long_prompts_; }
+  QSpinBox* clipSkipBox() const { return clip_skip_; }
   QLineEdit* embeddingsEdit() const { return embeddings_; }
   // SDXL's original size / crop / target size (GenerationRequest::sdxl_size, --compat diffusers):
   // no fields of its own; kept from a reopened image's settings (setFrom), shown, and cleared by
@@ -84,6 +85,7 @@ class SettingsPanel : public QWidget {
   QSpinBox *devices_ = nullptr, *batch_ = nullptr, *threads_ = nullptr;
   QComboBox *rng_ = nullptr, *compat_ = nullptr, *dtype_ = nullptr;
   QComboBox *prompt_syntax_ = nullptr, *long_prompts_ = nullptr;
+  QSpinBox* clip_skip_ = nullptr;
   QLineEdit* embeddings_ = nullptr;
   SdxlSizeConditioning sdxl_size_;
   QLabel* sdxl_size_label_ = nullptr;

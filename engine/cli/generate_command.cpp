@@ -40,6 +40,10 @@ const char* kGenerateUsage =
     "                            chunk: every token, 75 per chunk, concatenated (A1111/ComfyUI)\n"
     "  --comma-backtrack N       chunking: move the words after a comma at most N tokens back\n"
     "                            to the next chunk (A1111's setting; default 0 = off, A1111: 20)\n"
+    "  --clip-skip N             the prompts' embeddings from the text encoder's N-th last layer\n"
+    "                            (A1111's \"Clip skip\"; default 1 = the last; 2 for models trained\n"
+    "                            on NovelAI's; diffusers' clip_skip is N-1); SD 1.x/2.x (SDXL keeps\n"
+    "                            its penultimate layers, as in A1111)\n"
     "  --embeddings DIR          textual-inversion embeddings (DIR/NAME.safetensors), called by\n"
     "                            NAME in prompts and negative prompts\n"
     "  --model PATH              diffusers folder or single-file .safetensors (default: the\n"
@@ -217,6 +221,7 @@ void prompt_options(const Args& args, GenerationRequest& req) {
   req.prompt_syntax = parse_prompt_syntax(args.get_or("prompt-syntax", "plain"));
   req.long_prompts = parse_long_prompts(args.get_or("long-prompts", "truncate"));
   req.comma_backtrack = args.get_int("comma-backtrack", 0, 0, kChunkTokens - 1);
+  req.clip_skip = args.get_int("clip-skip", 1, 1, 48);  // the pipeline checks it against the text encoder
   req.embeddings_dir = args.get_or("embeddings", "");
 }
 
@@ -259,7 +264,7 @@ Args generate_args(const std::vector<std::string>& argv) {
                "height", "width",
                "devices", "batch-per-device", "compat", "rng", "dtype", "threads", "latents", "save-latents",
                "save-array", "out", "out-dir", "repeat", "scale", "lora-dir", "taesd", "decoder", "strength", "noise",
-               "posterior-noise", "prompt-syntax", "long-prompts", "comma-backtrack", "embeddings", "mask-blur",
+               "posterior-noise", "prompt-syntax", "long-prompts", "comma-backtrack", "clip-skip", "embeddings", "mask-blur",
                "inpaint-area", "inpaint-padding", "masked-posterior-noise", "control-preprocess", "control-start",
                "control-end", "x", "y", "z", "seeds", "prompts-file", "mpi-timeout", "vae-tiling", "vae-tile",
                "vae-tile-overlap", "original-size", "crop-top-left", "target-size"},

@@ -65,6 +65,7 @@ nlohmann::json generate_json(const GenerationRequest& req, const GenerationResul
             {"vae_tiled", result.vae_tiles.has_value()},
             {"prompt_syntax", prompt_syntax_name(req.prompt_syntax)},
             {"long_prompts", long_prompts_name(req.long_prompts)},
+            {"clip_skip", req.clip_skip},
             {"context_tokens", result.context_tokens},
             {"device_keys", keys},
             {"controlnets", controlnets}}},

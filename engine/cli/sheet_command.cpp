@@ -20,8 +20,9 @@ const char* kSheetUsage =
     "comparison sheets (one prompt, one image per cell, each equal to the single run with its settings):\n"
     "  --x NAME=V1,V2,...        the X axis; NAME: seed (N or A-B), guidance, steps, scheduler,\n"
     "                            strength (with --init-image), lora (the first --lora's strength),\n"
-    "                            prompt (Prompt S/R: the first value is searched for, the others\n"
-    "                            replace it); quote a value holding a comma: prompt=red,\"pale, blue\"\n"
+    "                            clip-skip (N or A-B), prompt (Prompt S/R: the first value is\n"
+    "                            searched for, the others replace it); quote a value holding a\n"
+    "                            comma: prompt=red,\"pale, blue\"\n"
     "  --y NAME=..., --z NAME=...  the Y and Z axes (at most 64 cells in all)\n"
     "  with an axis: --out is the labelled sheet (default octodiff-sheet-<seed>.png), --out-dir the\n"
     "  cells with their metadata (default: <out>-cells), --save-array (Z, Y, X, H, W, 3)\n";

@@ -36,7 +36,7 @@ std::string sweep_settings(const GenerationRequest& req, const ResolvedRequest& 
                            int scale) {
   json loras = json::array();
   for (const AppliedLora& l : m.loras()) loras.push_back({l.spec.path.filename().string(), l.spec.strength});
-  return json{{"model", m.display_name()},
+  json settings{{"model", m.display_name()},
               {"model_hash", m.model_hash()},
               {"loras", loras},
               {"signature", one.signature.str()},
@@ -47,8 +47,9 @@ std::string sweep_settings(const GenerationRequest& req, const ResolvedRequest& 
               {"long_prompts", long_prompts_name(req.long_prompts)},
               {"comma_backtrack", req.comma_backtrack},
               {"init_images", req.init_images.size()},
-              {"scale", scale}}
-      .dump();
+              {"scale", scale}};
+  if (req.clip_skip != 1) settings["clip_skip"] = req.clip_skip;  // absent in sweeps made before it existed
+  return settings.dump();
 }
 
 // Items per run when --devices is not given: one per thread when the pipeline runs devices side

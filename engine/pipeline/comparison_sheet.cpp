@@ -24,7 +24,7 @@ struct AxisName {
 constexpr AxisName kAxisNames[] = {
     {SheetAxisKind::Seed, "seed"},         {SheetAxisKind::Guidance, "guidance"}, {SheetAxisKind::Steps, "steps"},
     {SheetAxisKind::Scheduler, "scheduler"}, {SheetAxisKind::Strength, "strength"}, {SheetAxisKind::Lora, "lora"},
-    {SheetAxisKind::Prompt, "prompt"},
+    {SheetAxisKind::Prompt, "prompt"},     {SheetAxisKind::ClipSkip, "clip-skip"},
 };
 
 std::string trim(const std::string& s) {
@@ -148,6 +148,7 @@ std::string SheetAxis::label(int i) const {
     case SheetAxisKind::Strength: return cat("strength ", number_text(v.number));
     case SheetAxisKind::Lora: return cat("LoRA ", number_text(v.number));
     case SheetAxisKind::Prompt: return v.text.empty() ? std::string("(removed)") : v.text;
+    case SheetAxisKind::ClipSkip: return cat("clip skip ", v.integer);
   }
   return v.text;
 }
@@ -174,7 +175,7 @@ SheetAxis parse_sheet_axis(const std::string& text) {
   for (const std::string& value : split_values(values, name)) {
     if (value.empty() && axis.kind != SheetAxisKind::Prompt)
       fail("the ", name, " axis has an empty value in '", values, "'");
-    if (axis.kind == SheetAxisKind::Seed || axis.kind == SheetAxisKind::Steps)
+    if (axis.kind == SheetAxisKind::Seed || axis.kind == SheetAxisKind::Steps || axis.kind == SheetAxisKind::ClipSkip)
       add_integers(value, name, axis.values);
     else
       axis.values.push_back(parse_value(axis.kind, value, name));
@@ -182,6 +183,9 @@ SheetAxis parse_sheet_axis(const std::string& text) {
   if (axis.kind == SheetAxisKind::Steps)
     for (const SheetValue& v : axis.values)
       if (v.integer < 1 || v.integer > 1000) fail("the steps axis: ", v.integer, " is not in 1…1000");
+  if (axis.kind == SheetAxisKind::ClipSkip)
+    for (const SheetValue& v : axis.values)
+      if (v.integer < 1 || v.integer > 48) fail("the clip-skip axis: ", v.integer, " is not in 1…48");
   if (axis.kind == SheetAxisKind::Prompt && axis.values[0].text.empty())
     fail("the prompt axis: its first value is the text to search for and cannot be empty");
   if (axis.size() > kMaxSheetCells) fail("the ", name, " axis has ", axis.size(), " values; at most ", kMaxSheetCells);
@@ -241,6 +245,7 @@ void apply_value(const SheetAxis& axis, int i, SheetCell& cell) {
     case SheetAxisKind::Scheduler: r.scheduler = v.scheduler; break;
     case SheetAxisKind::Strength: r.strength = v.number; break;
     case SheetAxisKind::Lora: cell.lora_strength = static_cast<float>(v.number); break;
+    case SheetAxisKind::ClipSkip: r.clip_skip = static_cast<int>(v.integer); break;
     case SheetAxisKind::Prompt:
       if (i == 0) break;
       replace_all(r.prompts[0], axis.values[0].text, v.text);
@@ -266,9 +271,9 @@ void check_axis_fits(const SheetAxis& axis, const GenerationRequest& base, int b
 std::string run_key(const SheetCell& c) {
   const GenerationRequest& r = c.request;
   char text[160];
-  std::snprintf(text, sizeof text, "%d|%a|%d|%a|%a", r.steps, r.guidance_scale,
+  std::snprintf(text, sizeof text, "%d|%a|%d|%a|%a|%d", r.steps, r.guidance_scale,
                 r.scheduler ? static_cast<int>(*r.scheduler) : -1, r.strength,
-                c.lora_strength ? static_cast<double>(*c.lora_strength) : -1e300);
+                c.lora_strength ? static_cast<double>(*c.lora_strength) : -1e300, r.clip_skip);
   return text;
 }
 

@@ -8,6 +8,8 @@
 //          scheduler  pndm, ddim, lms, dpm++, euler, euler-a, lcm
 //          strength   image-to-image strength in (0, 1] (needs an init image)
 //          lora       strength of the request's first LoRA (StableDiffusionModel::with_loras)
+//          clip-skip  integers in 1…48 (GenerationRequest::clip_skip; the model's text encoder
+//                     bounds it further when the cell runs)
 //          prompt     Prompt S/R as A1111: the first value is the search string and its cell keeps
 //                     the prompt as it is; every other value replaces every occurrence of it in
 //                     the prompt and the negative prompt (it must occur in one of them)
@@ -23,7 +25,7 @@
 // (GenerationRequest::device_keys) and the device draws exactly what that single run draws. A
 // device's computation does not depend on the other devices nor on the threads it gets, so its
 // image is the single run's (comparison_sheet_test checks it with memcmp). Cells that differ in
-// guidance, steps, scheduler, strength or LoRA strength run separately (another scale or Signature;
+// guidance, steps, scheduler, strength, LoRA strength or clip skip run separately (another scale or Signature;
 // runs with the same Signature reuse the compiled plan; LoRA strengths another model).
 #pragma once
 
@@ -42,7 +44,7 @@
 
 namespace octodiff {
 
-enum class SheetAxisKind { Seed, Guidance, Steps, Scheduler, Strength, Lora, Prompt };
+enum class SheetAxisKind { Seed, Guidance, Steps, Scheduler, Strength, Lora, Prompt, ClipSkip };
 
 struct SheetValue {
   std::string text;  // as written (the prompt axis: the search or replacement string)

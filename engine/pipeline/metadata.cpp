@@ -64,6 +64,7 @@ ImageMetadata describe_image(const GenerationRequest& request, const GenerationR
   m.prompt_syntax = request.prompt_syntax;
   m.long_prompts = request.long_prompts;
   m.comma_backtrack = request.comma_backtrack;
+  m.clip_skip = request.clip_skip;
   for (const auto& e : result.embeddings) m.embeddings.push_back({e.name, cached_file_sha256(e.path).substr(0, 12)});
   for (const ControlNetUse& c : request.controlnets)
     m.controlnets.push_back({c.name, c.preprocessor, c.scale, c.guidance_start, c.guidance_end, c.threshold_a,
@@ -177,6 +178,7 @@ std::string a1111_parameters(const ImageMetadata& m) {
   if (m.prompt_syntax != PromptSyntax::Plain) out += ", Prompt syntax: " + prompt_syntax_name(m.prompt_syntax);
   if (m.long_prompts != LongPrompts::Truncate) out += ", Long prompts: " + long_prompts_name(m.long_prompts);
   if (m.comma_backtrack != 0) out += cat(", Comma backtrack: ", m.comma_backtrack);
+  if (m.clip_skip != 1) out += cat(", Clip skip: ", m.clip_skip);
   if (!m.embeddings.empty()) {
     std::string hashes;
     for (const auto& e : m.embeddings) hashes += cat(hashes.empty() ? "" : ", ", e.name, ": ", e.hash);
@@ -232,6 +234,7 @@ std::string metadata_json(const ImageMetadata& m) {
   j["prompt_syntax"] = prompt_syntax_name(m.prompt_syntax);
   j["long_prompts"] = long_prompts_name(m.long_prompts);
   if (m.comma_backtrack != 0) j["comma_backtrack"] = m.comma_backtrack;
+  if (m.clip_skip != 1) j["clip_skip"] = m.clip_skip;
   if (!m.embeddings.empty()) {
     j["embeddings"] = json::array();
     for (const auto& e : m.embeddings) j["embeddings"].push_back({{"name", e.name}, {"hash", e.hash}});
@@ -313,6 +316,7 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
     m.prompt_syntax = parse_prompt_syntax(j.value("prompt_syntax", "plain"));
     m.long_prompts = parse_long_prompts(j.value("long_prompts", "truncate"));
     m.comma_backtrack = checked_value(j, "comma_backtrack", 0);
+    m.clip_skip = checked_value(j, "clip_skip", 1);
     if (j.contains("embeddings"))
       for (const auto& e : j.at("embeddings")) m.embeddings.push_back({e.at("name").get<std::string>(), e.value("hash", "")});
     if (j.contains("controlnets"))
@@ -415,6 +419,8 @@ void apply_a1111_setting(const std::string& key, const std::string& value, Image
     m.long_prompts = parse_long_prompts(value);
   } else if (key == "Comma backtrack") {
     m.comma_backtrack = std::stoi(value);
+  } else if (key == "Clip skip") {
+    m.clip_skip = std::stoi(value);
   } else if (key.rfind("ControlNet ", 0) == 0) {
     m.controlnets.push_back(parse_controlnet_text(value));
   }
@@ -476,6 +482,7 @@ GenerationRequest request_from_metadata(const ImageMetadata& m) {
   r.prompt_syntax = m.prompt_syntax;
   r.long_prompts = m.long_prompts;
   r.comma_backtrack = m.comma_backtrack;
+  r.clip_skip = m.clip_skip;
   r.sdxl_size = m.sdxl_size;
   if (m.denoising_strength) r.strength = *m.denoising_strength;
   if (const auto& ip = m.inpaint) {

@@ -74,6 +74,9 @@ struct ImageMetadata {
   PromptSyntax prompt_syntax = PromptSyntax::Plain;
   LongPrompts long_prompts = LongPrompts::Truncate;
   int comma_backtrack = 0;
+  // GenerationRequest::clip_skip: A1111's "Clip skip: N" and JSON "clip_skip", both written when
+  // not 1 (absent: 1).
+  int clip_skip = 1;
   // Textual inversions the prompts called: JSON "embeddings": [{name, hash}]; A1111 text
   // `TI hashes: "NAME: HASH, …"` (A1111's key; HASH = the first 12 hex digits of the file's SHA-256).
   struct Embedding {

@@ -1,6 +1,7 @@
 // The app's prompt-reading settings: A1111 syntax and chunking by default (the engine and CLI
-// default to plain/truncate), persisted with the form, and put into the request; and the SDXL
-// size conditioning of a reopened PNG carried into the next request.
+// default to plain/truncate), clip skip 1, persisted with the form, and put into the request; a
+// reopened A1111 PNG's clip skip; and the SDXL size conditioning of a reopened PNG carried into
+// the next request.
 #include "gui_test_support.h"
 #include "io/png.h"
 
@@ -24,7 +25,9 @@ class PromptSettingsTest : public QObject {
       s->applyTo(&r);
       QCOMPARE(r.prompt_syntax, PromptSyntax::A1111);
       QCOMPARE(r.long_prompts, LongPrompts::Chunk);
+      QCOMPARE(r.clip_skip, 1);
       QVERIFY(r.embeddings_dir.empty());
+      s->clipSkipBox()->setValue(2);
       s->promptSyntaxBox()->setCurrentIndex(s->promptSyntaxBox()->findData(static_cast<int>(PromptSyntax::Plain)));
       s->longPromptsBox()->setCurrentIndex(s->longPromptsBox()->findData(static_cast<int>(LongPrompts::Truncate)));
       s->embeddingsEdit()->setText(folder);
@@ -36,6 +39,7 @@ class PromptSettingsTest : public QObject {
     s->applyTo(&r);
     QCOMPARE(r.prompt_syntax, PromptSyntax::Plain);
     QCOMPARE(r.long_prompts, LongPrompts::Truncate);
+    QCOMPARE(r.clip_skip, 2);
     QCOMPARE(QString::fromStdString(r.embeddings_dir), folder);
     // A request read from an image's metadata carries no folder: the one shown stays.
     GenerationRequest from_png;
@@ -45,7 +49,23 @@ class PromptSettingsTest : public QObject {
     s->applyTo(&r);
     QCOMPARE(r.prompt_syntax, PromptSyntax::A1111);
     QCOMPARE(r.long_prompts, LongPrompts::Chunk);
+    QCOMPARE(r.clip_skip, 1);
     QCOMPARE(QString::fromStdString(r.embeddings_dir), folder);
+  }
+
+  // An A1111 image made at "Clip skip: 2" reopens at clip skip 2, and the next run takes it.
+  void reopenedA1111ClipSkipGoesIntoTheNextRequest() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath(QStringLiteral("anime.png"));
+    const std::string parameters =
+        "a cat\nSteps: 2, Sampler: Euler, CFG scale: 5, Seed: 7, Size: 32x32, Model: tiny, Clip skip: 2";
+    write_png(path.toStdString(), Image8{4, 4, std::vector<uint8_t>(4 * 4 * 3, 128)}, {{"parameters", parameters}});
+    auto w = openWindow();
+    QVERIFY(w->importPng(path));
+    GenerationRequest r;
+    w->settingsPanel()->applyTo(&r);
+    QCOMPARE(r.clip_skip, 2);
+    QCOMPARE(w->settingsPanel()->clipSkipBox()->value(), 2);
   }
 
   void reopenedSdxlSizeOptionsGoIntoTheNextRequest() {

@@ -1,10 +1,12 @@
-// octodiff-cli's prompt options: --prompt-syntax, --long-prompts, --comma-backtrack, --embeddings
+// octodiff-cli's prompt options: --prompt-syntax, --long-prompts, --comma-backtrack, --embeddings,
+// --clip-skip
 // on the tiny model (the context length in --json, the options in the PNG's metadata, errors).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "cli_runner.h"
+#include "io/files.h"
 #include "io/png.h"
 #include "pipeline/metadata.h"
 
@@ -53,5 +55,29 @@ TEST(CliPrompts, ErrorsAreClear) {
   r = cli({"--prompt", "a cat", "--embeddings", (dir / "missing").string()}, dir);
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("embeddings folder"), std::string::npos) << r.err;
+  std::printf("%s", r.err.c_str());
+}
+
+// --clip-skip: in --json, in the PNG (A1111's "Clip skip"), another image than the last layer's;
+// out of range for the CLI or for the tiny model's 5-layer text encoder: a clear error.
+TEST(CliPrompts, ClipSkipChangesTheImageAndTheMetadataSaysSo) {
+  const fs::path dir = test::temp_dir("cli_clip_skip");
+  CliRun r = cli({"--prompt", "a red circle", "--clip-skip", "2", "--json", "--out", "skip2.png", "--save-array",
+                  "skip2.npy"},
+                 dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["settings"]["clip_skip"], 2);
+  const auto m = parse_png_metadata(read_png_text(dir / "skip2.png"));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->clip_skip, 2);
+  r = cli({"--prompt", "a red circle", "--out", "skip1.png", "--save-array", "skip1.npy"}, dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(read_text_file(dir / "skip1.npy"), read_text_file(dir / "skip2.npy"));
+  r = cli({"--prompt", "a red circle", "--clip-skip", "0"}, dir);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--clip-skip must be between 1 and 48, got 0"), std::string::npos) << r.err;
+  r = cli({"--prompt", "a red circle", "--clip-skip", "6"}, dir);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("clip skip 6 is outside 1..5"), std::string::npos) << r.err;
   std::printf("%s", r.err.c_str());
 }

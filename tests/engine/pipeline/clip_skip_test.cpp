@@ -12,6 +12,7 @@
 #include "io/files.h"
 #include "io/safetensors.h"
 #include "io/weight_source.h"
+#include "pipeline/metadata.h"
 #include "pipeline/model.h"
 #include "pipeline/prompt_encoding.h"
 #include "pipeline/sharded_pipeline.h"
@@ -148,4 +149,37 @@ TEST(ClipSkip, SdxlKeepsItsPenultimateLayersWithAWarning) {
   });
   EXPECT_TRUE(warned);
   EXPECT_TRUE(plain.warnings.empty());
+}
+
+// The PNG says "Clip skip: N" (A1111's key, which A1111 reads back) and "clip_skip" in Octodiff's
+// JSON when N is not 1, and both bring it back; without the key it is 1.
+TEST(ClipSkip, MetadataCarriesItBothWays) {
+  ShardedPipeline pipe(tiny_sd());
+  GenerationRequest req;
+  req.prompts = {"a red circle"};
+  req.steps = 2;
+  const ImageMetadata last_layer = describe_image(req, pipe.run(req), *tiny_sd(), 0, 0);
+  EXPECT_EQ(a1111_parameters(last_layer).find("Clip skip"), std::string::npos);
+  req.clip_skip = 3;
+  const GenerationResult result = pipe.run(req);
+  const ImageMetadata meta = describe_image(req, result, *tiny_sd(), 0, 0);
+  const std::string text = a1111_parameters(meta);
+  std::printf("[parameters] %s\n", text.c_str());
+  EXPECT_NE(text.find(", Clip skip: 3"), std::string::npos);
+  const auto back = parse_png_metadata(png_texts(meta));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->clip_skip, 3);
+  const GenerationResult again = pipe.run(request_from_metadata(*back));
+  EXPECT_EQ(test::diff(again.images, result.images).max_abs, 0.0);
+  const auto from_text = parse_png_metadata({{"parameters", text}});
+  ASSERT_TRUE(from_text.has_value());
+  EXPECT_EQ(from_text->clip_skip, 3);
+  const auto from_a1111 =
+      parse_png_metadata({{"parameters", "a cat\nSteps: 20, Sampler: Euler a, CFG scale: 7, Seed: 1, Size: 512x512, "
+                                         "Model: anything-v3, Clip skip: 2, Version: v1.10.1"}});
+  ASSERT_TRUE(from_a1111.has_value());
+  EXPECT_EQ(request_from_metadata(*from_a1111).clip_skip, 2);
+  const auto old = parse_png_metadata(png_texts(last_layer));
+  ASSERT_TRUE(old.has_value());
+  EXPECT_EQ(old->clip_skip, 1);
 }

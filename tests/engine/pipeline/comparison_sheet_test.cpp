@@ -223,6 +223,25 @@ TEST(ComparisonSheet, CellMetadataIsTheSingleRuns) {
   EXPECT_EQ(std::memcmp(again.images.data(), cell.data(), sizeof(float) * cell.numel()), 0);
 }
 
+// The clip-skip axis: one run per clip skip (a run's prompts share it), every cell the single run
+// at that clip skip, and its PNG says it.
+TEST(ComparisonSheet, ClipSkipCellsEqualSingleRuns) {
+  auto pipe = std::make_shared<ShardedPipeline>(tiny_model());
+  const SheetSpec spec = parse_sheet_spec("clip-skip=1-2", "seed=1,2");
+  EXPECT_EQ(spec.axes[0].label(1), "clip skip 2");
+  const SheetPlan plan = plan_sheet(spec, base_request(), 0);
+  ASSERT_EQ(plan.runs.size(), 2u);
+  EXPECT_EQ(plan.runs[1].request.clip_skip, 2);
+  SheetRunner runner(pipe);
+  const SheetResult sheet = runner.run(plan);
+  EXPECT_EQ(expect_cells_equal_single_runs(sheet, *pipe), 4);
+  EXPECT_GT(test::diff(sheet.cell_image(plan.cell_index(0, 0, 0)), sheet.cell_image(plan.cell_index(1, 0, 0))).max_abs,
+            0.0);
+  EXPECT_EQ(describe_sheet_cell(sheet, plan.cell_index(1, 0, 0)).clip_skip, 2);
+  EXPECT_NE(error_of([] { parse_sheet_spec("clip-skip=0,1"); }).find("the clip-skip axis: 0 is not in 1…48"),
+            std::string::npos);
+}
+
 // Image-to-image: strength × seed; the posterior noise also comes from each cell's key.
 TEST(ComparisonSheet, StrengthCellsEqualSingleRuns) {
   ModelLoadOptions o;

@@ -42,7 +42,7 @@ TEST(MetadataFuzzRegression, TheValidChunkReads) {
 TEST(MetadataFuzzRegression, OutOfRangeNumbersAreNotReadAsOtherNumbers) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"steps", "1e300"}, {"steps", "4294967316"}, {"seed", "1e300"}, {"width", "-1e300"},
-      {"devices", "4294967298"}, {"comma_backtrack", "1e20"}, {"device_key", "[4294967296, 1]"},
+      {"devices", "4294967298"}, {"comma_backtrack", "1e20"}, {"clip_skip", "1e20"}, {"device_key", "[4294967296, 1]"},
       {"loras", R"([{"name": "x", "strength": 1e300}])"}};
   for (const auto& [key, value] : cases) {
     std::string json = chunk(key, value);
