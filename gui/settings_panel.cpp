@@ -174,9 +174,10 @@ QLayout* SettingsPanel::buildPromptReading() {
   clip_skip_->setObjectName(QStringLiteral("clipSkip"));
   clip_skip_->setRange(1, 24);  // the run checks it against the model's text encoder
   clip_skip_->setPrefix(tr("clip skip "));
-  clip_skip_->setToolTip(tr("Clip skip (A1111's): the prompts' embeddings from the text encoder's N-th last layer. "
-                            "1: the last (every pipeline's default); 2: the one before, for models trained on "
-                            "NovelAI's (most anime models). SDXL keeps its own layers."));
+  clip_skip_->setToolTip(
+      tr("Clip skip (A1111's): the prompts' embeddings from the text encoder's N-th last layer. "
+         "1: the last (every pipeline's default); 2: the one before, for models trained on "
+         "NovelAI's (most anime models). SDXL keeps its own layers."));
   auto* row = new QHBoxLayout;
   row->addWidget(prompt_syntax_, 1);
   row->addWidget(long_prompts_, 1);

@@ -264,9 +264,9 @@ Args generate_args(const std::vector<std::string>& argv) {
                "height", "width",
                "devices", "batch-per-device", "compat", "rng", "dtype", "threads", "latents", "save-latents",
                "save-array", "out", "out-dir", "repeat", "scale", "lora-dir", "taesd", "decoder", "strength", "noise",
-               "posterior-noise", "prompt-syntax", "long-prompts", "comma-backtrack", "clip-skip", "embeddings", "mask-blur",
-               "inpaint-area", "inpaint-padding", "masked-posterior-noise", "control-preprocess", "control-start",
-               "control-end", "x", "y", "z", "seeds", "prompts-file", "mpi-timeout", "vae-tiling", "vae-tile",
+               "posterior-noise", "prompt-syntax", "long-prompts", "comma-backtrack", "clip-skip", "embeddings",
+               "mask-blur", "inpaint-area", "inpaint-padding", "masked-posterior-noise", "control-preprocess",
+               "control-start", "control-end", "x", "y", "z", "seeds", "prompts-file", "mpi-timeout", "vae-tiling", "vae-tile",
                "vae-tile-overlap", "original-size", "crop-top-left", "target-size"},
               {"json", "quiet", "help", "no-safety-checker"}, {"prompt", "lora", "init-image", "mask", "controlnet", "control-image"});
 }

@@ -37,17 +37,17 @@ std::string sweep_settings(const GenerationRequest& req, const ResolvedRequest& 
   json loras = json::array();
   for (const AppliedLora& l : m.loras()) loras.push_back({l.spec.path.filename().string(), l.spec.strength});
   json settings{{"model", m.display_name()},
-              {"model_hash", m.model_hash()},
-              {"loras", loras},
-              {"signature", one.signature.str()},
-              {"guidance_scale", req.guidance_scale},
-              {"negative_prompt", req.negative_prompts.empty() ? "" : req.negative_prompts[0]},
-              {"rng", jax::rng_scheme_name(req.rng)},
-              {"prompt_syntax", prompt_syntax_name(req.prompt_syntax)},
-              {"long_prompts", long_prompts_name(req.long_prompts)},
-              {"comma_backtrack", req.comma_backtrack},
-              {"init_images", req.init_images.size()},
-              {"scale", scale}};
+                {"model_hash", m.model_hash()},
+                {"loras", loras},
+                {"signature", one.signature.str()},
+                {"guidance_scale", req.guidance_scale},
+                {"negative_prompt", req.negative_prompts.empty() ? "" : req.negative_prompts[0]},
+                {"rng", jax::rng_scheme_name(req.rng)},
+                {"prompt_syntax", prompt_syntax_name(req.prompt_syntax)},
+                {"long_prompts", long_prompts_name(req.long_prompts)},
+                {"comma_backtrack", req.comma_backtrack},
+                {"init_images", req.init_images.size()},
+                {"scale", scale}};
   if (req.clip_skip != 1) settings["clip_skip"] = req.clip_skip;  // absent in sweeps made before it existed
   return settings.dump();
 }

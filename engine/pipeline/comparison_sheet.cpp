@@ -175,7 +175,8 @@ SheetAxis parse_sheet_axis(const std::string& text) {
   for (const std::string& value : split_values(values, name)) {
     if (value.empty() && axis.kind != SheetAxisKind::Prompt)
       fail("the ", name, " axis has an empty value in '", values, "'");
-    if (axis.kind == SheetAxisKind::Seed || axis.kind == SheetAxisKind::Steps || axis.kind == SheetAxisKind::ClipSkip)
+    if (axis.kind == SheetAxisKind::Seed || axis.kind == SheetAxisKind::Steps ||
+        axis.kind == SheetAxisKind::ClipSkip)
       add_integers(value, name, axis.values);
     else
       axis.values.push_back(parse_value(axis.kind, value, name));

@@ -25,8 +25,9 @@
 // (GenerationRequest::device_keys) and the device draws exactly what that single run draws. A
 // device's computation does not depend on the other devices nor on the threads it gets, so its
 // image is the single run's (comparison_sheet_test checks it with memcmp). Cells that differ in
-// guidance, steps, scheduler, strength, LoRA strength or clip skip run separately (another scale or Signature;
-// runs with the same Signature reuse the compiled plan; LoRA strengths another model).
+// guidance, steps, scheduler, strength, LoRA strength or clip skip run separately (another scale,
+// Signature or text encoding; runs with the same Signature reuse the compiled plan; LoRA strengths
+// another model).
 #pragma once
 
 #include <filesystem>
