@@ -153,6 +153,14 @@ QWidget* SettingsPanel::buildAdvanced() {
   form->addRow(tr("Compute dtype"), dtype_);
   form->addRow(tr("Threads"), threads_);
   form->addRow(tr("Embeddings"), buildEmbeddingsRow());
+  clip_skip_ = new QSpinBox;
+  clip_skip_->setObjectName(QStringLiteral("clipSkip"));
+  clip_skip_->setRange(1, 24);  // the run checks it against the model's text encoder
+  clip_skip_->setToolTip(
+      tr("Clip skip (A1111's): the prompts' embeddings from the text encoder's N-th last layer. "
+         "1: the last (every pipeline's default); 2: the one before, for models trained on "
+         "NovelAI's (most anime models). SDXL keeps its own layers."));
+  form->addRow(tr("Clip skip"), clip_skip_);
   form->addRow(tr("SDXL size"), buildSdxlSizeRow());
   return box;
 }
@@ -168,20 +176,12 @@ QLayout* SettingsPanel::buildPromptReading() {
   long_prompts_->setObjectName(QStringLiteral("longPrompts"));
   long_prompts_->addItem(tr("all tokens (chunks of 75)"), static_cast<int>(LongPrompts::Chunk));
   long_prompts_->addItem(tr("first 75 tokens"), static_cast<int>(LongPrompts::Truncate));
-  long_prompts_->setToolTip(tr("Prompts longer than 75 tokens: encoded in 75-token chunks (A1111, ComfyUI), "
-                               "or cut after the first 75 with a warning (the Flax pipeline)."));
-  clip_skip_ = new QSpinBox;
-  clip_skip_->setObjectName(QStringLiteral("clipSkip"));
-  clip_skip_->setRange(1, 24);  // the run checks it against the model's text encoder
-  clip_skip_->setPrefix(tr("clip skip "));
-  clip_skip_->setToolTip(
-      tr("Clip skip (A1111's): the prompts' embeddings from the text encoder's N-th last layer. "
-         "1: the last (every pipeline's default); 2: the one before, for models trained on "
-         "NovelAI's (most anime models). SDXL keeps its own layers."));
+  long_prompts_->setToolTip(
+      tr("Prompts longer than 75 tokens: encoded in 75-token chunks (A1111, ComfyUI), "
+         "or cut after the first 75 with a warning (the Flax pipeline)."));
   auto* row = new QHBoxLayout;
   row->addWidget(prompt_syntax_, 1);
   row->addWidget(long_prompts_, 1);
-  row->addWidget(clip_skip_);
   return row;
 }
 
