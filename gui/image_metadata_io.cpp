@@ -140,6 +140,8 @@ FormState formFromMetadata(const ImageMetadata& m, const FormState& current, QSt
     *notes << QObject::tr("seed %1 is outside the seed box's range 0–%2").arg(m.seed).arg(INT_MAX);
   if (m.injected_latents && notes)
     *notes << QObject::tr("the image was made from injected latents, which the app cannot restore");
+  if (notes)
+    for (const std::string& n : m.not_applied) *notes << QString::fromStdString(n);
   r.threads = current.request.threads;  // a property of this machine, not of the image
   f.request = r;
   f.seed_locked = true;  // the restored seed is the point

@@ -31,7 +31,12 @@ int run_metadata(const std::vector<std::string>& args) {
   auto texts = read_png_text(args[0]);
   if (texts.empty()) std::printf("(no text chunks)\n");
   for (const auto& t : texts) std::printf("[%s]\n%s\n\n", t.key.c_str(), t.text.c_str());
-  return parse_png_metadata(texts) ? 0 : 1;
+  const auto m = parse_png_metadata(texts);
+  if (m && !m->not_applied.empty()) {  // another tool's image: what a run of these settings here differs in
+    std::printf("[not applied here]\n");
+    for (const std::string& n : m->not_applied) std::printf("- %s\n", n.c_str());
+  }
+  return m ? 0 : 1;
 }
 
 }  // namespace octodiff::cli

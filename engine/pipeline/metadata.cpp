@@ -375,6 +375,40 @@ void read_a1111_prompts(std::string head, ImageMetadata& m) {
   m.negative_prompts = {negative};
 }
 
+// One sentence into m.not_applied, once, and at most 8 of them (hostile text may repeat keys).
+void note_not_applied(ImageMetadata& m, std::string text) {
+  if (m.not_applied.size() >= 8 ||
+      std::find(m.not_applied.begin(), m.not_applied.end(), text) != m.not_applied.end())
+    return;
+  m.not_applied.push_back(std::move(text));
+}
+
+// A1111's sampler name: ours, or ours with a sigma schedule this port lacks ("DPM++ 2M Karras":
+// DPM++ 2M with its own timesteps, said in m.not_applied), or none (the model's own scheduler, said).
+void read_a1111_sampler(const std::string& value, ImageMetadata& m) {
+  for (SchedulerKind k : all_scheduler_kinds())
+    if (value == sampler_display_name(k)) {
+      m.scheduler = k;
+      return;
+    }
+  for (const char* schedule : {" Karras", " Exponential", " SGM Uniform", " Polyexponential"}) {
+    const std::string suffix = schedule;
+    if (value.size() <= suffix.size() ||
+        value.compare(value.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string base = value.substr(0, value.size() - suffix.size());
+    for (SchedulerKind k : all_scheduler_kinds())
+      if (base == sampler_display_name(k)) {
+        m.scheduler = k;
+        note_not_applied(m, cat("the sampler '", value, "' runs as '", base, "': the", schedule,
+                                " schedule is not available here"));
+        return;
+      }
+  }
+  m.scheduler_unavailable = true;
+  note_not_applied(m, cat("the sampler '", value, "' is not available here: the model's own scheduler runs"));
+}
+
 // One "Key: value" of the settings line into m; keys it does not know are skipped. Throws
 // std::exception for a value it cannot read.
 void apply_a1111_setting(const std::string& key, const std::string& value, ImageMetadata& m) {
@@ -390,8 +424,14 @@ void apply_a1111_setting(const std::string& key, const std::string& value, Image
       m.height = std::stoi(value.substr(x + 1));
     }
   } else if (key == "Sampler") {
-    for (SchedulerKind k : all_scheduler_kinds())
-      if (value == sampler_display_name(k)) m.scheduler = k;
+    read_a1111_sampler(value, m);
+  } else if (key == "Schedule type") {  // A1111 1.9+: the sigma schedule beside the sampler
+    if (value != "Automatic" && value != "Uniform")
+      note_not_applied(
+          m, cat("the schedule type '", value, "' is not available here: the scheduler's own timesteps run"));
+  } else if (key == "Hires upscale" || key == "Hires resize") {
+    note_not_applied(m, cat("the hires fix (", key, ": ", value,
+                            ") is not applied: the image is made at its first pass's size"));
   } else if (key == "Sampler source") {
     m.scheduler_is_models_own = value == "model";
   } else if (key == "Timestep spacing") {
@@ -440,6 +480,10 @@ std::optional<ImageMetadata> from_a1111(const std::string& text) {
   m.prompt_syntax = by_octodiff ? PromptSyntax::Plain : PromptSyntax::A1111;  // A1111 always reads its syntax
   m.long_prompts = by_octodiff ? LongPrompts::Truncate : LongPrompts::Chunk;
   m.comma_backtrack = by_octodiff ? 0 : 20;
+  if (!by_octodiff)
+    note_not_applied(m,
+                     "the seed draws JAX's noise here, not the torch noise the image was made from: "
+                     "expect another image with the same settings");
   // A value in double quotes (Lora hashes, ControlNet N) holds commas and "Key: value" pairs of its own.
   for (const auto& [key, value] : a1111_settings_fields(params)) {
     try {
@@ -471,7 +515,9 @@ GenerationRequest request_from_metadata(const ImageMetadata& m) {
   r.seed = m.seed;
   r.steps = m.steps;
   r.guidance_scale = m.guidance_scale;
-  r.scheduler = m.scheduler;  // explicit: the same scheduler even if the model's default changes
+  // Explicit: the same scheduler even if the model's default changes (unless the image's has no
+  // counterpart here).
+  if (!m.scheduler_unavailable) r.scheduler = m.scheduler;
   r.timestep_spacing = m.timestep_spacing;
   r.width = m.width;
   r.height = m.height;

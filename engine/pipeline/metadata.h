@@ -105,6 +105,12 @@ struct ImageMetadata {
   // "Safety checker: flagged" / "passed" (a grid: "flagged images 2 5 of 8" / "passed").
   std::vector<bool> nsfw_flagged;
   std::string version;                        // octodiff version that made it (empty if unknown)
+  // Read from another tool's A1111 text only: settings of that image this port cannot apply, one
+  // sentence each ("the sampler 'UniPC' is not available here: the model's own scheduler runs"),
+  // for the app and CLI to say; never written. scheduler_unavailable: its sampler has no
+  // counterpart here, so request_from_metadata leaves the scheduler to the model.
+  std::vector<std::string> not_applied;
+  bool scheduler_unavailable = false;
 
   bool is_grid() const { return device < 0; }
 };

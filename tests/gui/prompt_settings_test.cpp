@@ -53,12 +53,14 @@ class PromptSettingsTest : public QObject {
     QCOMPARE(QString::fromStdString(r.embeddings_dir), folder);
   }
 
-  // An A1111 image made at "Clip skip: 2" reopens at clip skip 2, and the next run takes it.
+  // An A1111 image made at "Clip skip: 2" reopens at clip skip 2, and the next run takes it; what
+  // cannot be had here (its Karras schedule, its torch noise) is said in the banner.
   void reopenedA1111ClipSkipGoesIntoTheNextRequest() {
     QTemporaryDir dir;
     const QString path = dir.filePath(QStringLiteral("anime.png"));
     const std::string parameters =
-        "a cat\nSteps: 2, Sampler: Euler, CFG scale: 5, Seed: 7, Size: 32x32, Model: tiny, Clip skip: 2";
+        "a cat\nSteps: 2, Sampler: DPM++ 2M Karras, CFG scale: 5, Seed: 7, Size: 32x32, Model: tiny, Clip "
+        "skip: 2";
     write_png(path.toStdString(), Image8{4, 4, std::vector<uint8_t>(4 * 4 * 3, 128)}, {{"parameters", parameters}});
     auto w = openWindow();
     QVERIFY(w->importPng(path));
@@ -66,6 +68,11 @@ class PromptSettingsTest : public QObject {
     w->settingsPanel()->applyTo(&r);
     QCOMPARE(r.clip_skip, 2);
     QCOMPARE(w->settingsPanel()->clipSkipBox()->value(), 2);
+    QCOMPARE(r.scheduler, std::optional(SchedulerKind::DpmSolverPP));
+    const QString banner = w->errorBanner()->message();
+    QVERIFY2(banner.contains(QStringLiteral("the Karras schedule is not available here")),
+             qPrintable(banner));
+    QVERIFY2(banner.contains(QStringLiteral("not the torch noise")), qPrintable(banner));
   }
 
   void reopenedSdxlSizeOptionsGoIntoTheNextRequest() {
