@@ -1,5 +1,6 @@
 #include "pipeline/metadata.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
