@@ -176,9 +176,8 @@ QLayout* SettingsPanel::buildPromptReading() {
   long_prompts_->setObjectName(QStringLiteral("longPrompts"));
   long_prompts_->addItem(tr("all tokens (chunks of 75)"), static_cast<int>(LongPrompts::Chunk));
   long_prompts_->addItem(tr("first 75 tokens"), static_cast<int>(LongPrompts::Truncate));
-  long_prompts_->setToolTip(
-      tr("Prompts longer than 75 tokens: encoded in 75-token chunks (A1111, ComfyUI), "
-         "or cut after the first 75 with a warning (the Flax pipeline)."));
+  long_prompts_->setToolTip(tr("Prompts longer than 75 tokens: encoded in 75-token chunks (A1111, ComfyUI), "
+                               "or cut after the first 75 with a warning (the Flax pipeline)."));
   auto* row = new QHBoxLayout;
   row->addWidget(prompt_syntax_, 1);
   row->addWidget(long_prompts_, 1);

@@ -221,7 +221,8 @@ void prompt_options(const Args& args, GenerationRequest& req) {
   req.prompt_syntax = parse_prompt_syntax(args.get_or("prompt-syntax", "plain"));
   req.long_prompts = parse_long_prompts(args.get_or("long-prompts", "truncate"));
   req.comma_backtrack = args.get_int("comma-backtrack", 0, 0, kChunkTokens - 1);
-  req.clip_skip = args.get_int("clip-skip", 1, 1, 48);  // the pipeline checks it against the text encoder
+  // The pipeline checks it against the model's text encoder too.
+  req.clip_skip = args.get_int("clip-skip", 1, 1, kMaxClipSkip);
   req.embeddings_dir = args.get_or("embeddings", "");
 }
 
@@ -266,8 +267,8 @@ Args generate_args(const std::vector<std::string>& argv) {
                "save-array", "out", "out-dir", "repeat", "scale", "lora-dir", "taesd", "decoder", "strength", "noise",
                "posterior-noise", "prompt-syntax", "long-prompts", "comma-backtrack", "clip-skip", "embeddings",
                "mask-blur", "inpaint-area", "inpaint-padding", "masked-posterior-noise", "control-preprocess",
-               "control-start", "control-end", "x", "y", "z", "seeds", "prompts-file", "mpi-timeout", "vae-tiling", "vae-tile",
-               "vae-tile-overlap", "original-size", "crop-top-left", "target-size"},
+               "control-start", "control-end", "x", "y", "z", "seeds", "prompts-file", "mpi-timeout",
+               "vae-tiling", "vae-tile", "vae-tile-overlap", "original-size", "crop-top-left", "target-size"},
               {"json", "quiet", "help", "no-safety-checker"}, {"prompt", "lora", "init-image", "mask", "controlnet", "control-image"});
 }
 

@@ -186,7 +186,8 @@ SheetAxis parse_sheet_axis(const std::string& text) {
       if (v.integer < 1 || v.integer > 1000) fail("the steps axis: ", v.integer, " is not in 1…1000");
   if (axis.kind == SheetAxisKind::ClipSkip)
     for (const SheetValue& v : axis.values)
-      if (v.integer < 1 || v.integer > 48) fail("the clip-skip axis: ", v.integer, " is not in 1…48");
+      if (v.integer < 1 || v.integer > kMaxClipSkip)
+        fail("the clip-skip axis: ", v.integer, " is not in 1…", kMaxClipSkip);
   if (axis.kind == SheetAxisKind::Prompt && axis.values[0].text.empty())
     fail("the prompt axis: its first value is the text to search for and cannot be empty");
   if (axis.size() > kMaxSheetCells) fail("the ", name, " axis has ", axis.size(), " values; at most ", kMaxSheetCells);

@@ -8,7 +8,7 @@
 //          scheduler  pndm, ddim, lms, dpm++, euler, euler-a, lcm
 //          strength   image-to-image strength in (0, 1] (needs an init image)
 //          lora       strength of the request's first LoRA (StableDiffusionModel::with_loras)
-//          clip-skip  integers in 1…48 (GenerationRequest::clip_skip; the model's text encoder
+//          clip-skip  integers in 1…kMaxClipSkip (GenerationRequest::clip_skip; the model's text encoder
 //                     bounds it further when the cell runs)
 //          prompt     Prompt S/R as A1111: the first value is the search string and its cell keeps
 //                     the prompt as it is; every other value replaces every occurrence of it in

@@ -71,6 +71,10 @@ struct SdxlSizeConditioning {
   }
 };
 
+// The largest clip skip a request may ask for before the model's text encoder bounds it (SD 1.x's
+// has 12 layers, SD 2.x's 23): the CLI's and the comparison sheets' range.
+constexpr int kMaxClipSkip = 48;
+
 struct GenerationRequest {
   // One prompt per image, device-major (image i runs on device i / B, slot i % B); a single
   // prompt is used for every image.
@@ -89,7 +93,7 @@ struct GenerationRequest {
   // which models trained on NovelAI's want). diffusers' clip_skip is this minus 1; it applies to
   // prompts and negative prompts alike, as in A1111. SD 1.x/2.x; SDXL takes its penultimate
   // layer whatever this says (a warning says so), as A1111 does.
-  int clip_skip = 1;
+  int clip_skip = 1;  // 1 … kMaxClipSkip, and at most the text encoder's layers
   // Textual-inversion embeddings (*.safetensors, io/textual_inversion.h) called by their file
   // names in prompts and negative prompts; empty: none.
   std::string embeddings_dir;
