@@ -2,6 +2,8 @@
 
 #include <QDir>
 
+#include "scheduler_choice.h"
+
 namespace octodiff::gui {
 
 AppSettings::AppSettings() : settings_(QStringLiteral("Octodiff"), QStringLiteral("Octodiff")) {}
@@ -16,8 +18,8 @@ FormState AppSettings::form() const {
   r.seed = settings_.value("form/seed", 0).toLongLong();
   r.steps = settings_.value("form/steps", defaults.steps).toInt();
   r.guidance_scale = settings_.value("form/guidance", defaults.guidance_scale).toDouble();
-  // -1 (the default): the model's own scheduler.
-  if (const int k = settings_.value("form/scheduler", -1).toInt(); k >= 0) r.scheduler = static_cast<SchedulerKind>(k);
+  // -1 (the default): the model's own scheduler; Karras sigmas with it (scheduler_choice.h).
+  applySchedulerChoice(settings_.value("form/scheduler", kModelsOwnSchedulerChoice).toInt(), &r);
   r.width = settings_.value("form/width", 0).toInt();
   r.height = settings_.value("form/height", 0).toInt();
   r.devices = settings_.value("form/devices", 0).toInt();
@@ -45,7 +47,7 @@ void AppSettings::setForm(const FormState& f) {
   settings_.setValue("form/seed", static_cast<qlonglong>(r.seed));
   settings_.setValue("form/steps", r.steps);
   settings_.setValue("form/guidance", r.guidance_scale);
-  settings_.setValue("form/scheduler", r.scheduler ? static_cast<int>(*r.scheduler) : -1);
+  settings_.setValue("form/scheduler", schedulerChoice(r));
   settings_.setValue("form/width", r.width);
   settings_.setValue("form/height", r.height);
   settings_.setValue("form/devices", r.devices);

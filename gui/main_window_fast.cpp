@@ -77,8 +77,9 @@ SamplingValues MainWindow::currentSampling() const {
   SamplingValues v;
   v.steps = settings_panel_->stepsBox()->value();
   v.guidance = settings_panel_->guidanceBox()->value();
-  const int s = settings_panel_->schedulerBox()->currentData().toInt();
-  if (s != SettingsPanel::kModelsOwnScheduler) v.scheduler = static_cast<SchedulerKind>(s);
+  GenerationRequest chosen;
+  applySchedulerChoice(settings_panel_->schedulerBox()->currentData().toInt(), &chosen);
+  v.scheduler = chosen.scheduler;
   return v;
 }
 

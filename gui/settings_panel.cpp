@@ -77,8 +77,11 @@ SettingsPanel::SettingsPanel(QWidget* parent) : QWidget(parent) {
   scheduler_->addItem(tr("PNDM (Flax default)"), static_cast<int>(SchedulerKind::Pndm));
   scheduler_->addItem(tr("DDIM"), static_cast<int>(SchedulerKind::Ddim));
   scheduler_->addItem(tr("LMS"), static_cast<int>(SchedulerKind::Lms));
+  scheduler_->addItem(tr("LMS Karras"), kKarrasChoice | static_cast<int>(SchedulerKind::Lms));
   scheduler_->addItem(tr("DPM++ 2M"), static_cast<int>(SchedulerKind::DpmSolverPP));
+  scheduler_->addItem(tr("DPM++ 2M Karras"), kKarrasChoice | static_cast<int>(SchedulerKind::DpmSolverPP));
   scheduler_->addItem(tr("Euler"), static_cast<int>(SchedulerKind::Euler));
+  scheduler_->addItem(tr("Euler Karras"), kKarrasChoice | static_cast<int>(SchedulerKind::Euler));
   scheduler_->addItem(tr("Euler a"), static_cast<int>(SchedulerKind::EulerAncestral));
   scheduler_->addItem(tr("LCM"), static_cast<int>(SchedulerKind::Lcm));
   form->addRow(tr("Scheduler"), scheduler_);
@@ -226,9 +229,7 @@ void SettingsPanel::applyTo(GenerationRequest* r) const {
   r->seed = seed_->value();
   r->steps = steps_->value();
   r->guidance_scale = guidance_->value();
-  const int scheduler = scheduler_->currentData().toInt();
-  r->scheduler = scheduler == kModelsOwnScheduler ? std::nullopt
-                                                  : std::optional(static_cast<SchedulerKind>(scheduler));
+  applySchedulerChoice(scheduler_->currentData().toInt(), r);
   r->width = width_->value();
   r->height = height_->value();
   r->devices = devices_->value();
@@ -244,15 +245,17 @@ void SettingsPanel::applyTo(GenerationRequest* r) const {
   r->sdxl_size = sdxl_size_;
 }
 
-void SettingsPanel::setModelScheduler(SchedulerKind kind) {
-  scheduler_->setItemText(0, tr("Model's own (%1)").arg(QString::fromStdString(sampler_display_name(kind))));
+void SettingsPanel::setModelScheduler(SchedulerKind kind, bool karras_sigmas) {
+  const QString name =
+      QString::fromStdString(sampler_display_name(kind)) + (karras_sigmas ? tr(" Karras") : QString());
+  scheduler_->setItemText(0, tr("Model's own (%1)").arg(name));
 }
 
 void SettingsPanel::setFrom(const GenerationRequest& r) {
   setSeed(r.seed);
   steps_->setValue(r.steps);
   guidance_->setValue(r.guidance_scale);
-  selectData(scheduler_, r.scheduler ? static_cast<int>(*r.scheduler) : kModelsOwnScheduler);
+  selectData(scheduler_, schedulerChoice(r));
   width_->setValue(r.width);
   height_->setValue(r.height);
   devices_->setValue(r.devices);

@@ -14,6 +14,7 @@
 #include <QWidget>
 
 #include "pipeline/generation.h"
+#include "scheduler_choice.h"
 
 namespace octodiff::gui {
 
@@ -34,10 +35,12 @@ class SettingsPanel : public QWidget {
   void setSeedLocked(bool locked) { lock_->setChecked(locked); }
   // Picks a new random seed (as octodiff-cli's --seed random does) and shows it.
   int64_t randomizeSeed();
-  // Names the model's own scheduler in the scheduler box's first entry ("Model's own (Euler)").
-  void setModelScheduler(SchedulerKind kind);
-  // The scheduler box's item data of that first entry (the others hold a SchedulerKind).
-  static constexpr int kModelsOwnScheduler = -1;
+  // Names the model's own scheduler in the scheduler box's first entry ("Model's own (Euler)",
+  // "Model's own (DPM++ 2M Karras)").
+  void setModelScheduler(SchedulerKind kind, bool karras_sigmas = false);
+  // The scheduler box's item data of that first entry (the others hold a scheduler_choice.h choice:
+  // a SchedulerKind, or one with kKarrasChoice).
+  static constexpr int kModelsOwnScheduler = kModelsOwnSchedulerChoice;
   // The size the model makes by default, and the multiple sizes must be of.
   void setModelSize(int defaultWidth, int defaultHeight, int multiple);
   bool advancedVisible() const;

@@ -66,6 +66,8 @@ const char* kGenerateUsage =
     "                            class, PNDM for single-file checkpoints)\n"
     "  --timestep-spacing S      leading, linspace or trailing (default: the scheduler\n"
     "                            config's; LCM has none)\n"
+    "  --karras-sigmas on|off    Karras sigmas for lms, euler and dpm++ (A1111's 'DPM++ 2M\n"
+    "                            Karras'; default: the scheduler config's use_karras_sigmas)\n"
     "  --height H --width W      image size (default: the model's)\n"
     "  --taesd PATH              a tiny autoencoder (TAESD: diffusers AutoencoderTiny folder or\n"
     "                            taesd_decoder.safetensors) loaded beside the model\n"
@@ -261,15 +263,62 @@ void vae_tiling_options(const Args& args, GenerationRequest& req, int scale) {
 // The command line: every option `generate` takes, for the grid, a sheet and a sweep.
 Args generate_args(const std::vector<std::string>& argv) {
   return Args(argv,
-              {"negative-prompt", "model", "tokenizer", "seed", "steps", "guidance", "scheduler", "timestep-spacing",
-               "height", "width",
-               "devices", "batch-per-device", "compat", "rng", "dtype", "threads", "latents", "save-latents",
-               "save-array", "out", "out-dir", "repeat", "scale", "lora-dir", "taesd", "decoder", "strength", "noise",
-               "posterior-noise", "prompt-syntax", "long-prompts", "comma-backtrack", "clip-skip", "embeddings",
-               "mask-blur", "inpaint-area", "inpaint-padding", "masked-posterior-noise", "control-preprocess",
-               "control-start", "control-end", "x", "y", "z", "seeds", "prompts-file", "mpi-timeout",
-               "vae-tiling", "vae-tile", "vae-tile-overlap", "original-size", "crop-top-left", "target-size"},
-              {"json", "quiet", "help", "no-safety-checker"}, {"prompt", "lora", "init-image", "mask", "controlnet", "control-image"});
+              {"negative-prompt",
+               "model",
+               "tokenizer",
+               "seed",
+               "steps",
+               "guidance",
+               "scheduler",
+               "timestep-spacing",
+               "karras-sigmas",
+               "height",
+               "width",
+               "devices",
+               "batch-per-device",
+               "compat",
+               "rng",
+               "dtype",
+               "threads",
+               "latents",
+               "save-latents",
+               "save-array",
+               "out",
+               "out-dir",
+               "repeat",
+               "scale",
+               "lora-dir",
+               "taesd",
+               "decoder",
+               "strength",
+               "noise",
+               "posterior-noise",
+               "prompt-syntax",
+               "long-prompts",
+               "comma-backtrack",
+               "clip-skip",
+               "embeddings",
+               "mask-blur",
+               "inpaint-area",
+               "inpaint-padding",
+               "masked-posterior-noise",
+               "control-preprocess",
+               "control-start",
+               "control-end",
+               "x",
+               "y",
+               "z",
+               "seeds",
+               "prompts-file",
+               "mpi-timeout",
+               "vae-tiling",
+               "vae-tile",
+               "vae-tile-overlap",
+               "original-size",
+               "crop-top-left",
+               "target-size"},
+              {"json", "quiet", "help", "no-safety-checker"},
+              {"prompt", "lora", "init-image", "mask", "controlnet", "control-image"});
 }
 
 // The request the options describe, before the model loads (its LoRA tags are still in the
@@ -291,6 +340,10 @@ GenerationRequest request_from_args(const Args& args, Ranks& ranks, bool sweep) 
   req.guidance_scale = args.get_double("guidance", 7.5);
   if (auto name = args.get("scheduler")) req.scheduler = parse_scheduler_kind(*name);
   if (auto name = args.get("timestep-spacing")) req.timestep_spacing = parse_timestep_spacing(*name);
+  if (auto value = args.get("karras-sigmas")) {
+    if (*value != "on" && *value != "off") fail("--karras-sigmas expects on or off, got '", *value, "'");
+    req.karras_sigmas = *value == "on";
+  }
   req.height = args.get_int("height", 0, 1, 1 << 16);
   req.width = args.get_int("width", 0, 1, 1 << 16);
   req.devices = args.get_int("devices", 0, 1, 64);
@@ -372,10 +425,12 @@ void print_run_header(FILE* info, const StableDiffusionModel& model, const Gener
                  model.is_sdxl() ? cat(", ", l.text_encoder_2_layers, " of text_encoder_2").c_str() : "");
   std::fprintf(info, "signature: %s, seed %lld, rng %s\n", resolved.signature.str().c_str(),
                static_cast<long long>(req.seed), jax::rng_scheme_name(req.rng).c_str());
-  std::fprintf(info, "scheduler: %s (%s)%s, timestep spacing %s\n", scheduler_name(resolved.signature.scheduler).c_str(),
+  std::fprintf(info, "scheduler: %s (%s)%s, timestep spacing %s%s\n",
+               scheduler_name(resolved.signature.scheduler).c_str(),
                scheduler_class_name(resolved.signature.scheduler).c_str(),
                models_own_scheduler ? ", the model's own" : "",
-               timestep_spacing_name(resolved.signature.timestep_spacing).c_str());
+               timestep_spacing_name(resolved.signature.timestep_spacing).c_str(),
+               resolved.signature.karras_sigmas ? ", Karras sigmas" : "");
 }
 
 // Call k's summary: compile, the phases' times, warnings and the safety checker's verdict.

@@ -53,6 +53,7 @@ nlohmann::json generate_json(const GenerationRequest& req, const GenerationResul
             {"scheduler_class", scheduler_class_name(s.scheduler)},
             {"scheduler_is_models_own", models_own_scheduler},
             {"timestep_spacing", timestep_spacing_name(s.timestep_spacing)},
+            {"karras_sigmas", s.karras_sigmas},
             {"height", s.height},
             {"width", s.width},
             {"devices", s.devices},

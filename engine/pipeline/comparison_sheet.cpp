@@ -27,6 +27,11 @@ constexpr AxisName kAxisNames[] = {
     {SheetAxisKind::Prompt, "prompt"},     {SheetAxisKind::ClipSkip, "clip-skip"},
 };
 
+std::string lowercase(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 std::string trim(const std::string& s) {
   const size_t a = s.find_first_not_of(" \t\r\n");
   if (a == std::string::npos) return "";
@@ -89,17 +94,17 @@ void add_integers(const std::string& text, const std::string& axis, std::vector<
   static const std::regex range(R"((\d+)\s*-\s*(\d+))");
   std::smatch m;
   if (!std::regex_match(text, m, range)) {
-    out.push_back({text, 0, parse_integer(text, axis), {}});
+    out.push_back({text, 0, parse_integer(text, axis), {}, {}});
     return;
   }
   const int64_t a = parse_integer(m[1], axis), b = parse_integer(m[2], axis);
   if (b < a || b - a >= kMaxSheetCells)
     fail("the ", axis, " axis: the range '", text, "' is reversed or longer than ", kMaxSheetCells);
-  for (int64_t v = a; v <= b; ++v) out.push_back({std::to_string(v), 0, v, {}});
+  for (int64_t v = a; v <= b; ++v) out.push_back({std::to_string(v), 0, v, {}, {}});
 }
 
 SheetValue parse_value(SheetAxisKind kind, const std::string& text, const std::string& axis) {
-  SheetValue v{text, 0, 0, {}};
+  SheetValue v{text, 0, 0, {}, {}};
   switch (kind) {
     case SheetAxisKind::Guidance:
     case SheetAxisKind::Lora:
@@ -109,9 +114,16 @@ SheetValue parse_value(SheetAxisKind kind, const std::string& text, const std::s
       v.number = parse_number(text, axis);
       if (!(v.number > 0 && v.number <= 1)) fail("the strength axis: ", text, " is not in (0, 1]");
       break;
-    case SheetAxisKind::Scheduler:
-      v.scheduler = parse_scheduler_kind(text);
+    case SheetAxisKind::Scheduler: {
+      const std::string suffix = "-karras";
+      const bool karras =
+          text.size() > suffix.size() && lowercase(text.substr(text.size() - suffix.size())) == suffix;
+      v.scheduler = parse_scheduler_kind(karras ? text.substr(0, text.size() - suffix.size()) : text);
+      if (karras && !supports_karras_sigmas(v.scheduler))
+        fail("the scheduler axis: ", text, ": only lms, dpm++ and euler have Karras sigmas");
+      if (supports_karras_sigmas(v.scheduler)) v.karras_sigmas = karras;
       break;
+    }
     default:
       break;
   }
@@ -144,7 +156,8 @@ std::string SheetAxis::label(int i) const {
     case SheetAxisKind::Seed: return cat("seed ", v.integer);
     case SheetAxisKind::Guidance: return cat("guidance ", number_text(v.number));
     case SheetAxisKind::Steps: return cat(v.integer, " steps");
-    case SheetAxisKind::Scheduler: return scheduler_name(v.scheduler);
+    case SheetAxisKind::Scheduler:
+      return scheduler_name(v.scheduler) + (v.karras_sigmas.value_or(false) ? " karras" : "");
     case SheetAxisKind::Strength: return cat("strength ", number_text(v.number));
     case SheetAxisKind::Lora: return cat("LoRA ", number_text(v.number));
     case SheetAxisKind::Prompt: return v.text.empty() ? std::string("(removed)") : v.text;
@@ -244,7 +257,10 @@ void apply_value(const SheetAxis& axis, int i, SheetCell& cell) {
     case SheetAxisKind::Seed: r.seed = v.integer; break;
     case SheetAxisKind::Guidance: r.guidance_scale = v.number; break;
     case SheetAxisKind::Steps: r.steps = static_cast<int>(v.integer); break;
-    case SheetAxisKind::Scheduler: r.scheduler = v.scheduler; break;
+    case SheetAxisKind::Scheduler:
+      r.scheduler = v.scheduler;
+      r.karras_sigmas = v.karras_sigmas;
+      break;
     case SheetAxisKind::Strength: r.strength = v.number; break;
     case SheetAxisKind::Lora: cell.lora_strength = static_cast<float>(v.number); break;
     case SheetAxisKind::ClipSkip: r.clip_skip = static_cast<int>(v.integer); break;
@@ -273,8 +289,9 @@ void check_axis_fits(const SheetAxis& axis, const GenerationRequest& base, int b
 std::string run_key(const SheetCell& c) {
   const GenerationRequest& r = c.request;
   char text[160];
-  std::snprintf(text, sizeof text, "%d|%a|%d|%a|%a|%d", r.steps, r.guidance_scale,
-                r.scheduler ? static_cast<int>(*r.scheduler) : -1, r.strength,
+  std::snprintf(text, sizeof text, "%d|%a|%d|%d|%a|%a|%d", r.steps, r.guidance_scale,
+                r.scheduler ? static_cast<int>(*r.scheduler) : -1,
+                r.karras_sigmas ? int{*r.karras_sigmas} : -1, r.strength,
                 c.lora_strength ? static_cast<double>(*c.lora_strength) : -1e300, r.clip_skip);
   return text;
 }

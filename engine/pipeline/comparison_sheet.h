@@ -5,7 +5,8 @@
 //          seed       integers, or ranges A-B (10-13)
 //          guidance   numbers (the guidance scale)
 //          steps      integers in 1…1000
-//          scheduler  pndm, ddim, lms, dpm++, euler, euler-a, lcm
+//          scheduler  pndm, ddim, lms, dpm++, euler, euler-a, lcm, and lms-karras, dpm++-karras,
+//                     euler-karras (Karras sigmas on; the plain lms, dpm++ and euler turn them off)
 //          strength   image-to-image strength in (0, 1] (needs an init image)
 //          lora       strength of the request's first LoRA (StableDiffusionModel::with_loras)
 //          clip-skip  integers in 1…kMaxClipSkip (GenerationRequest::clip_skip; the model's text encoder
@@ -52,6 +53,7 @@ struct SheetValue {
   double number = 0;     // guidance, strength, lora
   int64_t integer = 0;   // seed, steps
   SchedulerKind scheduler = SchedulerKind::Pndm;
+  std::optional<bool> karras_sigmas;  // scheduler: on for "…-karras", off for lms, dpm++, euler
 };
 
 struct SheetAxis {

@@ -105,6 +105,11 @@ struct GenerationRequest {
   // nullopt: the scheduler configuration's timestep_spacing (the class default when the model's
   // scheduler_config.json has none). LCM ignores it, as diffusers' LCMScheduler does.
   std::optional<TimestepSpacing> timestep_spacing;
+  // nullopt: the scheduler configuration's use_karras_sigmas (off when it has none); true/false:
+  // Karras sigmas on or off (A1111's "DPM++ 2M Karras", "Euler Karras", "LMS Karras"; true needs
+  // the lms, euler or dpm++ scheduler). They run the torch classes' algorithm whatever `compat`
+  // says: diffusers' Flax schedulers have no Karras sigmas.
+  std::optional<bool> karras_sigmas;
   int height = 0, width = 0;   // 0: the model's default size
   int devices = 0;             // 0: prompts.size() / batch_per_device
   int batch_per_device = 1;
@@ -175,6 +180,7 @@ struct Signature {
   int devices = 0, batch = 0, height = 0, width = 0, steps = 0;
   SchedulerKind scheduler = SchedulerKind::Pndm;             // resolved: the request's or the model's
   TimestepSpacing timestep_spacing = TimestepSpacing::Leading;  // resolved: the request's or the config's
+  bool karras_sigmas = false;                                   // resolved: the request's or the config's
   bool guidance = true;           // classifier-free guidance: two passes ([uncond; cond]) a step
   bool embedded_guidance = false;  // a guidance-distilled (LCM) UNet: one pass, guidance as its input
   ComputeDType dtype = ComputeDType::F32;

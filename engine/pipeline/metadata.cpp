@@ -39,6 +39,7 @@ ImageMetadata describe_image(const GenerationRequest& request, const GenerationR
   m.scheduler = s.scheduler;
   m.scheduler_is_models_own = s.scheduler == model.default_scheduler();
   m.timestep_spacing = s.timestep_spacing;
+  if (supports_karras_sigmas(s.scheduler)) m.karras_sigmas = s.karras_sigmas;
   m.decoder = s.decoder;
   if (s.strength > 0) m.denoising_strength = s.strength;
   if (s.inpaint) {
@@ -152,10 +153,10 @@ std::string a1111_parameters(const ImageMetadata& m) {
   if (!neg.empty()) out += "\nNegative prompt: " + neg;
   char cfg[32];
   std::snprintf(cfg, sizeof cfg, "%g", m.guidance_scale);
-  out += cat("\nSteps: ", m.steps, ", Sampler: ", sampler_display_name(m.scheduler), ", CFG scale: ", cfg,
-             ", Seed: ", m.seed, ", Size: ", m.width, "x", m.height, ", Model hash: ", m.model_hash,
-             ", Model: ", m.model_name, ", RNG: JAX ", jax::rng_scheme_name(m.rng), ", Compat: ",
-             compat_name(m.compat));
+  out += cat("\nSteps: ", m.steps, ", Sampler: ", sampler_display_name(m.scheduler),
+             m.karras_sigmas.value_or(false) ? " Karras" : "", ", CFG scale: ", cfg, ", Seed: ", m.seed,
+             ", Size: ", m.width, "x", m.height, ", Model hash: ", m.model_hash, ", Model: ", m.model_name,
+             ", RNG: JAX ", jax::rng_scheme_name(m.rng), ", Compat: ", compat_name(m.compat));
   out += sdxl_size_text(m.sdxl_size);
   if (m.scheduler_is_models_own) out += ", Sampler source: model";
   if (m.timestep_spacing) out += ", Timestep spacing: " + timestep_spacing_name(*m.timestep_spacing);
@@ -206,6 +207,7 @@ std::string metadata_json(const ImageMetadata& m) {
   j["scheduler"] = scheduler_name(m.scheduler);
   j["scheduler_is_models_own"] = m.scheduler_is_models_own;
   if (m.timestep_spacing) j["timestep_spacing"] = timestep_spacing_name(*m.timestep_spacing);
+  if (m.karras_sigmas) j["karras_sigmas"] = *m.karras_sigmas;
   j["decoder"] = decoder_name(m.decoder);
   if (m.denoising_strength) j["denoising_strength"] = *m.denoising_strength;
   if (const auto& ip = m.inpaint)
@@ -279,6 +281,8 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
     m.scheduler_is_models_own = j.value("scheduler_is_models_own", false);
     if (j.contains("timestep_spacing"))
       m.timestep_spacing = parse_timestep_spacing(j.at("timestep_spacing").get<std::string>());
+    if (j.contains("karras_sigmas") && supports_karras_sigmas(m.scheduler))
+      m.karras_sigmas = j.at("karras_sigmas").get<bool>();
     m.decoder = parse_decoder_name(j.value("decoder", "vae"));
     if (j.contains("denoising_strength")) m.denoising_strength = j.at("denoising_strength").get<double>();
     if (j.contains("inpaint")) {
@@ -384,12 +388,15 @@ void note_not_applied(ImageMetadata& m, std::string text) {
   m.not_applied.push_back(std::move(text));
 }
 
-// A1111's sampler name: ours, or ours with a sigma schedule this port lacks ("DPM++ 2M Karras":
-// DPM++ 2M with its own timesteps, said in m.not_applied), or none (the model's own scheduler, said).
+// A1111's sampler name: ours ("DPM++ 2M": Karras sigmas off, where the scheduler has them), ours
+// with Karras sigmas ("DPM++ 2M Karras"), ours with a sigma schedule this port lacks ("Euler
+// Exponential": Euler with its own timesteps, said in m.not_applied), or none (the model's own
+// scheduler, said).
 void read_a1111_sampler(const std::string& value, ImageMetadata& m) {
   for (SchedulerKind k : all_scheduler_kinds())
     if (value == sampler_display_name(k)) {
       m.scheduler = k;
+      if (supports_karras_sigmas(k)) m.karras_sigmas = false;
       return;
     }
   for (const char* schedule : {" Karras", " Exponential", " SGM Uniform", " Polyexponential"}) {
@@ -401,6 +408,10 @@ void read_a1111_sampler(const std::string& value, ImageMetadata& m) {
     for (SchedulerKind k : all_scheduler_kinds())
       if (base == sampler_display_name(k)) {
         m.scheduler = k;
+        if (suffix == " Karras" && supports_karras_sigmas(k)) {
+          m.karras_sigmas = true;
+          return;
+        }
         note_not_applied(m, cat("the sampler '", value, "' runs as '", base, "': the", schedule,
                                 " schedule is not available here"));
         return;
@@ -427,7 +438,9 @@ void apply_a1111_setting(const std::string& key, const std::string& value, Image
   } else if (key == "Sampler") {
     read_a1111_sampler(value, m);
   } else if (key == "Schedule type") {  // A1111 1.9+: the sigma schedule beside the sampler
-    if (value != "Automatic" && value != "Uniform")
+    const bool karras = value == "Karras" && supports_karras_sigmas(m.scheduler);
+    if ((karras || value == "Uniform") && supports_karras_sigmas(m.scheduler)) m.karras_sigmas = karras;
+    if (value != "Automatic" && value != "Uniform" && !karras)
       note_not_applied(
           m, cat("the schedule type '", value, "' is not available here: the scheduler's own timesteps run"));
   } else if (key == "Hires upscale" || key == "Hires resize") {
@@ -520,6 +533,7 @@ GenerationRequest request_from_metadata(const ImageMetadata& m) {
   // counterpart here).
   if (!m.scheduler_unavailable) r.scheduler = m.scheduler;
   r.timestep_spacing = m.timestep_spacing;
+  r.karras_sigmas = m.karras_sigmas;
   r.width = m.width;
   r.height = m.height;
   r.sdxl_size = m.sdxl_size;

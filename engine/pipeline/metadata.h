@@ -25,6 +25,10 @@ struct ImageMetadata {
   SchedulerKind scheduler = SchedulerKind::Pndm;  // the scheduler actually used
   bool scheduler_is_models_own = false;           // it is the model's default_scheduler()
   std::optional<TimestepSpacing> timestep_spacing;  // as used (absent in older metadata)
+  // Karras sigmas on or off, for the schedulers that have them (lms, euler, dpm++); absent for the
+  // others and in older metadata. A1111 text: the sampler's " Karras" suffix ("DPM++ 2M Karras"),
+  // also read from A1111 1.9's "Schedule type: Karras"; JSON: "karras_sigmas".
+  std::optional<bool> karras_sigmas;
   Decoder decoder = Decoder::Vae;                   // what decoded the image (older metadata: the VAE)
   std::optional<double> denoising_strength;         // image-to-image runs: the strength (A1111's key)
   // Inpainting runs (pipeline/inpaint.h). A1111 text: "Mask blur: N", "Inpaint area: Whole picture"

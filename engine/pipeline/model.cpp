@@ -419,7 +419,8 @@ std::string StableDiffusionModel::display_name() const {
 }
 
 SchedulerConfig StableDiffusionModel::scheduler_config(SchedulerKind kind,
-                                                       std::optional<TimestepSpacing> spacing) const {
+                                                       std::optional<TimestepSpacing> spacing,
+                                                       std::optional<bool> karras_sigmas) const {
   SchedulerConfig c = SchedulerConfig::defaults(kind);
   if (!scheduler_json_.empty()) {
     try {
@@ -429,7 +430,20 @@ SchedulerConfig StableDiffusionModel::scheduler_config(SchedulerKind kind,
     }
   }
   if (spacing) c.timestep_spacing = *spacing;
+  if (karras_sigmas) {
+    if (*karras_sigmas && !supports_karras_sigmas(kind))
+      fail("Karras sigmas need the lms, euler or dpm++ scheduler, not ", scheduler_name(kind));
+    c.use_karras_sigmas = *karras_sigmas;
+  }
   return c;
+}
+
+bool StableDiffusionModel::default_scheduler_has_karras_sigmas() const {
+  try {
+    return scheduler_config(default_scheduler_).use_karras_sigmas;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 void StableDiffusionModel::set_scheduler_config(std::string json_text, const std::string& where) {

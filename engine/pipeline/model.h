@@ -140,7 +140,10 @@ class StableDiffusionModel {
   const std::string& scheduler_config_json() const { return scheduler_json_; }
   // Class `kind` configured from that file (diffusers' Cls.from_config), with the timestep
   // spacing replaced when `spacing` is given. Errors name the config file.
-  SchedulerConfig scheduler_config(SchedulerKind kind, std::optional<TimestepSpacing> spacing = std::nullopt) const;
+  // `spacing` and `karras_sigmas` override the file's timestep_spacing and use_karras_sigmas;
+  // throws octodiff::Error for a configuration the class cannot use (Karras sigmas for PNDM, …).
+  SchedulerConfig scheduler_config(SchedulerKind kind, std::optional<TimestepSpacing> spacing = std::nullopt,
+                                   std::optional<bool> karras_sigmas = std::nullopt) const;
   // The model's own scheduler, what a request without a scheduler uses:
   // - a diffusers folder: the class its scheduler/scheduler_config.json names in "_class_name"
   //   (PNDMScheduler, DDIMScheduler, LMSDiscreteScheduler, DPMSolverMultistepScheduler,
@@ -151,6 +154,9 @@ class StableDiffusionModel {
   //   configuration the single-file loader writes (skip_prk_steps, steps_offset 1) and what the
   //   Flax pipeline's from_pretrained of the converted model gives.
   SchedulerKind default_scheduler() const { return default_scheduler_; }
+  // Its configuration asks for Karras sigmas (use_karras_sigmas; false for a configuration the
+  // pipeline would refuse).
+  bool default_scheduler_has_karras_sigmas() const;
 
   int vae_scale_factor() const { return vae_->config().scale_factor(); }
   int default_height() const { return unet_->config().sample_size * vae_scale_factor(); }

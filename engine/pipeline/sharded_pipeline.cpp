@@ -59,8 +59,9 @@ ShardedPipeline::~ShardedPipeline() = default;
 
 std::string Signature::str() const {
   const char* guidance_str = embedded_guidance ? " embedded-cfg" : guidance ? " cfg" : " no-cfg";
-  return cat("D=", devices, " B=", batch, " ", width, "x", height, " steps=", steps, " ", scheduler_name(scheduler), " ",
-             timestep_spacing_name(timestep_spacing), guidance_str, " ", dtype_display_name(dtype), " ",
+  return cat("D=", devices, " B=", batch, " ", width, "x", height, " steps=", steps, " ",
+             scheduler_name(scheduler), " ", timestep_spacing_name(timestep_spacing),
+             karras_sigmas ? " karras" : "", guidance_str, " ", dtype_display_name(dtype), " ",
              compat_name(compat), decoder == Decoder::Tiny ? " taesd" : "",
              strength > 0 ? cat(" img2img strength=", strength) : std::string(), inpaint ? " inpaint" : "");
 }
@@ -199,7 +200,9 @@ static void fill_signature(const StableDiffusionModel& m, const GenerationReques
   s.scheduler = req.scheduler ? *req.scheduler : m.default_scheduler();
   // The model's configuration for that class (validated here, before any work) decides the
   // spacing unless the request overrides it.
-  s.timestep_spacing = m.scheduler_config(s.scheduler, req.timestep_spacing).timestep_spacing;
+  const SchedulerConfig config = m.scheduler_config(s.scheduler, req.timestep_spacing, req.karras_sigmas);
+  s.timestep_spacing = config.timestep_spacing;
+  s.karras_sigmas = config.use_karras_sigmas;
   // A guidance-distilled (LCM) UNet takes the scale as an input and runs one pass; other UNets
   // guide with two passes above 1 and run the prompts alone at ≤ 1 (generation.h, Compat).
   s.embedded_guidance = m.unet().config().time_cond_proj_dim > 0;
@@ -332,7 +335,8 @@ ShardedPipeline::Plan& ShardedPipeline::plan_for(const ResolvedRequest& r, bool*
   plan->last_use = ++plan_uses_;
   const SchedulerSemantics semantics =
       s.compat == Compat::Flax ? SchedulerSemantics::Flax : SchedulerSemantics::Diffusers;
-  plan->scheduler = Scheduler::create(s.scheduler, model_->scheduler_config(s.scheduler, s.timestep_spacing), semantics);
+  plan->scheduler = Scheduler::create(
+      s.scheduler, model_->scheduler_config(s.scheduler, s.timestep_spacing, s.karras_sigmas), semantics);
   plan->initial_state = s.strength > 0 ? plan->scheduler->set_timesteps_for_strength(s.steps, s.strength)
                                        : plan->scheduler->set_timesteps(s.steps);
   plan->first_call = plan->initial_state.begin_index;

@@ -60,8 +60,11 @@ SchedulerState EulerDiscreteScheduler::set_timesteps(int n) const {
     state.sigmas.push_back(0.0);
     return state;
   }
-  return sched::sigma_family_state(config_, train_sigmas_, n,
-                                   config_.final_sigmas_type == "sigma_min" ? train_sigmas_[0] : 0.0f);
+  const float final_sigma = config_.final_sigmas_type == "sigma_min" ? train_sigmas_[0] : 0.0f;
+  if (config_.use_karras_sigmas)
+    return sched::karras_sigma_family_state(config_, train_sigmas_, n, final_sigma,
+                                            /*timesteps_in_f32=*/true);
+  return sched::sigma_family_state(config_, train_sigmas_, n, final_sigma);
 }
 
 double EulerDiscreteScheduler::model_timestep(const SchedulerState& state, int i) const {

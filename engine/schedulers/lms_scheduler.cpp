@@ -74,6 +74,9 @@ SchedulerState LmsDiscreteScheduler::set_timesteps(int n) const {
     state.sigmas.push_back(0.0);
     return state;
   }
+  // Karras: torch keeps these timesteps in float64 (the UNet rounds them to float32).
+  if (config_.use_karras_sigmas)
+    return sched::karras_sigma_family_state(config_, train_sigmas_, n, 0.0f, /*timesteps_in_f32=*/false);
   return sched::sigma_family_state(config_, train_sigmas_, n, 0.0f);
 }
 

@@ -103,9 +103,16 @@ Scheduler::Scheduler(const SchedulerConfig& config, SchedulerSemantics semantics
   alphas_cumprod_ = sched::make_alphas_cumprod(betas_, semantics_);
 }
 
+bool supports_karras_sigmas(SchedulerKind kind) {
+  return kind == SchedulerKind::Lms || kind == SchedulerKind::Euler || kind == SchedulerKind::DpmSolverPP;
+}
+
 std::unique_ptr<Scheduler> Scheduler::create(SchedulerKind kind, const SchedulerConfig& config,
                                              SchedulerSemantics semantics) {
   config.validate(kind);
+  // diffusers' Flax schedulers have no Karras sigmas: the torch class's algorithm runs, as for LCM
+  // and Euler ancestral.
+  if (config.use_karras_sigmas) semantics = SchedulerSemantics::Diffusers;
   switch (kind) {
     case SchedulerKind::Pndm:
       return std::make_unique<PndmScheduler>(config, semantics);

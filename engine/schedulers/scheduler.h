@@ -57,6 +57,9 @@ std::optional<SchedulerKind> scheduler_kind_from_class_name(const std::string& c
 // octodiff::Error for text that is not a JSON object or a "_class_name" that is not a string.
 std::optional<std::string> scheduler_config_class_name(const std::string& json_text);
 
+// LMS, Euler and DPM-Solver: the kinds with Karras sigmas (SchedulerConfig::use_karras_sigmas).
+bool supports_karras_sigmas(SchedulerKind kind);
+
 // "leading", "linspace", "trailing" (diffusers' timestep_spacing values); throws octodiff::Error
 // naming the valid values otherwise.
 TimestepSpacing parse_timestep_spacing(const std::string& name);
@@ -85,6 +88,14 @@ struct SchedulerConfig {
   // DPM-Solver/Euler under Diffusers semantics: the sigma the last step lands on ("zero" |
   // "sigma_min"). The Flax classes have no such option (DPM-Solver steps to training t = 0).
   std::string final_sigmas_type = "zero";
+  // LMS, Euler, DPM-Solver: diffusers' use_karras_sigmas (A1111's "Karras" samplers): the sigmas
+  // follow Karras et al.'s schedule (ρ = 7) from the largest to the smallest sigma of the usual
+  // grid (DPM-Solver: of the training table), and the timesteps are read back from them. The Flax
+  // classes have no such option: a scheduler with it runs the torch algorithm under either
+  // semantics (Scheduler::create; semantics() then reports Diffusers).
+  bool use_karras_sigmas = false;
+  // Euler with Karras sigmas: its own σ bounds instead of the grid's (null in the file: the grid's).
+  std::optional<double> sigma_min, sigma_max;
   int original_inference_steps = 50;  // LCM: the distillation schedule's step count
   double timestep_scaling = 10.0;     // LCM: t·timestep_scaling in the boundary conditions
 
@@ -93,7 +104,7 @@ struct SchedulerConfig {
 
   static SchedulerConfig defaults(SchedulerKind kind);
   // Parses scheduler_config.json text; throws octodiff::Error for malformed JSON or values, and
-  // for options this port does not implement set to a non-default value (use_karras_sigmas,
+  // for options this port does not implement set to a non-default value (use_exponential_sigmas,
   // rescale_betas_zero_snr, thresholding, ...), naming the key.
   static SchedulerConfig from_json(const std::string& json_text, SchedulerKind kind);
 };

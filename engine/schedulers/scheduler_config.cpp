@@ -114,7 +114,6 @@ void reject_unsupported_options(const json& j, SchedulerKind kind) {
       fail("scheduler config: '", key, "' = true is not supported by this ", scheduler_class_name(kind));
   };
   flag("thresholding", {K::Ddim, K::DpmSolverPP, K::Lcm});
-  flag("use_karras_sigmas", {K::Lms, K::Euler, K::DpmSolverPP});
   flag("use_exponential_sigmas", {K::Lms, K::Euler, K::DpmSolverPP});
   flag("use_beta_sigmas", {K::Lms, K::Euler, K::DpmSolverPP});
   flag("use_lu_lambdas", {K::DpmSolverPP});
@@ -222,6 +221,12 @@ SchedulerConfig SchedulerConfig::from_json(const std::string& json_text, Schedul
   if (has("original_inference_steps") && !j["original_inference_steps"].is_null())
     c.original_inference_steps = int_value(j["original_inference_steps"], "original_inference_steps");
   if (has("timestep_scaling")) c.timestep_scaling = number_value(j["timestep_scaling"], "timestep_scaling");
+  // Only the classes that have the option read it (PNDMScheduler.from_config ignores the key).
+  if (has("use_karras_sigmas") && supports_karras_sigmas(kind))
+    c.use_karras_sigmas = bool_value(j["use_karras_sigmas"], "use_karras_sigmas");
+  for (auto [key, field] :
+       {std::pair{"sigma_min", &SchedulerConfig::sigma_min}, {"sigma_max", &SchedulerConfig::sigma_max}})
+    if (has(key) && !j[key].is_null() && kind == SchedulerKind::Euler) c.*field = number_value(j[key], key);
   reject_unsupported_options(j, kind);
   c.validate(kind);
   return c;
@@ -268,6 +273,11 @@ void SchedulerConfig::validate(SchedulerKind kind) const {
     if (solver_type != "midpoint" && solver_type != "heun")
       fail(cls, ": solver_type '", solver_type, "' is not supported (use midpoint or heun)");
   }
+  for (const auto& bound : {sigma_min, sigma_max})
+    if (bound && !(*bound > 0 && std::isfinite(*bound)))
+      fail(cls, ": sigma_min and sigma_max must be positive numbers (got ", *bound, ")");
+  if (use_karras_sigmas && !supports_karras_sigmas(kind))
+    fail(cls, " has no Karras sigmas (use_karras_sigmas: LMS, Euler and DPM++ 2M have them)");
   if (kind == SchedulerKind::DpmSolverPP || kind == SchedulerKind::Euler) {
     if (final_sigmas_type != "zero" && final_sigmas_type != "sigma_min")
       fail(cls, ": final_sigmas_type '", final_sigmas_type, "' is not supported (use zero or sigma_min)");

@@ -254,6 +254,53 @@ SchedulerState sigma_family_state(const SchedulerConfig& config, const std::vect
   return state;
 }
 
+std::vector<double> karras_sigmas(double sigma_min, double sigma_max, int n) {
+  constexpr double rho = 7.0;
+  const double min_inv_rho = std::pow(sigma_min, 1 / rho), max_inv_rho = std::pow(sigma_max, 1 / rho);
+  std::vector<double> out;
+  for (double r : numpy_linspace(0, 1, n))
+    out.push_back(std::pow(max_inv_rho + r * (min_inv_rho - max_inv_rho), rho));
+  return out;
+}
+
+double sigma_to_timestep(double sigma, const std::vector<float>& log_train_sigmas) {
+  const int n = static_cast<int>(log_train_sigmas.size());
+  const float log_sigma = static_cast<float>(std::log(std::max(sigma, 1e-10)));
+  // argmax of the running count of (log σ − table ≥ 0): the last such entry, or 0 when none is.
+  int low = 0;
+  for (int j = 0; j < n; ++j)
+    if (log_sigma - log_train_sigmas[j] >= 0.0f) low = j;
+  low = std::min(low, n - 2);
+  const float lo = log_train_sigmas[low], hi = log_train_sigmas[low + 1];
+  const float w = std::clamp((lo - log_sigma) / (lo - hi), 0.0f, 1.0f);
+  return static_cast<double>(1.0f - w) * low + static_cast<double>(w) * (low + 1);
+}
+
+std::vector<float> log_sigmas(const std::vector<float>& train_sigmas) {
+  std::vector<float> out;
+  for (float s : train_sigmas) out.push_back(std::log(s));
+  return out;
+}
+
+SchedulerState karras_sigma_family_state(const SchedulerConfig& config,
+                                         const std::vector<float>& train_sigmas, int n, float final_sigma,
+                                         bool timesteps_in_f32) {
+  check_num_steps(config, n);
+  const std::vector<float> grid = sigma_family_timesteps(config, n);
+  const double sigma_max = config.sigma_max.value_or(numpy_interp(grid.front(), train_sigmas));
+  const double sigma_min = config.sigma_min.value_or(numpy_interp(grid.back(), train_sigmas));
+  const std::vector<float> logs = log_sigmas(train_sigmas);
+  SchedulerState state;
+  state.num_inference_steps = n;
+  for (double sigma : karras_sigmas(sigma_min, sigma_max, n)) {
+    const double t = sigma_to_timestep(sigma, logs);
+    state.timesteps.push_back(timesteps_in_f32 ? static_cast<float>(t) : t);
+    state.sigmas.push_back(static_cast<float>(sigma));
+  }
+  state.sigmas.push_back(final_sigma);
+  return state;
+}
+
 double sigma_family_init_noise_sigma(float max_sigma, TimestepSpacing spacing) {
   if (spacing == TimestepSpacing::Leading) return std::sqrt(max_sigma * max_sigma + 1.0f);
   return max_sigma;

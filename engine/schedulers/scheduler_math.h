@@ -80,6 +80,28 @@ Tensor sigma_family_scale_input(const Tensor& sample, float sigma);
 // m·(−σ/sqrt(σ²+1)) + x/(σ²+1); sample m.
 Tensor sigma_family_x0(PredictionType prediction, float sigma, const Tensor& model_output, const Tensor& sample);
 
+// ---- Karras sigmas (use_karras_sigmas of LMS, Euler and DPM-Solver; torch semantics) -----------
+
+// Karras et al.'s schedule as diffusers' _convert_to_karras builds it, in float64 with rho = 7:
+// (max^(1/ρ) + r·(min^(1/ρ) − max^(1/ρ)))^ρ for r in np.linspace(0, 1, n), from σ_max down to σ_min.
+std::vector<double> karras_sigmas(double sigma_min, double sigma_max, int n);
+// diffusers' _sigma_to_t: the fractional training timestep at which the training sigmas' logs
+// (`log_train_sigmas`, float32 as np.log of the float32 sigmas gives them), interpolated linearly,
+// reach log σ; clamped to [0, T − 1]. Rounds where numpy 1.x (Debian's, the reference) rounds
+// there: log σ in float64 meets the float32 table as float32, the weight is float32, the blend
+// float64.
+double sigma_to_timestep(double sigma, const std::vector<float>& log_train_sigmas);
+// np.log of the float32 training sigmas, in float32.
+std::vector<float> log_sigmas(const std::vector<float>& train_sigmas);
+// The Karras state of LMS and Euler (torch): the family's grid for config.timestep_spacing and its
+// np.interp sigmas give σ_max and σ_min (its first and last; Euler's config.sigma_min/sigma_max
+// when set); karras_sigmas between them; timesteps
+// from sigma_to_timestep (held as float32 when `timesteps_in_f32`, as Euler does; LMS keeps
+// float64); sigmas rounded to float32, then `final_sigma` appended.
+SchedulerState karras_sigma_family_state(const SchedulerConfig& config,
+                                         const std::vector<float>& train_sigmas, int n, float final_sigma,
+                                         bool timesteps_in_f32);
+
 // Shared argument checks of set_timesteps/step.
 void check_num_steps(const SchedulerConfig& config, int n);
 void check_call(const SchedulerState& state, int i, const char* what);

@@ -30,7 +30,9 @@ class SettingsTest : public QObject {
       s->lockBox()->setChecked(false);
       s->stepsBox()->setValue(13);
       s->guidanceBox()->setValue(3.25);
-      s->schedulerBox()->setCurrentIndex(3);
+      s->schedulerBox()->setCurrentIndex(
+          s->schedulerBox()->findText("DPM++ 2M Karras"));  // kept with its sigmas
+      QVERIFY(s->schedulerBox()->currentIndex() > 0);
       s->widthBox()->setValue(96);
       s->devicesBox()->setValue(4);
       s->batchBox()->setValue(2);
@@ -50,7 +52,11 @@ class SettingsTest : public QObject {
     QVERIFY(!s->seedLocked());
     QCOMPARE(s->stepsBox()->value(), 13);
     QCOMPARE(s->guidanceBox()->value(), 3.25);
-    QCOMPARE(s->schedulerBox()->currentIndex(), 3);
+    QCOMPARE(s->schedulerBox()->currentText(), QString("DPM++ 2M Karras"));
+    GenerationRequest r;
+    s->applyTo(&r);
+    QCOMPARE(r.scheduler, std::optional(SchedulerKind::DpmSolverPP));
+    QCOMPARE(r.karras_sigmas, std::optional(true));
     QCOMPARE(s->widthBox()->value(), 96);
     QCOMPARE(s->devicesBox()->value(), 4);
     QCOMPARE(s->batchBox()->value(), 2);

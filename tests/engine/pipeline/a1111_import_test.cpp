@@ -28,23 +28,51 @@ bool says(const ImageMetadata& m, const std::string& part) {
 
 }  // namespace
 
-TEST(A1111Import, KarrasSamplersRunTheirSolverAndSaySo) {
+TEST(A1111Import, KarrasSamplersRunWithKarrasSigmas) {
   const ImageMetadata m =
       read_a1111("Steps: 20, Sampler: DPM++ 2M Karras, CFG scale: 7, Seed: 1, Size: 512x512");
   EXPECT_EQ(m.scheduler, SchedulerKind::DpmSolverPP);
+  EXPECT_EQ(m.karras_sigmas, std::optional(true));
   EXPECT_FALSE(m.scheduler_unavailable);
-  EXPECT_TRUE(
-      says(m, "the sampler 'DPM++ 2M Karras' runs as 'DPM++ 2M': the Karras schedule is not available here"));
-  EXPECT_EQ(request_from_metadata(m).scheduler, SchedulerKind::DpmSolverPP);
+  EXPECT_FALSE(says(m, "Karras"));
+  const GenerationRequest r = request_from_metadata(m);
+  EXPECT_EQ(r.scheduler, SchedulerKind::DpmSolverPP);
+  EXPECT_EQ(r.karras_sigmas, std::optional(true));
+  for (const char* name : {"Euler Karras", "LMS Karras"})
+    EXPECT_EQ(read_a1111(std::string("Steps: 20, Sampler: ") + name + ", Seed: 1").karras_sigmas,
+              std::optional(true))
+        << name;
+  // The plain name turns them off (A1111's meaning), whatever the model's configuration says.
+  EXPECT_EQ(read_a1111("Steps: 20, Sampler: DPM++ 2M, Seed: 1").karras_sigmas, std::optional(false));
   // A1111 1.9+ writes the schedule as its own key.
   const ImageMetadata split =
       read_a1111("Steps: 20, Sampler: DPM++ 2M, Schedule type: Karras, CFG scale: 7, Seed: 1, Size: 512x512");
   EXPECT_EQ(split.scheduler, SchedulerKind::DpmSolverPP);
-  EXPECT_TRUE(says(split, "the schedule type 'Karras' is not available here"));
+  EXPECT_EQ(split.karras_sigmas, std::optional(true));
+  EXPECT_FALSE(says(split, "schedule type"));
+  EXPECT_EQ(read_a1111("Steps: 20, Sampler: Euler, Schedule type: Uniform, Seed: 1").karras_sigmas,
+            std::optional(false));
   EXPECT_FALSE(
       says(read_a1111("Steps: 20, Sampler: Euler a, Schedule type: Automatic, CFG scale: 7, Seed: 1, "
                       "Size: 512x512"),
            "schedule type"));
+}
+
+TEST(A1111Import, SchedulesThisPortLacksAreSaid) {
+  // Euler ancestral has no Karras sigmas in diffusers; exponential sigmas are not implemented.
+  const ImageMetadata a =
+      read_a1111("Steps: 20, Sampler: Euler a Karras, CFG scale: 7, Seed: 1, Size: 512x512");
+  EXPECT_EQ(a.scheduler, SchedulerKind::EulerAncestral);
+  EXPECT_FALSE(a.karras_sigmas.has_value());
+  EXPECT_TRUE(
+      says(a, "the sampler 'Euler a Karras' runs as 'Euler a': the Karras schedule is not available here"));
+  const ImageMetadata e = read_a1111("Steps: 20, Sampler: DPM++ 2M Exponential, Seed: 1");
+  EXPECT_EQ(e.scheduler, SchedulerKind::DpmSolverPP);
+  EXPECT_TRUE(says(e, "the Exponential schedule is not available here"));
+  const ImageMetadata split = read_a1111("Steps: 20, Sampler: DPM++ 2M, Schedule type: Exponential, Seed: 1");
+  EXPECT_TRUE(says(split, "the schedule type 'Exponential' is not available here"));
+  EXPECT_TRUE(says(read_a1111("Steps: 20, Sampler: Euler a, Schedule type: Karras, Seed: 1"),
+                   "the schedule type 'Karras' is not available here"));
 }
 
 TEST(A1111Import, AnUnknownSamplerLeavesTheSchedulerToTheModel) {

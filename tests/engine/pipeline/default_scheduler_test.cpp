@@ -160,16 +160,16 @@ TEST(DefaultScheduler, BrokenConfigsGetClearErrors) {
   EXPECT_NE(not_string.find("'_class_name' must be a string"), std::string::npos);
 
   // A config the class refuses fails when a request resolves, naming the option.
-  auto m = load(tiny_with_scheduler("default_sched_karras",
-                                    R"({"_class_name": "EulerDiscreteScheduler", "use_karras_sigmas": true})"));
+  auto m = load(tiny_with_scheduler("default_sched_beta",
+                                    R"({"_class_name": "EulerDiscreteScheduler", "use_beta_sigmas": true})"));
   EXPECT_EQ(m->default_scheduler(), SchedulerKind::Euler);
   ShardedPipeline pipe(m);
   try {
     pipe.resolve(request());
-    ADD_FAILURE() << "use_karras_sigmas accepted";
+    ADD_FAILURE() << "use_beta_sigmas accepted";
   } catch (const Error& e) {
     std::printf("[resolve error] %s\n", e.what());
-    EXPECT_NE(std::string(e.what()).find("scheduler_config.json: scheduler config: 'use_karras_sigmas' = true"),
+    EXPECT_NE(std::string(e.what()).find("scheduler_config.json: scheduler config: 'use_beta_sigmas' = true"),
               std::string::npos);
   }
 }

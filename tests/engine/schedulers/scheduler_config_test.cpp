@@ -134,7 +134,8 @@ TEST(SchedulerConfigTest, RejectsBadJsonAndValues) {
                "PNDM handles epsilon and v_prediction");
   // Options this port does not implement are refused for the classes that know them...
   expect_error(parse(R"({"thresholding": true})", SchedulerKind::Ddim), "'thresholding' = true");
-  expect_error(parse(R"({"use_karras_sigmas": true})", SchedulerKind::Euler), "'use_karras_sigmas' = true");
+  expect_error(parse(R"({"use_exponential_sigmas": true})", SchedulerKind::Euler),
+               "'use_exponential_sigmas' = true");
   expect_error(parse(R"({"rescale_betas_zero_snr": true})", SchedulerKind::DpmSolverPP),
                "rescale_betas_zero_snr");
   expect_error(parse(R"({"lambda_min_clipped": -5.1})", SchedulerKind::DpmSolverPP), "lambda_min_clipped");

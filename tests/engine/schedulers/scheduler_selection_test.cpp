@@ -103,9 +103,10 @@ TEST(SchedulerSelection, LcmBoundaryConditionsUseTimestepScaling) {
 
 TEST(SchedulerSelection, UnsupportedOptionsAreRefusedByName) {
   using K = SchedulerKind;
-  expect_error([] { SchedulerConfig::from_json(R"({"use_karras_sigmas": true})", K::Euler); },
-               "'use_karras_sigmas' = true is not supported by this EulerDiscreteScheduler");
-  expect_error([] { SchedulerConfig::from_json(R"({"use_karras_sigmas": true})", K::Lms); }, "use_karras_sigmas");
+  expect_error([] { SchedulerConfig::from_json(R"({"use_beta_sigmas": true})", K::Euler); },
+               "'use_beta_sigmas' = true is not supported by this EulerDiscreteScheduler");
+  expect_error([] { SchedulerConfig::from_json(R"({"use_exponential_sigmas": true})", K::Lms); },
+               "use_exponential_sigmas");
   for (K k : {K::Lcm, K::EulerAncestral})
     expect_error([k] { SchedulerConfig::from_json(R"({"rescale_betas_zero_snr": true})", k); },
                  "'rescale_betas_zero_snr' = true is not supported by this " + scheduler_class_name(k));

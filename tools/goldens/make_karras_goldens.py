@@ -1,0 +1,163 @@
+#!/usr/bin/python3
+"""Karras-sigma goldens (use_karras_sigmas: LMS, Euler, DPM-Solver++), computed by diffusers 0.31
+(torch, CPU, float32, one thread).
+
+Usage (from the repository root):
+    /usr/bin/python3 tools/goldens/make_karras_goldens.py tests/data/tiny-sd tests/data/karras-sigmas
+
+1. Schedulers (karras.safetensors): each class is built as `Cls.from_config(config)`, config being
+   tiny-sd's scheduler_config.json (SD 1.x betas, steps_offset 1) without its _class_name, plus
+   `use_karras_sigmas=True` and `timestep_spacing` set to each of leading / linspace / trailing;
+   variants: `euler_bounds` (Euler's own sigma_min 0.1 and sigma_max 10) and
+   `dpmpp2m_sigma_min` (final_sigmas_type "sigma_min"). Stored per (variant, spacing, n):
+     <v>.<spacing>.n<n>.timesteps, .sigmas, .init_noise_sigma   for n in GRID_STEPS
+     <v>.<spacing>.n<n>.samples / .model_inputs / .model_outputs / .pred_original   for the
+     trajectories (TRAJECTORIES), with make_fast_scheduler_goldens.py's stand-in model
+     (model_input * 0.1f + (float)(0.01 * cos(t / 100))) and initial latent (`initial_latent`,
+     torch.randn, seed 20).
+2. The pipeline (pipeline.safetensors): diffusers' StableDiffusionPipeline on tiny-sd (its UNet and
+   VAE; 5 steps, guidance 7.5) given the tiny-sd pipeline goldens' prompt and negative prompt
+   embeddings and initial latents, with each Karras scheduler (`<v>.latents_final`, `<v>.images`,
+   `<v>.timesteps`) — the same run as tiny-sd's goldens/pipeline.safetensors but for the sigmas.
+"""
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, "/work/shared/tools")
+import diffusers_env  # noqa: E402
+
+diffusers_env.setup("/work/diffusers-v0.31.0")
+
+import numpy  # noqa: E402
+import torch  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+import diffusers  # noqa: E402
+from diffusers import (  # noqa: E402
+    AutoencoderKL,
+    DPMSolverMultistepScheduler,
+    EulerDiscreteScheduler,
+    LMSDiscreteScheduler,
+    StableDiffusionPipeline,
+    UNet2DConditionModel,
+)
+
+torch.set_num_threads(1)
+diffusers.utils.logging.set_verbosity_error()
+
+VARIANTS = {
+    "lms": (LMSDiscreteScheduler, {}),
+    "dpmpp2m": (DPMSolverMultistepScheduler, {}),
+    "euler": (EulerDiscreteScheduler, {}),
+    "euler_bounds": (EulerDiscreteScheduler, {"sigma_min": 0.1, "sigma_max": 10.0}),
+    "dpmpp2m_sigma_min": (DPMSolverMultistepScheduler, {"final_sigmas_type": "sigma_min"}),
+}
+SPACINGS = ["leading", "linspace", "trailing"]
+GRID_STEPS = [1, 2, 3, 4, 5, 8, 10, 20, 25, 50]
+SHAPE = (1, 4, 8, 8)
+TRAJECTORIES = sorted({(v, s, n) for v in VARIANTS for s in SPACINGS for n in (4, 10)}
+                      | {(v, "leading", 20) for v in VARIANTS})
+
+
+def stand_in_model(model_input, t):
+    offset = torch.tensor(0.01 * math.cos(float(t) / 100), dtype=torch.float32)
+    return model_input * 0.1 + offset
+
+
+def make(variant, base_config, spacing):
+    cls, extra = VARIANTS[variant]
+    return cls.from_config(dict(base_config, timestep_spacing=spacing, use_karras_sigmas=True, **extra))
+
+
+def grid(out, variant, base_config, spacing, n):
+    s = make(variant, base_config, spacing)
+    s.set_timesteps(n)
+    key = f"{variant}.{spacing}.n{n}"
+    out[key + ".timesteps"] = s.timesteps.clone()
+    out[key + ".sigmas"] = s.sigmas.to(torch.float32).clone()
+    out[key + ".init_noise_sigma"] = torch.tensor([float(s.init_noise_sigma)], dtype=torch.float64)
+
+
+def trajectory(out, variant, base_config, spacing, n, initial):
+    s = make(variant, base_config, spacing)
+    s.set_timesteps(n)
+    key = f"{variant}.{spacing}.n{n}"
+    x = initial * s.init_noise_sigma
+    samples, inputs, outputs, preds = [x], [], [], []
+    for t in s.timesteps:
+        model_input = s.scale_model_input(x, t)
+        model_output = stand_in_model(model_input, t)
+        result = s.step(model_output, t, x)
+        x = result.prev_sample
+        inputs.append(model_input)
+        outputs.append(model_output)
+        samples.append(x)
+        if getattr(result, "pred_original_sample", None) is not None:
+            preds.append(result.pred_original_sample)
+    out[key + ".samples"] = torch.stack(samples).contiguous()
+    out[key + ".model_inputs"] = torch.stack(inputs).contiguous()
+    out[key + ".model_outputs"] = torch.stack(outputs).contiguous()
+    if preds:
+        out[key + ".pred_original"] = torch.stack(preds).contiguous()
+
+
+def pipeline_goldens(tiny_sd, base_config):
+    g = load_file(os.path.join(tiny_sd, "goldens", "pipeline.safetensors"))
+    unet = UNet2DConditionModel.from_pretrained(os.path.join(tiny_sd, "unet")).eval()
+    vae = AutoencoderKL.from_pretrained(os.path.join(tiny_sd, "vae")).eval()
+    out = {}
+    for variant in ("lms", "dpmpp2m", "euler"):
+        cls, extra = VARIANTS[variant]
+        scheduler = cls.from_config(dict(base_config, use_karras_sigmas=True, **extra))
+        pipe = StableDiffusionPipeline(vae=vae, text_encoder=None, tokenizer=None, unet=unet, scheduler=scheduler,
+                                       safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+        for kind, key in (("latent", "latents_final"), ("np", "images")):
+            with torch.no_grad():
+                r = pipe(prompt_embeds=g["prompt_embeds"], negative_prompt_embeds=g["negative_prompt_embeds"],
+                         num_inference_steps=5, guidance_scale=7.5, latents=g["latents_init"].clone(),
+                         output_type=kind, height=64, width=64).images
+            out[f"{variant}.{key}"] = torch.as_tensor(r).contiguous()
+        out[f"{variant}.timesteps"] = pipe.scheduler.timesteps.clone()
+        print(f"pipeline {variant} karras: timesteps {pipe.scheduler.timesteps.tolist()}, "
+              f"images differ from the uniform sigmas' by "
+              f"{float((out[variant + '.images'] - torch.as_tensor(g[variant + '.images'])).abs().max()):.3g}")
+    return out
+
+
+def main(tiny_sd, out_dir):
+    with open(os.path.join(tiny_sd, "scheduler", "scheduler_config.json")) as f:
+        base_config = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+    out = {}
+    for variant in VARIANTS:
+        for spacing in SPACINGS:
+            for n in GRID_STEPS:
+                grid(out, variant, base_config, spacing, n)
+    initial = torch.randn(SHAPE, generator=torch.Generator().manual_seed(20), dtype=torch.float32)
+    out["initial_latent"] = initial
+    for variant, spacing, n in TRAJECTORIES:
+        trajectory(out, variant, base_config, spacing, n, initial)
+    metadata = {
+        "generator": "tools/goldens/make_karras_goldens.py",
+        "diffusers": diffusers.__version__,
+        "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "base_config": json.dumps(base_config, sort_keys=True),
+        "variants": json.dumps({k: v[1] for k, v in VARIANTS.items()}, sort_keys=True),
+        "trajectories": json.dumps([list(t) for t in TRAJECTORIES]),
+    }
+    os.makedirs(out_dir, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(out_dir, "karras.safetensors"),
+              metadata=metadata)
+    print(f"wrote {len(out)} scheduler tensors")
+    pipe = pipeline_goldens(tiny_sd, base_config)
+    save_file(pipe, os.path.join(out_dir, "pipeline.safetensors"),
+              metadata={"generator": "tools/goldens/make_karras_goldens.py", "diffusers": diffusers.__version__,
+                        "torch": torch.__version__, "base": "tiny-sd goldens/pipeline.safetensors"})
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2])
