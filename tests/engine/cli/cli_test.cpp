@@ -217,6 +217,50 @@ TEST(Cli, SchedulerDefaultsToTheModelsOwnAndCanBeOverridden) {
   EXPECT_NE(help.out.find("--timestep-spacing"), std::string::npos);
 }
 
+// --karras-sigmas on|off over the scheduler configuration's use_karras_sigmas: the run says so
+// (log, --json, the PNG's "Sampler: DPM++ 2M Karras"), changes the image, and is refused for a
+// scheduler without them.
+TEST(Cli, KarrasSigmasAreAskedForAndSaid) {
+  auto dir = test::temp_dir("cli_karras");
+  const auto run = [&](std::vector<std::string> extra, const std::string& name) {
+    std::vector<std::string> args = {"--prompt", "a red circle", "--steps", "3", "--json"};
+    for (const std::string& out : {"--out", "--save-array"})
+      args.insert(args.end(), {out, name + (out == std::string("--out") ? ".png" : ".npy")});
+    args.insert(args.end(), extra.begin(), extra.end());
+    return cli(tiny(args), dir);
+  };
+  CliRun on = run({"--scheduler", "dpm++", "--karras-sigmas", "on"}, "on");
+  ASSERT_EQ(on.code, 0) << on.err;
+  EXPECT_EQ(nlohmann::json::parse(on.out)["settings"]["karras_sigmas"], true);
+  EXPECT_NE(on.err.find("scheduler: dpm++ (DPMSolverMultistepScheduler), timestep spacing linspace, Karras sigmas"),
+            std::string::npos)
+      << on.err;
+  std::vector<PngText> texts;
+  read_png(dir / "on.png", &texts);
+  ASSERT_FALSE(texts.empty());
+  bool a1111_name = false;
+  for (const PngText& t : texts) a1111_name |= t.text.find("Sampler: DPM++ 2M Karras,") != std::string::npos;
+  EXPECT_TRUE(a1111_name);
+  const auto meta = parse_png_metadata(texts);
+  ASSERT_TRUE(meta.has_value());
+  EXPECT_EQ(meta->karras_sigmas, std::optional(true));
+
+  CliRun off = run({"--scheduler", "dpm++", "--karras-sigmas", "off"}, "off");
+  ASSERT_EQ(off.code, 0) << off.err;
+  EXPECT_EQ(nlohmann::json::parse(off.out)["settings"]["karras_sigmas"], false);
+  EXPECT_NE(read_text_file(dir / "on.npy"), read_text_file(dir / "off.npy"));
+
+  CliRun pndm = run({"--scheduler", "pndm", "--karras-sigmas", "on"}, "pndm");
+  EXPECT_NE(pndm.code, 0);
+  EXPECT_NE(pndm.err.find("Karras sigmas need the lms, euler or dpm++ scheduler, not pndm"), std::string::npos)
+      << pndm.err;
+  EXPECT_FALSE(fs::exists(dir / "pndm.png"));
+  CliRun bad = run({"--scheduler", "euler", "--karras-sigmas", "yes"}, "bad");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("--karras-sigmas expects on or off, got 'yes'"), std::string::npos) << bad.err;
+  EXPECT_NE(cli({"generate", "--help"}, dir).out.find("--karras-sigmas on|off"), std::string::npos);
+}
+
 // A few-step model's own steps and guidance when the command line names none (pipeline/few_step.h):
 // tiny-lcm is LCM-distilled, so 4 steps at guidance 8, said on stdout; given values win; a standard
 // model keeps 50 steps (checked on its metadata elsewhere: Cli.EightPrompts… uses --steps).

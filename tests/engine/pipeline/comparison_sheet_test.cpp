@@ -242,6 +242,30 @@ TEST(ComparisonSheet, ClipSkipCellsEqualSingleRuns) {
             std::string::npos);
 }
 
+// A1111's "DPM++ 2M" against "DPM++ 2M Karras": the scheduler axis's -karras values.
+TEST(ComparisonSheet, KarrasCellsEqualSingleRuns) {
+  auto pipe = std::make_shared<ShardedPipeline>(tiny_model());
+  const SheetSpec spec = parse_sheet_spec("scheduler=dpm++,dpm++-karras,Euler-Karras", "seed=1,2");
+  EXPECT_EQ(spec.axes[0].label(0), "dpm++");
+  EXPECT_EQ(spec.axes[0].label(1), "dpm++ karras");
+  EXPECT_EQ(spec.axes[0].label(2), "euler karras");
+  GenerationRequest base = base_request();
+  base.steps = 3;
+  const SheetPlan plan = plan_sheet(spec, base, 0);
+  ASSERT_EQ(plan.runs.size(), 3u);
+  EXPECT_EQ(plan.runs[0].request.karras_sigmas, std::optional(false));
+  EXPECT_EQ(plan.runs[1].request.karras_sigmas, std::optional(true));
+  SheetRunner runner(pipe);
+  const SheetResult sheet = runner.run(plan);
+  EXPECT_EQ(expect_cells_equal_single_runs(sheet, *pipe), 6);
+  EXPECT_GT(test::diff(sheet.cell_image(plan.cell_index(0, 0, 0)), sheet.cell_image(plan.cell_index(1, 0, 0))).max_abs,
+            0.0);
+  EXPECT_EQ(describe_sheet_cell(sheet, plan.cell_index(1, 0, 0)).karras_sigmas, std::optional(true));
+  EXPECT_NE(error_of([] { parse_sheet_spec("scheduler=pndm-karras"); })
+                .find("the scheduler axis: pndm-karras: only lms, dpm++ and euler have Karras sigmas"),
+            std::string::npos);
+}
+
 // Image-to-image: strength × seed; the posterior noise also comes from each cell's key.
 TEST(ComparisonSheet, StrengthCellsEqualSingleRuns) {
   ModelLoadOptions o;

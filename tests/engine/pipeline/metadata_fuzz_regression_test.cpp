@@ -57,3 +57,20 @@ TEST(MetadataFuzzRegression, OutOfRangeNumbersAreNotReadAsOtherNumbers) {
     EXPECT_FALSE(m.has_value()) << json;
   }
 }
+
+// karras_sigmas must be a boolean (for a scheduler that has them; the others ignore the key).
+TEST(MetadataFuzzRegression, KarrasSigmasOfTheWrongTypeMakeTheChunkUnreadable) {
+  for (const char* value : {"\"yes\"", "1", "null", "[true]"}) {
+    std::string json = chunk("karras_sigmas", value);
+    json.replace(json.find("\"pndm\""), 6, "\"dpm++\"");
+    std::optional<ImageMetadata> m;
+    EXPECT_NO_THROW(m = read_json(json)) << json;
+    EXPECT_FALSE(m.has_value()) << json;
+  }
+  std::string valid = chunk("karras_sigmas", "true");
+  valid.replace(valid.find("\"pndm\""), 6, "\"dpm++\"");
+  const auto m = read_json(valid);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->karras_sigmas, std::optional(true));
+  EXPECT_FALSE(read_json(chunk("karras_sigmas", "true"))->karras_sigmas.has_value());  // PNDM has none
+}
