@@ -8,6 +8,7 @@
 
 #include "gui_test_support.h"
 
+using namespace octodiff;
 using namespace octodiff::gui;
 using namespace octodiff::gui::test;
 
@@ -29,6 +30,19 @@ class MainWindowTest : public QObject {
     QCOMPARE(scheduler->itemText(0), QString("Model's own (PNDM)"));
     QVERIFY(scheduler->findText("Euler a") > 0);
     QVERIFY(scheduler->findText("LCM") > 0);
+    // A1111's Karras samplers are entries of their own, beside their plain schedulers.
+    for (const char* name : {"LMS Karras", "DPM++ 2M Karras", "Euler Karras"}) {
+      const int i = scheduler->findText(name);
+      QVERIFY2(i > 0, name);
+      GenerationRequest r;
+      applySchedulerChoice(scheduler->itemData(i).toInt(), &r);
+      QCOMPARE(r.karras_sigmas, std::optional(true));
+      QCOMPARE(QString::fromStdString(sampler_display_name(*r.scheduler)) + " Karras", QString(name));
+    }
+    // A model whose configuration asks for Karras sigmas names them in the first entry.
+    w_->settingsPanel()->setModelScheduler(SchedulerKind::DpmSolverPP, true);
+    QCOMPARE(scheduler->itemText(0), QString("Model's own (DPM++ 2M Karras)"));
+    w_->settingsPanel()->setModelScheduler(SchedulerKind::Pndm);
   }
 
   void cleanupTestCase() { w_.reset(); }

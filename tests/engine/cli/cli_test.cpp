@@ -224,8 +224,8 @@ TEST(Cli, KarrasSigmasAreAskedForAndSaid) {
   auto dir = test::temp_dir("cli_karras");
   const auto run = [&](std::vector<std::string> extra, const std::string& name) {
     std::vector<std::string> args = {"--prompt", "a red circle", "--steps", "3", "--json"};
-    for (const std::string& out : {"--out", "--save-array"})
-      args.insert(args.end(), {out, name + (out == std::string("--out") ? ".png" : ".npy")});
+    for (const std::string out : {"--out", "--save-array"})
+      args.insert(args.end(), {out, name + (out == "--out" ? ".png" : ".npy")});
     args.insert(args.end(), extra.begin(), extra.end());
     return cli(tiny(args), dir);
   };
