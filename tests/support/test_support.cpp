@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 
 #include "io/weight_source.h"
 
@@ -22,6 +23,14 @@ std::filesystem::path temp_dir(const std::string& name) {
   dir /= name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::filesystem::path tiny_sd_with_scheduler(const std::string& name, const std::string& scheduler_json) {
+  const std::filesystem::path dir = temp_dir(name) / "model";
+  std::filesystem::copy(tiny_sd_dir(), dir, std::filesystem::copy_options::recursive);
+  std::filesystem::remove_all(dir / "goldens");
+  std::ofstream(dir / "scheduler" / "scheduler_config.json", std::ios::trunc) << scheduler_json;
   return dir;
 }
 

@@ -19,6 +19,9 @@ std::filesystem::path tiny_sd_dir();
 // A fresh empty directory for this test's outputs (removed at the next run), under a folder of
 // the running gtest test's own (suite.name), so tests in parallel processes never share one.
 std::filesystem::path temp_dir(const std::string& name);
+// A copy of tests/data/tiny-sd (without its goldens) under temp_dir(name) whose
+// scheduler/scheduler_config.json holds `scheduler_json`; returns the model folder.
+std::filesystem::path tiny_sd_with_scheduler(const std::string& name, const std::string& scheduler_json);
 // The names and shapes of the tensors in a .safetensors file, in the file's order.
 std::vector<NamedShape> tensor_shapes_of(const std::filesystem::path& file);
 // A golden's name as a gtest parameter name ('.' is not allowed there: "pndm_s0.5" → "pndm_s0_5").

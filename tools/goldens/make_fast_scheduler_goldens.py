@@ -119,13 +119,9 @@ def grid(out, name, base_config, spacing, n):
     out[key + ".init_noise_sigma"] = torch.tensor([float(s.init_noise_sigma)], dtype=torch.float64)
 
 
-def trajectory(out, name, base_config, spacing, n, initial, run_index):
-    s = make(name, base_config, spacing)
-    s.set_timesteps(n)
-    key = f"{name}.{spacing}.n{n}"
-    gen = torch.Generator().manual_seed(1000 + run_index)
-    noise = [torch.randn(SHAPE, generator=gen, dtype=torch.float32) for _ in range(len(s.timesteps))]
-    INJECTED.queue, INJECTED.calls = noise, 0
+def record_trajectory(out, key, s, initial):
+    """Runs scheduler `s` (set_timesteps done) from initial * init_noise_sigma with the stand-in model
+    and stores <key>.samples, .model_inputs, .model_outputs and .pred_original (LCM: `denoised`)."""
     x = initial * s.init_noise_sigma
     samples, inputs, outputs, preds = [x], [], [], []
     for t in s.timesteps:
@@ -141,11 +137,21 @@ def trajectory(out, name, base_config, spacing, n, initial, run_index):
             pred = getattr(result, "pred_original_sample", None)
         if pred is not None:
             preds.append(pred)
-    out[key + ".samples"] = torch.stack(samples).reshape(len(samples), *SHAPE).contiguous()
+    out[key + ".samples"] = torch.stack(samples).reshape(len(samples), *initial.shape).contiguous()
     out[key + ".model_inputs"] = torch.stack(inputs).contiguous()
     out[key + ".model_outputs"] = torch.stack(outputs).contiguous()
     if preds:
         out[key + ".pred_original"] = torch.stack(preds).contiguous()
+
+
+def trajectory(out, name, base_config, spacing, n, initial, run_index):
+    s = make(name, base_config, spacing)
+    s.set_timesteps(n)
+    key = f"{name}.{spacing}.n{n}"
+    gen = torch.Generator().manual_seed(1000 + run_index)
+    noise = [torch.randn(SHAPE, generator=gen, dtype=torch.float32) for _ in range(len(s.timesteps))]
+    INJECTED.queue, INJECTED.calls = noise, 0
+    record_trajectory(out, key, s, initial)
     if name in ("lcm", "euler_a"):
         out[key + ".noise"] = torch.stack(noise).contiguous()
         expected_calls = n - 1 if name == "lcm" else n

@@ -21,7 +21,6 @@ Usage (from the repository root):
    `<v>.timesteps`) — the same run as tiny-sd's goldens/pipeline.safetensors but for the sigmas.
 """
 import json
-import math
 import os
 import sys
 
@@ -32,6 +31,9 @@ diffusers_env.setup("/work/diffusers-v0.31.0")
 
 import numpy  # noqa: E402
 import torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_fast_scheduler_goldens import record_trajectory  # noqa: E402  (the same stand-in model and loop)
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 import diffusers  # noqa: E402
@@ -61,11 +63,6 @@ TRAJECTORIES = sorted({(v, s, n) for v in VARIANTS for s in SPACINGS for n in (4
                       | {(v, "leading", 20) for v in VARIANTS})
 
 
-def stand_in_model(model_input, t):
-    offset = torch.tensor(0.01 * math.cos(float(t) / 100), dtype=torch.float32)
-    return model_input * 0.1 + offset
-
-
 def make(variant, base_config, spacing):
     cls, extra = VARIANTS[variant]
     return cls.from_config(dict(base_config, timestep_spacing=spacing, use_karras_sigmas=True, **extra))
@@ -83,24 +80,7 @@ def grid(out, variant, base_config, spacing, n):
 def trajectory(out, variant, base_config, spacing, n, initial):
     s = make(variant, base_config, spacing)
     s.set_timesteps(n)
-    key = f"{variant}.{spacing}.n{n}"
-    x = initial * s.init_noise_sigma
-    samples, inputs, outputs, preds = [x], [], [], []
-    for t in s.timesteps:
-        model_input = s.scale_model_input(x, t)
-        model_output = stand_in_model(model_input, t)
-        result = s.step(model_output, t, x)
-        x = result.prev_sample
-        inputs.append(model_input)
-        outputs.append(model_output)
-        samples.append(x)
-        if getattr(result, "pred_original_sample", None) is not None:
-            preds.append(result.pred_original_sample)
-    out[key + ".samples"] = torch.stack(samples).contiguous()
-    out[key + ".model_inputs"] = torch.stack(inputs).contiguous()
-    out[key + ".model_outputs"] = torch.stack(outputs).contiguous()
-    if preds:
-        out[key + ".pred_original"] = torch.stack(preds).contiguous()
+    record_trajectory(out, f"{variant}.{spacing}.n{n}", s, initial)
 
 
 def pipeline_goldens(tiny_sd, base_config):

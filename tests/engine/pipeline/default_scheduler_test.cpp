@@ -17,14 +17,6 @@ namespace fs = std::filesystem;
 namespace {
 
 // A copy of tiny-sd (without its goldens) whose scheduler_config.json is `scheduler_json`.
-fs::path tiny_with_scheduler(const std::string& name, const std::string& scheduler_json) {
-  const fs::path dir = test::temp_dir(name) / "model";
-  fs::copy(test::tiny_sd_dir(), dir, fs::copy_options::recursive);
-  fs::remove_all(dir / "goldens");
-  std::ofstream(dir / "scheduler" / "scheduler_config.json", std::ios::trunc) << scheduler_json;
-  return dir;
-}
-
 std::shared_ptr<const StableDiffusionModel> load(const fs::path& dir) {
   ModelLoadOptions o;
   o.weight_cache = false;
@@ -56,7 +48,7 @@ TEST(DefaultScheduler, TinySdIsPndm) {
 }
 
 TEST(DefaultScheduler, FolderNamingEulerResolvesToEulerWithItsConfig) {
-  auto m = load(tiny_with_scheduler("default_sched_euler", kEulerJson));
+  auto m = load(test::tiny_sd_with_scheduler("default_sched_euler", kEulerJson));
   EXPECT_EQ(m->default_scheduler(), SchedulerKind::Euler);
   const SchedulerConfig c = m->scheduler_config(SchedulerKind::Euler);
   EXPECT_EQ(c.timestep_spacing, TimestepSpacing::Trailing);
@@ -86,7 +78,7 @@ TEST(DefaultScheduler, FolderNamingEulerResolvesToEulerWithItsConfig) {
 }
 
 TEST(DefaultScheduler, RunsTheModelsOwnSchedulerAndSaysSoInTheMetadata) {
-  auto m = load(tiny_with_scheduler("default_sched_run", kEulerJson));
+  auto m = load(test::tiny_sd_with_scheduler("default_sched_run", kEulerJson));
   ShardedPipeline pipe(m);
   GenerationRequest r = request();
   r.steps = 2;
@@ -121,8 +113,9 @@ TEST(DefaultScheduler, RunsTheModelsOwnSchedulerAndSaysSoInTheMetadata) {
 }
 
 TEST(DefaultScheduler, UnknownClassFallsBackToPndmWithANote) {
-  auto m = load(tiny_with_scheduler("default_sched_unknown",
-                                    R"({"_class_name": "KDPM2DiscreteScheduler", "beta_schedule": "scaled_linear",
+  auto m = load(test::tiny_sd_with_scheduler(
+      "default_sched_unknown",
+      R"({"_class_name": "KDPM2DiscreteScheduler", "beta_schedule": "scaled_linear",
                                         "beta_start": 0.00085, "beta_end": 0.012, "steps_offset": 1})"));
   EXPECT_EQ(m->default_scheduler(), SchedulerKind::Pndm);
   const auto notes = m->load_notes();
@@ -135,9 +128,10 @@ TEST(DefaultScheduler, UnknownClassFallsBackToPndmWithANote) {
 }
 
 TEST(DefaultScheduler, NoClassNameOrNoConfigIsPndm) {
-  EXPECT_EQ(load(tiny_with_scheduler("default_sched_noclass", R"({"steps_offset": 1})"))->default_scheduler(),
+  EXPECT_EQ(load(test::tiny_sd_with_scheduler("default_sched_noclass", R"({"steps_offset": 1})"))
+                ->default_scheduler(),
             SchedulerKind::Pndm);
-  const fs::path dir = tiny_with_scheduler("default_sched_nofile", "{}");
+  const fs::path dir = test::tiny_sd_with_scheduler("default_sched_nofile", "{}");
   fs::remove_all(dir / "scheduler");
   auto m = load(dir);
   EXPECT_EQ(m->default_scheduler(), SchedulerKind::Pndm);
@@ -154,14 +148,16 @@ TEST(DefaultScheduler, BrokenConfigsGetClearErrors) {
     }
     return "";
   };
-  const std::string truncated = load_error(tiny_with_scheduler("default_sched_truncated", R"({"_class_name": "Eu)"));
+  const std::string truncated =
+      load_error(test::tiny_sd_with_scheduler("default_sched_truncated", R"({"_class_name": "Eu)"));
   EXPECT_NE(truncated.find("scheduler_config.json: scheduler config is not valid JSON"), std::string::npos);
-  const std::string not_string = load_error(tiny_with_scheduler("default_sched_notstring", R"({"_class_name": 7})"));
+  const std::string not_string =
+      load_error(test::tiny_sd_with_scheduler("default_sched_notstring", R"({"_class_name": 7})"));
   EXPECT_NE(not_string.find("'_class_name' must be a string"), std::string::npos);
 
   // A config the class refuses fails when a request resolves, naming the option.
-  auto m = load(tiny_with_scheduler("default_sched_beta",
-                                    R"({"_class_name": "EulerDiscreteScheduler", "use_beta_sigmas": true})"));
+  auto m = load(test::tiny_sd_with_scheduler(
+      "default_sched_beta", R"({"_class_name": "EulerDiscreteScheduler", "use_beta_sigmas": true})"));
   EXPECT_EQ(m->default_scheduler(), SchedulerKind::Euler);
   ShardedPipeline pipe(m);
   try {

@@ -5,9 +5,6 @@
 // them; --compat flax; refusal for the schedulers without them; the metadata both ways.
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
-
 #include "core/error.h"
 #include "golden_requests.h"
 #include "io/safetensors.h"
@@ -16,7 +13,6 @@
 #include "test_support.h"
 
 using namespace octodiff;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -58,14 +54,6 @@ void expect_matches_golden(const std::string& name, const GenerationResult& res)
                          goldens()->to_f32(name + ".images"), 1e-3);
 }
 
-fs::path tiny_with_scheduler(const std::string& name, const std::string& scheduler_json) {
-  const fs::path dir = test::temp_dir(name) / "model";
-  fs::copy(test::tiny_sd_dir(), dir, fs::copy_options::recursive);
-  fs::remove_all(dir / "goldens");
-  std::ofstream(dir / "scheduler" / "scheduler_config.json", std::ios::trunc) << scheduler_json;
-  return dir;
-}
-
 }  // namespace
 
 TEST(KarrasPipeline, MatchesDiffusersForEveryScheduler) {
@@ -98,8 +86,8 @@ TEST(KarrasPipeline, CompatFlaxRunsTheTorchSchedule) {
 // A diffusers folder whose scheduler_config.json asks for them (as many community models' DPM++
 // configurations do) runs with them by default; the request turns them off.
 TEST(KarrasPipeline, TheModelsOwnConfigurationTurnsThemOnAndTheRequestOff) {
-  auto model = StableDiffusionModel::load(
-      tiny_with_scheduler("karras_own", R"({"_class_name": "DPMSolverMultistepScheduler", "beta_end": 0.012,
+  auto model = StableDiffusionModel::load(test::tiny_sd_with_scheduler(
+      "karras_own", R"({"_class_name": "DPMSolverMultistepScheduler", "beta_end": 0.012,
         "beta_schedule": "scaled_linear", "beta_start": 0.00085, "num_train_timesteps": 1000,
         "set_alpha_to_one": false, "steps_offset": 1, "use_karras_sigmas": true, "timestep_spacing": "linspace"})"));
   EXPECT_EQ(model->default_scheduler(), SchedulerKind::DpmSolverPP);

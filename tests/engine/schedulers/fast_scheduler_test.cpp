@@ -9,9 +9,6 @@
 #include "core/error.h"
 #include "scheduler_test_util.h"
 
-// The stand-in model is two torch ops (multiply, then add): keep GCC from fusing them.
-#pragma GCC optimize("fp-contract=off")
-
 using namespace octodiff;
 using namespace octodiff::test;
 
@@ -47,14 +44,6 @@ bool has(const std::string& name) {
 
 Tensor golden(const std::string& name) {
   return fast_scheduler_goldens().to_f32(name);
-}
-
-// The goldens' stand-in UNet: model_input·0.1f + (float)(0.01·cos(t/100)).
-Tensor stand_in_model(const Tensor& model_input, double t) {
-  const float offset = static_cast<float>(0.01 * std::cos(t / 100));
-  Tensor out = Tensor::empty(model_input.shape());
-  for (int64_t i = 0; i < out.numel(); ++i) out[i] = model_input[i] * 0.1f + offset;
-  return out;
 }
 
 TEST(FastSchedulerGoldens, GridsSigmasAndInitNoiseSigmaForEverySpacing) {
@@ -129,45 +118,18 @@ class Trajectory : public ::testing::TestWithParam<TrajectoryCase> {
 
 TEST_P(Trajectory, OpenLoop) {
   auto s = make(run().cls.kind, run().spacing);
-  SchedulerState state = s->set_timesteps(run().steps);
-  const Tensor samples = golden(key("samples")), inputs = golden(key("model_inputs")),
-               outputs = golden(key("model_outputs"));
-  const bool has_pred = has(key("pred_original"));
-  const Tensor pred = has_pred ? golden(key("pred_original")) : Tensor();
-  TrajectoryParity p_in(key("model_inputs"), kRel), p_out(key("samples"), kRel), p_x0(key("pred_original"), kRel);
-  for (int k = 0; k < s->num_model_calls(state); ++k) {
-    const Tensor x = row(samples, k), m = row(outputs, k);
-    p_in.add(k, s->scale_model_input(state, x, k), row(inputs, k));
-    StepResult r = s->step(state, m, k, x, noise_for(*s, state, k));
-    p_out.add(k, r.prev_sample, row(samples, k + 1));
-    if (has_pred) p_x0.add(k, r.pred_original_sample, row(pred, k));
-    state = std::move(r.state);
-  }
-  p_in.report();
-  p_out.report();
-  if (has_pred) p_x0.report();
+  const Tensor pred = has(key("pred_original")) ? golden(key("pred_original")) : Tensor();
+  expect_open_loop_parity(*s, s->set_timesteps(run().steps), golden(key("samples")),
+                          golden(key("model_inputs")), golden(key("model_outputs")),
+                          has(key("pred_original")) ? &pred : nullptr, key(""), kRel,
+                          [&](const SchedulerState& state, int k) { return noise_for(*s, state, k); });
 }
 
 TEST_P(Trajectory, ClosedLoop) {
   auto s = make(run().cls.kind, run().spacing);
-  SchedulerState state = s->set_timesteps(run().steps);
-  const Tensor samples = golden(key("samples")), outputs = golden(key("model_outputs"));
-  const Tensor initial = golden("initial_latent");
-  const float init_sigma = static_cast<float>(s->init_noise_sigma(state));
-  Tensor x = Tensor::empty(initial.shape());
-  for (int64_t i = 0; i < x.numel(); ++i) x[i] = initial[i] * init_sigma;
-  expect_parity(key("closed samples[0]"), x, row(samples, 0), kRel);
-  TrajectoryParity p_m(key("closed model_outputs"), kRel), p_x(key("closed samples"), kRel);
-  for (int k = 0; k < s->num_model_calls(state); ++k) {
-    const Tensor m = stand_in_model(s->scale_model_input(state, x, k), s->model_timestep(state, k));
-    p_m.add(k, m, row(outputs, k));
-    StepResult r = s->step(state, m, k, x, noise_for(*s, state, k));
-    x = r.prev_sample;
-    p_x.add(k, x, row(samples, k + 1));
-    state = std::move(r.state);
-  }
-  p_m.report();
-  p_x.report();
+  expect_closed_loop_parity(*s, s->set_timesteps(run().steps), golden("initial_latent"),
+                            golden(key("samples")), golden(key("model_outputs")), key(""), kRel,
+                            [&](const SchedulerState& state, int k) { return noise_for(*s, state, k); });
 }
 
 std::string run_name(const ::testing::TestParamInfo<TrajectoryCase>& info) {

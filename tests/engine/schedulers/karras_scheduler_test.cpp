@@ -8,9 +8,6 @@
 #include "core/error.h"
 #include "scheduler_test_util.h"
 
-// The stand-in model is two torch ops (multiply, then add): keep GCC from fusing them.
-#pragma GCC optimize("fp-contract=off")
-
 using namespace octodiff;
 using namespace octodiff::test;
 
@@ -57,14 +54,6 @@ std::string key(const Variant& v, TimestepSpacing spacing, int n, const std::str
 
 Tensor golden(const std::string& name) {
   return goldens().to_f32(name);
-}
-
-// The goldens' stand-in UNet: model_input·0.1f + (float)(0.01·cos(t/100)).
-Tensor stand_in_model(const Tensor& model_input, double t) {
-  const float offset = static_cast<float>(0.01 * std::cos(t / 100));
-  Tensor out = Tensor::empty(model_input.shape());
-  for (int64_t i = 0; i < out.numel(); ++i) out[i] = model_input[i] * 0.1f + offset;
-  return out;
 }
 
 // Relative difference in float32 units of the last place.
@@ -217,45 +206,17 @@ class KarrasTrajectory : public ::testing::TestWithParam<TrajectoryCase> {
 
 TEST_P(KarrasTrajectory, OpenLoop) {
   auto s = make(run().variant, run().spacing);
-  SchedulerState state = s->set_timesteps(run().steps);
-  const Tensor samples = golden(key("samples")), inputs = golden(key("model_inputs")),
-               outputs = golden(key("model_outputs"));
   const bool has_pred = goldens().find(key("pred_original")) != nullptr;
   const Tensor pred = has_pred ? golden(key("pred_original")) : Tensor();
-  TrajectoryParity p_in(key("model_inputs"), kRel), p_out(key("samples"), kRel),
-      p_x0(key("pred_original"), kRel);
-  for (int k = 0; k < s->num_model_calls(state); ++k) {
-    const Tensor x = row(samples, k).reshaped({1, 4, 8, 8}), m = row(outputs, k);
-    p_in.add(k, s->scale_model_input(state, x, k), row(inputs, k));
-    StepResult r = s->step(state, m, k, x);
-    p_out.add(k, r.prev_sample, row(samples, k + 1).reshaped({1, 4, 8, 8}));
-    if (has_pred) p_x0.add(k, r.pred_original_sample, row(pred, k));
-    state = std::move(r.state);
-  }
-  p_in.report();
-  p_out.report();
-  if (has_pred) p_x0.report();
+  expect_open_loop_parity(*s, s->set_timesteps(run().steps), golden(key("samples")),
+                          golden(key("model_inputs")), golden(key("model_outputs")),
+                          has_pred ? &pred : nullptr, key(""), kRel);
 }
 
 TEST_P(KarrasTrajectory, ClosedLoop) {
   auto s = make(run().variant, run().spacing);
-  SchedulerState state = s->set_timesteps(run().steps);
-  const Tensor samples = golden(key("samples")), outputs = golden(key("model_outputs"));
-  const Tensor initial = golden("initial_latent");
-  const float init_sigma = static_cast<float>(s->init_noise_sigma(state));
-  Tensor x = Tensor::empty(initial.shape());
-  for (int64_t i = 0; i < x.numel(); ++i) x[i] = initial[i] * init_sigma;
-  TrajectoryParity p_m(key("closed model_outputs"), kRel), p_x(key("closed samples"), kRel);
-  for (int k = 0; k < s->num_model_calls(state); ++k) {
-    const Tensor m = stand_in_model(s->scale_model_input(state, x, k), s->model_timestep(state, k));
-    p_m.add(k, m, row(outputs, k));
-    StepResult r = s->step(state, m, k, x);
-    x = r.prev_sample;
-    p_x.add(k, x, row(samples, k + 1).reshaped({1, 4, 8, 8}));
-    state = std::move(r.state);
-  }
-  p_m.report();
-  p_x.report();
+  expect_closed_loop_parity(*s, s->set_timesteps(run().steps), golden("initial_latent"),
+                            golden(key("samples")), golden(key("model_outputs")), key(""), kRel);
 }
 
 std::string run_name(const ::testing::TestParamInfo<TrajectoryCase>& info) {

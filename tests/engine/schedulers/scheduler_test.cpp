@@ -45,14 +45,6 @@ std::unique_ptr<Scheduler> make(const Variant& v,
   return Scheduler::create(v.kind, config, semantics);
 }
 
-// The goldens' stand-in UNet: model_input·0.1f + (float)(0.01·cos(t/100)).
-Tensor stand_in_model(const Tensor& model_input, double t) {
-  const float offset = static_cast<float>(0.01 * std::cos(t / 100));
-  Tensor out = Tensor::empty(model_input.shape());
-  for (int64_t i = 0; i < out.numel(); ++i) out[i] = model_input[i] * 0.1f + offset;
-  return out;
-}
-
 class GoldenVariant : public ::testing::TestWithParam<std::tuple<Variant, int>> {
  protected:
   const Variant& variant() const { return std::get<0>(GetParam()); }
@@ -110,24 +102,8 @@ TEST_P(GoldenVariant, OpenLoopTrajectory) {
 
 TEST_P(GoldenVariant, ClosedLoopTrajectory) {
   auto s = make(variant());
-  SchedulerState state = s->set_timesteps(steps());
-  const Tensor samples = golden("samples"), outputs = golden("model_outputs");
-  const Tensor initial = scheduler_goldens().to_f32("initial_latent");
-  const float init_sigma = static_cast<float>(s->init_noise_sigma(state));
-  Tensor x = Tensor::empty(initial.shape());
-  for (int64_t i = 0; i < x.numel(); ++i) x[i] = initial[i] * init_sigma;
-  expect_parity(key("closed samples[0]"), x, row(samples, 0), kRel);
-  TrajectoryParity p_m(key("closed model_outputs"), kRel), p_x(key("closed samples"), kRel);
-  for (int k = 0; k < s->num_model_calls(state); ++k) {
-    const Tensor m = stand_in_model(s->scale_model_input(state, x, k), s->model_timestep(state, k));
-    p_m.add(k, m, row(outputs, k));
-    StepResult r = s->step(state, m, k, x);
-    x = r.prev_sample;
-    p_x.add(k, x, row(samples, k + 1));
-    state = std::move(r.state);
-  }
-  p_m.report();
-  p_x.report();
+  expect_closed_loop_parity(*s, s->set_timesteps(steps()), scheduler_goldens().to_f32("initial_latent"),
+                            golden("samples"), golden("model_outputs"), key(""), kRel);
 }
 
 TEST_P(GoldenVariant, StepIsReplayable) {

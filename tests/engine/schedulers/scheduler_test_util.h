@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -99,6 +100,64 @@ class TrajectoryParity {
   double max_abs_ = 0, max_tol_ = 0, worst_ratio_ = 0;
   int max_step_ = -1;
 };
+
+// The goldens' stand-in UNet: model_input·0.1f + (float)(0.01·cos(t/100)), t the timestep as the
+// scheduler stores it. Two torch ops (multiply, then add): GCC must not fuse them.
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+inline Tensor stand_in_model(const Tensor& model_input, double t) {
+  const float offset = static_cast<float>(0.01 * std::cos(t / 100));
+  Tensor out = Tensor::empty(model_input.shape());
+  for (int64_t i = 0; i < out.numel(); ++i) out[i] = model_input[i] * 0.1f + offset;
+  return out;
+}
+#pragma GCC pop_options
+
+// Step k's noise in a trajectory (an undefined Tensor where the step takes none).
+using TrajectoryNoise = std::function<Tensor(const SchedulerState& state, int k)>;
+
+// Open loop: every step fed the goldens' sample and model output (stacked, row k per step; samples
+// has one row more); scale_model_input, prev_sample and — when `pred` is given —
+// pred_original_sample against the goldens', at the parity bar `rel`; prints each once.
+inline void expect_open_loop_parity(const Scheduler& s, SchedulerState state, const Tensor& samples,
+                                    const Tensor& inputs, const Tensor& outputs, const Tensor* pred,
+                                    const std::string& label, double rel, const TrajectoryNoise& noise = {}) {
+  TrajectoryParity p_in(label + " model_inputs", rel), p_out(label + " samples", rel),
+      p_x0(label + " pred_original", rel);
+  for (int k = 0; k < s.num_model_calls(state); ++k) {
+    const Tensor x = row(samples, k), m = row(outputs, k);
+    p_in.add(k, s.scale_model_input(state, x, k), row(inputs, k));
+    StepResult r = s.step(state, m, k, x, noise ? noise(state, k) : Tensor());
+    p_out.add(k, r.prev_sample, row(samples, k + 1));
+    if (pred) p_x0.add(k, r.pred_original_sample, row(*pred, k));
+    state = std::move(r.state);
+  }
+  p_in.report();
+  p_out.report();
+  if (pred) p_x0.report();
+}
+
+// Closed loop: from initial·init_noise_sigma, the stand-in model recomputed from the scheduler's own
+// samples; its outputs and the samples against the goldens' at the parity bar `rel`.
+inline void expect_closed_loop_parity(const Scheduler& s, SchedulerState state, const Tensor& initial,
+                                      const Tensor& samples, const Tensor& outputs, const std::string& label,
+                                      double rel, const TrajectoryNoise& noise = {}) {
+  const float init_sigma = static_cast<float>(s.init_noise_sigma(state));
+  Tensor x = Tensor::empty(initial.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) x[i] = initial[i] * init_sigma;
+  expect_parity(label + " closed samples[0]", x, row(samples, 0), rel);
+  TrajectoryParity p_m(label + " closed model_outputs", rel), p_x(label + " closed samples", rel);
+  for (int k = 0; k < s.num_model_calls(state); ++k) {
+    const Tensor m = stand_in_model(s.scale_model_input(state, x, k), s.model_timestep(state, k));
+    p_m.add(k, m, row(outputs, k));
+    StepResult r = s.step(state, m, k, x, noise ? noise(state, k) : Tensor());
+    x = r.prev_sample;
+    p_x.add(k, x, row(samples, k + 1));
+    state = std::move(r.state);
+  }
+  p_m.report();
+  p_x.report();
+}
 
 // dummy_sample_deter of diffusers' scheduler tests: arange(768)/768 in f32, as (4, 3, 8, 8) (layout
 // and transposes do not matter: the full loops are element-wise and only sum/mean of |x| are checked).
