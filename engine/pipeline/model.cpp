@@ -435,6 +435,12 @@ SchedulerConfig StableDiffusionModel::scheduler_config(SchedulerKind kind,
       fail("Karras sigmas need the lms, euler or dpm++ scheduler, not ", scheduler_name(kind));
     c.use_karras_sigmas = *karras_sigmas;
   }
+  try {
+    c.validate(kind);  // with the overrides (Euler's sigma bounds are checked only with Karras sigmas)
+  } catch (const Error& e) {
+    if (scheduler_json_.empty()) throw;
+    fail(scheduler_source_, ": ", e.what());
+  }
   return c;
 }
 

@@ -273,9 +273,10 @@ void SchedulerConfig::validate(SchedulerKind kind) const {
     if (solver_type != "midpoint" && solver_type != "heun")
       fail(cls, ": solver_type '", solver_type, "' is not supported (use midpoint or heun)");
   }
-  for (const auto& bound : {sigma_min, sigma_max})
-    if (bound && !(*bound > 0 && std::isfinite(*bound)))
-      fail(cls, ": sigma_min and sigma_max must be positive numbers (got ", *bound, ")");
+  if (use_karras_sigmas)  // the only use of Euler's own bounds
+    for (const auto& bound : {sigma_min, sigma_max})
+      if (bound && !(*bound > 0 && std::isfinite(*bound)))
+        fail(cls, ": sigma_min and sigma_max must be positive numbers (got ", *bound, ")");
   if (use_karras_sigmas && !supports_karras_sigmas(kind))
     fail(cls, " has no Karras sigmas (use_karras_sigmas: LMS, Euler and DPM++ 2M have them)");
   if (kind == SchedulerKind::DpmSolverPP || kind == SchedulerKind::Euler) {

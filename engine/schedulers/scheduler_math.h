@@ -95,9 +95,9 @@ double sigma_to_timestep(double sigma, const std::vector<float>& log_train_sigma
 std::vector<float> log_sigmas(const std::vector<float>& train_sigmas);
 // The Karras state of LMS and Euler (torch): the family's grid for config.timestep_spacing and its
 // np.interp sigmas give σ_max and σ_min (its first and last; Euler's config.sigma_min/sigma_max
-// when set); karras_sigmas between them; timesteps
-// from sigma_to_timestep (held as float32 when `timesteps_in_f32`, as Euler does; LMS keeps
-// float64); sigmas rounded to float32, then `final_sigma` appended.
+// when set); karras_sigmas between them; timesteps from sigma_to_timestep (held as float32 when
+// `timesteps_in_f32`, as Euler does; LMS keeps float64); sigmas rounded to float32, then
+// `final_sigma` appended.
 SchedulerState karras_sigma_family_state(const SchedulerConfig& config,
                                          const std::vector<float>& train_sigmas, int n, float final_sigma,
                                          bool timesteps_in_f32);

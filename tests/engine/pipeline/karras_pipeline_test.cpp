@@ -164,3 +164,26 @@ TEST(KarrasPipeline, MetadataCarriesThemBothWays) {
   req.karras_sigmas.reset();
   EXPECT_FALSE(describe_image(req, pipe.run(req), *tiny_sd(), 0, 0).karras_sigmas.has_value());
 }
+
+// Euler's own sigma bounds are read only by Karras sigmas: a file's unusable bound is refused when
+// a request turns them on, before any work, and ignored otherwise (as diffusers does).
+TEST(KarrasPipeline, EulersOwnBoundsAreCheckedWhenARequestAsksForKarrasSigmas) {
+  auto model = StableDiffusionModel::load(test::tiny_sd_with_scheduler(
+      "karras_bounds", R"({"_class_name": "EulerDiscreteScheduler", "beta_schedule": "scaled_linear",
+        "beta_start": 0.00085, "beta_end": 0.012, "sigma_min": 0, "sigma_max": null})"));
+  ShardedPipeline pipe(model);
+  GenerationRequest req;
+  req.prompts = {"a red circle"};
+  req.steps = 2;
+  EXPECT_FALSE(pipe.resolve(req).signature.karras_sigmas);
+  req.karras_sigmas = true;
+  try {
+    pipe.resolve(req);
+    ADD_FAILURE() << "sigma_min 0 accepted for Karras sigmas";
+  } catch (const Error& e) {
+    std::printf("[refused] %s\n", e.what());
+    EXPECT_NE(std::string(e.what()).find("sigma_min and sigma_max must be positive numbers (got 0)"),
+              std::string::npos)
+        << e.what();
+  }
+}

@@ -171,6 +171,9 @@ TEST(KarrasSigmas, ConfigurationsThatCannotWorkAreRefused) {
   expect_error_containing(
       [&] { SchedulerConfig::from_json(with(R"("use_exponential_sigmas": true,)"), SchedulerKind::Euler); },
       "use_exponential_sigmas");
+  // Bounds only matter with Karras sigmas: without them a file's odd value is not refused.
+  EXPECT_FALSE(
+      SchedulerConfig::from_json(with(R"("sigma_min": 0,)"), SchedulerKind::Euler).use_karras_sigmas);
   // null bounds are Euler's defaults (SDXL's configs write them).
   EXPECT_FALSE(
       SchedulerConfig::from_json(with(R"("sigma_min": null, "sigma_max": null,)"), SchedulerKind::Euler)
