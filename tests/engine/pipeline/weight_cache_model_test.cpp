@@ -225,6 +225,11 @@ TEST(WeightResidency, ResidentKeepsEveryNetworkMappedAcrossRuns) {
   o.residency = WeightResidency::Resident;
   auto model = StableDiffusionModel::load(test::tiny_sd_dir(), o);
   ASSERT_TRUE(model->weights_stay_resident());
+  // The first load writes the cache in the background and then maps each network's blobs from the
+  // file afresh (their pages present again only when next read): let it finish first, or on a
+  // loaded machine a remap landing after the run empties a network's count (seen in CI: the text
+  // encoder's 0 bytes after the first run).
+  model->wait_for_weight_caches();
   ShardedPipeline pipe(model);
   const GenerationResult first = pipe.run(request(ComputeDType::F32));
   const uint64_t unet = model->resident_weight_bytes(ModelComponent::UNet);
