@@ -438,9 +438,10 @@ void apply_a1111_setting(const std::string& key, const std::string& value, Image
   } else if (key == "Sampler") {
     read_a1111_sampler(value, m);
   } else if (key == "Schedule type") {  // A1111 1.9+: the sigma schedule beside the sampler
-    const bool karras = value == "Karras" && supports_karras_sigmas(m.scheduler);
-    if ((karras || value == "Uniform") && supports_karras_sigmas(m.scheduler)) m.karras_sigmas = karras;
-    if (value != "Automatic" && value != "Uniform" && !karras)
+    const bool has_karras = supports_karras_sigmas(m.scheduler);
+    if (has_karras && (value == "Karras" || value == "Uniform"))
+      m.karras_sigmas = value == "Karras";
+    else if (value != "Automatic" && value != "Uniform")
       note_not_applied(
           m, cat("the schedule type '", value, "' is not available here: the scheduler's own timesteps run"));
   } else if (key == "Hires upscale" || key == "Hires resize") {

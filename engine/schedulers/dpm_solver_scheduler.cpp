@@ -65,22 +65,23 @@ SchedulerState DpmSolverMultistepScheduler::set_timesteps(int n) const {
   }
   SchedulerState state;
   state.num_inference_steps = n;
-  state.timesteps = grid;
-  if (!flax) {
-    if (config_.use_karras_sigmas) {
-      // Karras sigmas between the training table's ends (the spacing's grid is not used), each
-      // step's timestep the nearest integer to the one it reads back.
-      const std::vector<float> logs = sched::log_sigmas(train_sigmas_);
-      state.timesteps.clear();
-      for (double sigma : sched::karras_sigmas(train_sigmas_.front(), train_sigmas_.back(), n)) {
-        state.timesteps.push_back(sched::round_half_even(sched::sigma_to_timestep(sigma, logs)));
-        state.sigmas.push_back(static_cast<float>(sigma));
-      }
-    } else {
-      for (double t : grid) state.sigmas.push_back(static_cast<float>(sched::numpy_interp(t, train_sigmas_)));
-    }
-    state.sigmas.push_back(config_.final_sigmas_type == "sigma_min" ? train_sigmas_[0] : 0.0f);
+  if (flax) {  // levels come from the training tables at the grid's timesteps: no sigmas
+    state.timesteps = grid;
+    return state;
   }
+  if (config_.use_karras_sigmas) {
+    // Karras sigmas between the training table's ends (the spacing's grid is not used), each
+    // step's timestep the nearest integer to the one it reads back.
+    const std::vector<float> logs = sched::log_sigmas(train_sigmas_);
+    for (double sigma : sched::karras_sigmas(train_sigmas_.front(), train_sigmas_.back(), n)) {
+      state.timesteps.push_back(sched::round_half_even(sched::sigma_to_timestep(sigma, logs)));
+      state.sigmas.push_back(static_cast<float>(sigma));
+    }
+  } else {
+    state.timesteps = grid;
+    for (double t : grid) state.sigmas.push_back(static_cast<float>(sched::numpy_interp(t, train_sigmas_)));
+  }
+  state.sigmas.push_back(config_.final_sigmas_type == "sigma_min" ? train_sigmas_[0] : 0.0f);
   return state;
 }
 
