@@ -80,6 +80,9 @@ SettingsPanel::SettingsPanel(QWidget* parent) : QWidget(parent) {
   scheduler_->addItem(tr("LMS Karras"), kKarrasChoice | static_cast<int>(SchedulerKind::Lms));
   scheduler_->addItem(tr("DPM++ 2M"), static_cast<int>(SchedulerKind::DpmSolverPP));
   scheduler_->addItem(tr("DPM++ 2M Karras"), kKarrasChoice | static_cast<int>(SchedulerKind::DpmSolverPP));
+  scheduler_->addItem(tr("DPM++ 2M SDE"), static_cast<int>(SchedulerKind::DpmSolverSde));
+  scheduler_->addItem(tr("DPM++ 2M SDE Karras"),
+                      kKarrasChoice | static_cast<int>(SchedulerKind::DpmSolverSde));
   scheduler_->addItem(tr("Euler"), static_cast<int>(SchedulerKind::Euler));
   scheduler_->addItem(tr("Euler Karras"), kKarrasChoice | static_cast<int>(SchedulerKind::Euler));
   scheduler_->addItem(tr("Euler a"), static_cast<int>(SchedulerKind::EulerAncestral));

@@ -19,7 +19,8 @@ namespace octodiff::cli {
 const char* kSheetUsage =
     "comparison sheets (one prompt, one image per cell, each equal to the single run with its settings):\n"
     "  --x NAME=V1,V2,...        the X axis; NAME: seed (N or A-B), guidance, steps, scheduler\n"
-    "                            (dpm++-karras, euler-karras, lms-karras: with Karras sigmas),\n"
+    "                            (dpm++-karras, dpm++-sde-karras, euler-karras, lms-karras: with\n"
+    "                            Karras sigmas),\n"
     "                            strength (with --init-image), lora (the first --lora's strength),\n"
     "                            clip-skip (N or A-B), prompt (Prompt S/R: the first value is\n"
     "                            searched for, the others replace it); quote a value holding a\n"

@@ -120,7 +120,7 @@ SheetValue parse_value(SheetAxisKind kind, const std::string& text, const std::s
           text.size() > suffix.size() && lowercase(text.substr(text.size() - suffix.size())) == suffix;
       v.scheduler = parse_scheduler_kind(karras ? text.substr(0, text.size() - suffix.size()) : text);
       if (karras && !supports_karras_sigmas(v.scheduler))
-        fail("the scheduler axis: ", text, ": only lms, dpm++ and euler have Karras sigmas");
+        fail("the scheduler axis: ", text, ": only lms, dpm++, dpm++-sde and euler have Karras sigmas");
       if (supports_karras_sigmas(v.scheduler)) v.karras_sigmas = karras;
       break;
     }

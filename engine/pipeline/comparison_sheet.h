@@ -6,7 +6,8 @@
 //          guidance   numbers (the guidance scale)
 //          steps      integers in 1…1000
 //          scheduler  pndm, ddim, lms, dpm++, euler, euler-a, lcm, and lms-karras, dpm++-karras,
-//                     euler-karras (Karras sigmas on; the plain lms, dpm++ and euler turn them off)
+//                     euler-karras, dpm++-sde-karras (Karras sigmas on; the plain lms, dpm++,
+//                     dpm++-sde and euler turn them off)
 //          strength   image-to-image strength in (0, 1] (needs an init image)
 //          lora       strength of the request's first LoRA (StableDiffusionModel::with_loras)
 //          clip-skip  integers in 1…kMaxClipSkip (GenerationRequest::clip_skip; the model's text encoder

@@ -107,7 +107,7 @@ struct GenerationRequest {
   std::optional<TimestepSpacing> timestep_spacing;
   // nullopt: the scheduler configuration's use_karras_sigmas (off when it has none); true/false:
   // Karras sigmas on or off (A1111's "DPM++ 2M Karras", "Euler Karras", "LMS Karras"; true needs
-  // the lms, euler or dpm++ scheduler). They run the torch classes' algorithm whatever `compat`
+  // the lms, euler, dpm++ or dpm++-sde scheduler). They run the torch classes' algorithm whatever `compat`
   // says: diffusers' Flax schedulers have no Karras sigmas.
   std::optional<bool> karras_sigmas;
   int height = 0, width = 0;   // 0: the model's default size

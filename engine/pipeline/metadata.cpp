@@ -25,6 +25,7 @@ std::string sampler_display_name(SchedulerKind kind) {
     case SchedulerKind::Euler: return "Euler";
     case SchedulerKind::EulerAncestral: return "Euler a";
     case SchedulerKind::Lcm: return "LCM";
+    case SchedulerKind::DpmSolverSde: return "DPM++ 2M SDE";
   }
   return "?";
 }

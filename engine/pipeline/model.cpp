@@ -432,7 +432,7 @@ SchedulerConfig StableDiffusionModel::scheduler_config(SchedulerKind kind,
   if (spacing) c.timestep_spacing = *spacing;
   if (karras_sigmas) {
     if (*karras_sigmas && !supports_karras_sigmas(kind))
-      fail("Karras sigmas need the lms, euler or dpm++ scheduler, not ", scheduler_name(kind));
+      fail("Karras sigmas need the lms, euler, dpm++ or dpm++-sde scheduler, not ", scheduler_name(kind));
     c.use_karras_sigmas = *karras_sigmas;
   }
   try {
@@ -457,13 +457,15 @@ void StableDiffusionModel::set_scheduler_config(std::string json_text, const std
   scheduler_source_ = where;
   default_scheduler_ = SchedulerKind::Pndm;
   std::optional<std::string> cls;
+  std::optional<SchedulerKind> kind;  // DPMSolverMultistepScheduler: by its algorithm_type
   try {
     cls = scheduler_config_class_name(scheduler_json_);
+    kind = scheduler_config_kind(scheduler_json_);
   } catch (const Error& e) {
     fail(where, ": ", e.what());
   }
   if (!cls) return;
-  if (auto kind = scheduler_kind_from_class_name(*cls)) {
+  if (kind) {
     default_scheduler_ = *kind;
   } else {
     load_notes_.push_back(cat(where, " names the scheduler class '", *cls,

@@ -1,4 +1,6 @@
-// DPM-Solver(++) multistep, orders 1-3, midpoint or heun second-order form.
+// DPM-Solver(++) multistep, orders 1-3, midpoint or heun second-order form; and its SDE form
+// (algorithm_type "sde-dpmsolver++", A1111's "DPM++ 2M SDE"), orders 1-2, which adds fresh noise
+// every step: x_t = (σ_t/σ_s0)·e^{−h}·x + α_t(1 − e^{−2h})·D0 [+ the D1 term] + σ_t·√(1 − e^{−2h})·z.
 //
 // Diffusers semantics (torch DPMSolverMultistepScheduler of diffusers 0.31): works in sigma
 // space — each grid point's alpha = 1/sqrt(σ²+1), sigma = σ·alpha, all in f32 — with an appended
@@ -7,7 +9,8 @@
 // last-but-one is at most second order under the same N < 15 rule.
 // Flax semantics (FlaxDPMSolverMultistepScheduler): alpha/sigma/lambda come from the training
 // tables at integer timesteps and the last step targets training timestep 0 (not sigma 0). The
-// last step is first order only if lower_order_final and N < 15.
+// last step is first order only if lower_order_final and N < 15. The SDE form has no Flax class
+// and always runs the Diffusers semantics (Scheduler::create sees to it).
 #include <algorithm>
 #include <cmath>
 
@@ -28,6 +31,10 @@ DpmSolverMultistepScheduler::DpmSolverMultistepScheduler(const SchedulerConfig& 
                                                          SchedulerSemantics semantics)
     : UnscaledInputScheduler(config, semantics, "DPM-Solver"),
       train_sigmas_(sched::training_sigmas(alphas_cumprod_)) {
+  if (sde() && semantics_ == SchedulerSemantics::Flax)
+    fail(
+        "DPMSolverMultistepScheduler: sde-dpmsolver++ has no Flax form (Scheduler::create runs it as "
+        "diffusers' torch class)");
   if (semantics_ == SchedulerSemantics::Diffusers && !data_prediction() &&
       config_.final_sigmas_type == "zero")
     fail(
@@ -174,8 +181,56 @@ Tensor DpmSolverMultistepScheduler::update(const std::vector<Tensor>& outputs,
       m0, d1, d2);
 }
 
+// sde-dpmsolver++ (diffusers' first- and second-order updates): the ODE's D terms with e^{−2h}
+// in place of e^{−h}, the sample scaled by e^{−h} more, plus σ_t·√(1 − e^{−2h}) of the noise;
+// each scalar and each element-wise product rounded as torch rounds them.
+Tensor DpmSolverMultistepScheduler::sde_update(const std::vector<Tensor>& outputs,
+                                               const std::vector<Level>& levels, const Level& t, int order,
+                                               const Tensor& x, const Tensor& noise) const {
+  const size_t n = outputs.size();
+  const Tensor& m0 = outputs[n - 1];
+  const Level& s0 = levels[n - 1];
+  const float h = t.lambda - s0.lambda;
+  const float x_coeff = t.sigma / s0.sigma * std::exp(-h);
+  const float e2 = std::exp(-2.0f * h);
+  const float c0 = t.alpha * (1.0f - e2);
+  const float cn = t.sigma * std::sqrt(1.0f - e2);
+  const bool with_noise = noise.defined() && noise.numel() > 0;
+  if (order == 1) {
+    if (!with_noise) return elementwise([=](float xv, float d0) { return x_coeff * xv + c0 * d0; }, x, m0);
+    return elementwise([=](float xv, float d0, float z) { return x_coeff * xv + c0 * d0 + cn * z; }, x, m0,
+                       noise);
+  }
+  const Tensor& m1 = outputs[n - 2];
+  const Level& s1 = levels[n - 2];
+  const float r0 = (s0.lambda - s1.lambda) / h;
+  const float inv_r0 = 1.0f / r0;
+  const Tensor d1 = elementwise([=](float a, float b) { return inv_r0 * (a - b); }, m0, m1);
+  const float c1 =
+      config_.solver_type == "midpoint" ? 0.5f * c0 : t.alpha * ((1.0f - e2) / (-2.0f * h) + 1.0f);
+  if (!with_noise)
+    return elementwise([=](float xv, float v0, float v1) { return x_coeff * xv + c0 * v0 + c1 * v1; }, x, m0,
+                       d1);
+  return elementwise(
+      [=](float xv, float v0, float v1, float z) { return x_coeff * xv + c0 * v0 + c1 * v1 + cn * z; }, x, m0,
+      d1, noise);
+}
+
+bool DpmSolverMultistepScheduler::needs_noise(const SchedulerState& state, int i) const {
+  sched::check_call(state, i, "DPM-Solver needs_noise");
+  return sde() && state.sigmas.at(static_cast<size_t>(i) + 1) != 0.0;
+}
+
 StepResult DpmSolverMultistepScheduler::step(const SchedulerState& state, const Tensor& model_output, int i,
                                              const Tensor& sample) const {
+  if (needs_noise(state, i))
+    fail("DPM++ 2M SDE step ", i, " adds noise: call step(state, model_output, i, sample, noise)");
+  return step_with_noise(state, model_output, i, sample, Tensor());
+}
+
+StepResult DpmSolverMultistepScheduler::step_with_noise(const SchedulerState& state,
+                                                        const Tensor& model_output, int i,
+                                                        const Tensor& sample, const Tensor& noise) const {
   sched::check_step(state, i, "DPM-Solver step");
   sched::check_same_shape(model_output, sample, "DPM-Solver step");
   const bool flax = semantics_ == SchedulerSemantics::Flax;
@@ -240,7 +295,8 @@ StepResult DpmSolverMultistepScheduler::step(const SchedulerState& state, const 
   std::vector<Level> levels;
   for (int k = order - 1; k >= 0; --k) levels.push_back(level_at(idx - k));
 
-  r.prev_sample = update(outputs, levels, target, order, sample);
+  r.prev_sample = sde() ? sde_update(outputs, levels, target, order, sample, noise)
+                        : update(outputs, levels, target, order, sample);
   if (data_prediction()) r.pred_original_sample = converted;
   r.state.lower_order_nums = std::min(state.lower_order_nums + 1, max_order);
   r.state.step_index = i + 1;

@@ -11,10 +11,9 @@
 namespace octodiff {
 
 const std::vector<SchedulerKind>& all_scheduler_kinds() {
-  static const std::vector<SchedulerKind> kinds = {SchedulerKind::Pndm,  SchedulerKind::Ddim,
-                                                   SchedulerKind::Lms,   SchedulerKind::DpmSolverPP,
-                                                   SchedulerKind::Euler, SchedulerKind::EulerAncestral,
-                                                   SchedulerKind::Lcm};
+  static const std::vector<SchedulerKind> kinds = {
+      SchedulerKind::Pndm,  SchedulerKind::Ddim,           SchedulerKind::Lms, SchedulerKind::DpmSolverPP,
+      SchedulerKind::Euler, SchedulerKind::EulerAncestral, SchedulerKind::Lcm, SchedulerKind::DpmSolverSde};
   return kinds;
 }
 
@@ -29,7 +28,8 @@ SchedulerKind parse_scheduler_kind(const std::string& name) {
   if (n == "euler-a" || n == "euler_a" || n == "euler-ancestral" || n == "euler_ancestral")
     return SchedulerKind::EulerAncestral;
   if (n == "lcm") return SchedulerKind::Lcm;
-  fail("unknown scheduler '", name, "' (valid: pndm, ddim, lms, dpm++, euler, euler-a, lcm)");
+  if (n == "dpm++-sde" || n == "dpmpp2m-sde" || n == "dpm++-2m-sde") return SchedulerKind::DpmSolverSde;
+  fail("unknown scheduler '", name, "' (valid: pndm, ddim, lms, dpm++, euler, euler-a, lcm, dpm++-sde)");
 }
 
 std::string scheduler_name(SchedulerKind kind) {
@@ -48,6 +48,8 @@ std::string scheduler_name(SchedulerKind kind) {
       return "euler-a";
     case SchedulerKind::Lcm:
       return "lcm";
+    case SchedulerKind::DpmSolverSde:
+      return "dpm++-sde";
   }
   return "?";
 }
@@ -61,6 +63,7 @@ std::string scheduler_class_name(SchedulerKind kind) {
     case SchedulerKind::Lms:
       return "LMSDiscreteScheduler";
     case SchedulerKind::DpmSolverPP:
+    case SchedulerKind::DpmSolverSde:
       return "DPMSolverMultistepScheduler";
     case SchedulerKind::Euler:
       return "EulerDiscreteScheduler";
@@ -104,15 +107,17 @@ Scheduler::Scheduler(const SchedulerConfig& config, SchedulerSemantics semantics
 }
 
 bool supports_karras_sigmas(SchedulerKind kind) {
-  return kind == SchedulerKind::Lms || kind == SchedulerKind::Euler || kind == SchedulerKind::DpmSolverPP;
+  return kind == SchedulerKind::Lms || kind == SchedulerKind::Euler || kind == SchedulerKind::DpmSolverPP ||
+         kind == SchedulerKind::DpmSolverSde;
 }
 
 std::unique_ptr<Scheduler> Scheduler::create(SchedulerKind kind, const SchedulerConfig& config,
                                              SchedulerSemantics semantics) {
   config.validate(kind);
-  // diffusers' Flax schedulers have no Karras sigmas: the torch class's algorithm runs, as for LCM
-  // and Euler ancestral.
-  if (config.use_karras_sigmas) semantics = SchedulerSemantics::Diffusers;
+  // diffusers' Flax schedulers have no Karras sigmas and no SDE solver: the torch class's algorithm
+  // runs, as for LCM and Euler ancestral.
+  if (config.use_karras_sigmas || kind == SchedulerKind::DpmSolverSde)
+    semantics = SchedulerSemantics::Diffusers;
   switch (kind) {
     case SchedulerKind::Pndm:
       return std::make_unique<PndmScheduler>(config, semantics);
@@ -121,6 +126,7 @@ std::unique_ptr<Scheduler> Scheduler::create(SchedulerKind kind, const Scheduler
     case SchedulerKind::Lms:
       return std::make_unique<LmsDiscreteScheduler>(config, semantics);
     case SchedulerKind::DpmSolverPP:
+    case SchedulerKind::DpmSolverSde:
       return std::make_unique<DpmSolverMultistepScheduler>(config, semantics);
     case SchedulerKind::Euler:
       return std::make_unique<EulerDiscreteScheduler>(config, semantics);

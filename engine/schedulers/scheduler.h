@@ -17,7 +17,7 @@
 //   under Flax semantics both run the torch algorithm (see lcm_scheduler.cpp and
 //   euler_ancestral_scheduler.cpp for what differs).
 //
-// Stochastic steps (LCM, Euler ancestral) add fresh Gaussian noise. The scheduler never draws
+// Stochastic steps (LCM, Euler ancestral, DPM++ 2M SDE) add fresh Gaussian noise. The scheduler never draws
 // it: the caller asks needs_noise(state, i) and passes the noise to the five-argument step().
 // The pipeline's rule (one place for it): the noise of model call i on device d is
 //   jax::normal(jax::fold_in(key_d, i), B·C·h·w, request.rng)
@@ -38,7 +38,9 @@
 namespace octodiff {
 
 // New kinds go at the end: the GUI stores a kind's number in its settings.
-enum class SchedulerKind { Pndm, Ddim, Lms, DpmSolverPP, Euler, EulerAncestral, Lcm };
+// DpmSolverSde: DPMSolverMultistepScheduler with algorithm_type "sde-dpmsolver++" (A1111's
+// "DPM++ 2M SDE"), stochastic like Euler ancestral.
+enum class SchedulerKind { Pndm, Ddim, Lms, DpmSolverPP, Euler, EulerAncestral, Lcm, DpmSolverSde };
 enum class SchedulerSemantics { Flax, Diffusers };
 enum class PredictionType { Epsilon, VPrediction, Sample };
 enum class TimestepSpacing { Leading, Linspace, Trailing };
@@ -46,18 +48,24 @@ enum class TimestepSpacing { Leading, Linspace, Trailing };
 // Every kind, in enum order.
 const std::vector<SchedulerKind>& all_scheduler_kinds();
 // "pndm", "ddim", "lms", "dpm++" (also "dpmpp2m", "dpm"), "euler", "euler-a" (also "euler_a",
-// "euler-ancestral"), "lcm"; case-insensitive; throws octodiff::Error listing the valid names.
+// "euler-ancestral"), "lcm", "dpm++-sde" (also "dpmpp2m-sde", "dpm++-2m-sde"); case-insensitive;
+// throws octodiff::Error listing the valid names.
 SchedulerKind parse_scheduler_kind(const std::string& name);
 std::string scheduler_name(SchedulerKind kind);        // canonical CLI name ("dpm++", ...)
 std::string scheduler_class_name(SchedulerKind kind);  // diffusers class, e.g. "PNDMScheduler"
-// The kind whose diffusers class is `class_name` ("EulerDiscreteScheduler" -> Euler); nullopt
-// for any other class.
+// The kind whose diffusers class is `class_name` ("EulerDiscreteScheduler" -> Euler,
+// "DPMSolverMultistepScheduler" -> DpmSolverPP); nullopt for any other class.
 std::optional<SchedulerKind> scheduler_kind_from_class_name(const std::string& class_name);
+// The kind a scheduler_config.json text names: its class, and for DPMSolverMultistepScheduler its
+// algorithm_type ("sde-dpmsolver++" -> DpmSolverSde); nullopt without "_class_name" or for a class
+// no kind implements. Throws octodiff::Error as scheduler_config_class_name.
+std::optional<SchedulerKind> scheduler_config_kind(const std::string& json_text);
 // The "_class_name" of a scheduler_config.json text; nullopt when the key is absent. Throws
 // octodiff::Error for text that is not a JSON object or a "_class_name" that is not a string.
 std::optional<std::string> scheduler_config_class_name(const std::string& json_text);
 
-// LMS, Euler and DPM-Solver: the kinds with Karras sigmas (SchedulerConfig::use_karras_sigmas).
+// LMS, Euler and DPM-Solver (either algorithm): the kinds with Karras sigmas
+// (SchedulerConfig::use_karras_sigmas).
 bool supports_karras_sigmas(SchedulerKind kind);
 
 // "leading", "linspace", "trailing" (diffusers' timestep_spacing values); throws octodiff::Error
@@ -83,7 +91,7 @@ struct SchedulerConfig {
   TimestepSpacing timestep_spacing = TimestepSpacing::Leading;
   int solver_order = 2;                        // DPM-Solver
   bool lower_order_final = true;               // DPM-Solver
-  std::string algorithm_type = "dpmsolver++";  // dpmsolver++ | dpmsolver
+  std::string algorithm_type = "dpmsolver++";  // dpmsolver++ | dpmsolver (DpmSolverSde: sde-dpmsolver++)
   std::string solver_type = "midpoint";        // midpoint | heun
   // DPM-Solver/Euler under Diffusers semantics: the sigma the last step lands on ("zero" |
   // "sigma_min"). The Flax classes have no such option (DPM-Solver steps to training t = 0).

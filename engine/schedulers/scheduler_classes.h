@@ -148,14 +148,21 @@ class LcmScheduler final : public UnscaledInputScheduler {
 class DpmSolverMultistepScheduler final : public UnscaledInputScheduler {
  public:
   DpmSolverMultistepScheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
-  SchedulerKind kind() const override { return SchedulerKind::DpmSolverPP; }
+  SchedulerKind kind() const override {
+    return sde() ? SchedulerKind::DpmSolverSde : SchedulerKind::DpmSolverPP;
+  }
   using Scheduler::step;  // the five-argument step of the base class
   SchedulerState set_timesteps(int num_inference_steps) const override;
   StepResult step(const SchedulerState& state, const Tensor& model_output, int i,
                   const Tensor& sample) const override;
+  // sde-dpmsolver++: every step whose target sigma is not 0 (the final step to sigma 0 multiplies
+  // diffusers' draw by 0).
+  bool needs_noise(const SchedulerState& state, int i) const override;
 
  protected:
   NoiseScales add_noise_scales(const SchedulerState& state, int i) const override;
+  StepResult step_with_noise(const SchedulerState& state, const Tensor& model_output, int i,
+                             const Tensor& sample, const Tensor& noise) const override;
 
  private:
   // Noise level of one point of the trajectory: alpha, sigma and lambda = log(alpha/sigma).
@@ -167,7 +174,10 @@ class DpmSolverMultistepScheduler final : public UnscaledInputScheduler {
   Tensor convert_model_output(const Tensor& m, const Tensor& x, const Level& s) const;
   Tensor update(const std::vector<Tensor>& outputs, const std::vector<Level>& levels, const Level& target,
                 int order, const Tensor& x) const;
-  bool data_prediction() const { return config_.algorithm_type == "dpmsolver++"; }
+  Tensor sde_update(const std::vector<Tensor>& outputs, const std::vector<Level>& levels, const Level& target,
+                    int order, const Tensor& x, const Tensor& noise) const;
+  bool sde() const { return config_.algorithm_type == "sde-dpmsolver++"; }
+  bool data_prediction() const { return config_.algorithm_type == "dpmsolver++" || sde(); }
   std::vector<float> train_sigmas_;
 };
 

@@ -113,12 +113,13 @@ void reject_unsupported_options(const json& j, SchedulerKind kind) {
     if (it != j.end() && is_one_of(kind, kinds) && bool_value(*it, key))
       fail("scheduler config: '", key, "' = true is not supported by this ", scheduler_class_name(kind));
   };
-  flag("thresholding", {K::Ddim, K::DpmSolverPP, K::Lcm});
-  flag("use_exponential_sigmas", {K::Lms, K::Euler, K::DpmSolverPP});
-  flag("use_beta_sigmas", {K::Lms, K::Euler, K::DpmSolverPP});
-  flag("use_lu_lambdas", {K::DpmSolverPP});
-  flag("euler_at_final", {K::DpmSolverPP});
-  flag("rescale_betas_zero_snr", {K::Ddim, K::Euler, K::DpmSolverPP, K::EulerAncestral, K::Lcm});
+  flag("thresholding", {K::Ddim, K::DpmSolverPP, K::DpmSolverSde, K::Lcm});
+  flag("use_exponential_sigmas", {K::Lms, K::Euler, K::DpmSolverPP, K::DpmSolverSde});
+  flag("use_beta_sigmas", {K::Lms, K::Euler, K::DpmSolverPP, K::DpmSolverSde});
+  flag("use_lu_lambdas", {K::DpmSolverPP, K::DpmSolverSde});
+  flag("euler_at_final", {K::DpmSolverPP, K::DpmSolverSde});
+  flag("rescale_betas_zero_snr",
+       {K::Ddim, K::Euler, K::DpmSolverPP, K::DpmSolverSde, K::EulerAncestral, K::Lcm});
   const auto exact = [&](const char* key, SchedulerKind k, const json& allowed) {
     auto it = j.find(key);
     if (it != j.end() && kind == k && *it != allowed)
@@ -126,9 +127,11 @@ void reject_unsupported_options(const json& j, SchedulerKind kind) {
            scheduler_class_name(kind), " (only ", allowed.dump(), ")");
   };
   exact("variance_type", K::DpmSolverPP, nullptr);
+  exact("variance_type", K::DpmSolverSde, nullptr);
   exact("timestep_type", K::Euler, "discrete");
   exact("interpolation_type", K::Euler, "linear");
-  if (auto it = j.find("lambda_min_clipped"); it != j.end() && kind == K::DpmSolverPP) {
+  if (auto it = j.find("lambda_min_clipped");
+      it != j.end() && (kind == K::DpmSolverPP || kind == K::DpmSolverSde)) {
     const double v = number_value(*it, "lambda_min_clipped");
     if (!(std::isinf(v) && v < 0))
       fail("scheduler config: 'lambda_min_clipped' = ", it->dump(), " is not supported (only -Infinity)");
@@ -155,6 +158,19 @@ std::optional<std::string> scheduler_config_class_name(const std::string& json_t
   return string_value(*it, "_class_name");
 }
 
+std::optional<SchedulerKind> scheduler_config_kind(const std::string& json_text) {
+  const std::optional<std::string> cls = scheduler_config_class_name(json_text);
+  if (!cls) return std::nullopt;
+  std::optional<SchedulerKind> kind = scheduler_kind_from_class_name(*cls);
+  if (kind == SchedulerKind::DpmSolverPP) {
+    const json j = parse_config_object(json_text);
+    auto it = j.find("algorithm_type");
+    if (it != j.end() && string_value(*it, "algorithm_type") == "sde-dpmsolver++")
+      kind = SchedulerKind::DpmSolverSde;
+  }
+  return kind;
+}
+
 SchedulerConfig SchedulerConfig::defaults(SchedulerKind kind) {
   // The constructor defaults of each diffusers class (torch and Flax agree on these).
   SchedulerConfig c;
@@ -175,6 +191,9 @@ SchedulerConfig SchedulerConfig::defaults(SchedulerKind kind) {
     case SchedulerKind::Euler:
     case SchedulerKind::EulerAncestral:
     case SchedulerKind::DpmSolverPP:
+      break;
+    case SchedulerKind::DpmSolverSde:
+      c.algorithm_type = "sde-dpmsolver++";
       break;
     case SchedulerKind::Lcm:  // LCMScheduler's own defaults: SD's betas, alpha one at the end
       c.beta_start = 0.00085;
@@ -215,6 +234,11 @@ SchedulerConfig SchedulerConfig::from_json(const std::string& json_text, Schedul
   if (has("solver_order")) c.solver_order = int_value(j["solver_order"], "solver_order");
   if (has("lower_order_final")) c.lower_order_final = bool_value(j["lower_order_final"], "lower_order_final");
   if (has("algorithm_type")) c.algorithm_type = string_value(j["algorithm_type"], "algorithm_type");
+  // The kind chooses between the class's ODE and SDE solvers (a file's "sde-dpmsolver++" makes its
+  // own kind DpmSolverSde: scheduler_config_kind), whatever the file's algorithm_type says.
+  if (kind == SchedulerKind::DpmSolverSde) c.algorithm_type = "sde-dpmsolver++";
+  if (kind == SchedulerKind::DpmSolverPP && c.algorithm_type == "sde-dpmsolver++")
+    c.algorithm_type = "dpmsolver++";
   if (has("solver_type")) c.solver_type = string_value(j["solver_type"], "solver_type");
   if (has("final_sigmas_type"))
     c.final_sigmas_type = string_value(j["final_sigmas_type"], "final_sigmas_type");
@@ -269,7 +293,18 @@ void SchedulerConfig::validate(SchedulerKind kind) const {
     if (solver_order < 1 || solver_order > 3)
       fail(cls, ": solver_order must be 1, 2 or 3 (got ", solver_order, ")");
     if (algorithm_type != "dpmsolver++" && algorithm_type != "dpmsolver")
-      fail(cls, ": algorithm_type '", algorithm_type, "' is not supported (use dpmsolver++ or dpmsolver)");
+      fail(cls, ": algorithm_type '", algorithm_type,
+           "' is not supported (use dpmsolver++, dpmsolver or sde-dpmsolver++)");
+  }
+  if (kind == SchedulerKind::DpmSolverSde) {
+    // diffusers 0.31's third-order update has no SDE form.
+    if (solver_order < 1 || solver_order > 2)
+      fail(cls, ": solver_order must be 1 or 2 with algorithm_type sde-dpmsolver++ (got ", solver_order, ")");
+    if (algorithm_type != "sde-dpmsolver++")
+      fail(cls, ": the DPM++ 2M SDE scheduler needs algorithm_type sde-dpmsolver++ (got '", algorithm_type,
+           "')");
+  }
+  if (kind == SchedulerKind::DpmSolverPP || kind == SchedulerKind::DpmSolverSde) {
     if (solver_type != "midpoint" && solver_type != "heun")
       fail(cls, ": solver_type '", solver_type, "' is not supported (use midpoint or heun)");
   }
@@ -279,7 +314,8 @@ void SchedulerConfig::validate(SchedulerKind kind) const {
         fail(cls, ": sigma_min and sigma_max must be positive numbers (got ", *bound, ")");
   if (use_karras_sigmas && !supports_karras_sigmas(kind))
     fail(cls, " has no Karras sigmas (use_karras_sigmas: LMS, Euler and DPM++ 2M have them)");
-  if (kind == SchedulerKind::DpmSolverPP || kind == SchedulerKind::Euler) {
+  if (kind == SchedulerKind::DpmSolverPP || kind == SchedulerKind::DpmSolverSde ||
+      kind == SchedulerKind::Euler) {
     if (final_sigmas_type != "zero" && final_sigmas_type != "sigma_min")
       fail(cls, ": final_sigmas_type '", final_sigmas_type, "' is not supported (use zero or sigma_min)");
   }

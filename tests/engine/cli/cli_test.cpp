@@ -252,7 +252,8 @@ TEST(Cli, KarrasSigmasAreAskedForAndSaid) {
 
   CliRun pndm = run({"--scheduler", "pndm", "--karras-sigmas", "on"}, "pndm");
   EXPECT_NE(pndm.code, 0);
-  EXPECT_NE(pndm.err.find("Karras sigmas need the lms, euler or dpm++ scheduler, not pndm"), std::string::npos)
+  EXPECT_NE(pndm.err.find("Karras sigmas need the lms, euler, dpm++ or dpm++-sde scheduler, not pndm"),
+            std::string::npos)
       << pndm.err;
   EXPECT_FALSE(fs::exists(dir / "pndm.png"));
   CliRun bad = run({"--scheduler", "euler", "--karras-sigmas", "yes"}, "bad");

@@ -261,9 +261,11 @@ TEST(ComparisonSheet, KarrasCellsEqualSingleRuns) {
   EXPECT_GT(test::diff(sheet.cell_image(plan.cell_index(0, 0, 0)), sheet.cell_image(plan.cell_index(1, 0, 0))).max_abs,
             0.0);
   EXPECT_EQ(describe_sheet_cell(sheet, plan.cell_index(1, 0, 0)).karras_sigmas, std::optional(true));
-  EXPECT_NE(error_of([] { parse_sheet_spec("scheduler=pndm-karras"); })
-                .find("the scheduler axis: pndm-karras: only lms, dpm++ and euler have Karras sigmas"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([] {
+        parse_sheet_spec("scheduler=pndm-karras");
+      }).find("the scheduler axis: pndm-karras: only lms, dpm++, dpm++-sde and euler have Karras sigmas"),
+      std::string::npos);
 }
 
 // Image-to-image: strength × seed; the posterior noise also comes from each cell's key.

@@ -124,9 +124,10 @@ TEST(KarrasPipeline, SchedulersWithoutThemAreAClearErrorBeforeAnyWork) {
       ADD_FAILURE() << scheduler_name(kind) << " accepted Karras sigmas";
     } catch (const Error& e) {
       std::printf("[refused] %s\n", e.what());
-      EXPECT_NE(std::string(e.what()).find("Karras sigmas need the lms, euler or dpm++ scheduler, not " +
-                                           scheduler_name(kind)),
-                std::string::npos)
+      EXPECT_NE(
+          std::string(e.what()).find("Karras sigmas need the lms, euler, dpm++ or dpm++-sde scheduler, not " +
+                                     scheduler_name(kind)),
+          std::string::npos)
           << e.what();
     }
     req.karras_sigmas = false;  // off is what they do anyway

@@ -42,7 +42,11 @@ TEST_P(AddNoiseMatchesDiffusers, AtTheStartOfAStrengthPointSixRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryScheduler, AddNoiseMatchesDiffusers, ::testing::ValuesIn(all_scheduler_kinds()),
-                         [](const auto& info) { return scheduler_class_name(info.param); });
+                         [](const auto& info) {
+                           // DPM++ 2M SDE is DPMSolverMultistepScheduler too (the same add_noise)
+                           return scheduler_class_name(info.param) +
+                                  (info.param == SchedulerKind::DpmSolverSde ? "Sde" : "");
+                         });
 
 TEST(AddNoise, LcmStrengthCutsTheDistillationTimestepsAsDiffusers) {
   auto s = make(SchedulerKind::Lcm);

@@ -119,8 +119,12 @@ TEST(SchedulerConfigTest, RejectsBadJsonAndValues) {
   expect_error(parse(R"({"beta_schedule": "cosine"})"), "beta_schedule 'cosine'");
   expect_error(parse(R"({"prediction_type": "noise"})"), "prediction_type 'noise'");
   expect_error(parse(R"({"timestep_spacing": "uniform"})"), "timestep_spacing 'uniform'");
-  expect_error(parse(R"({"algorithm_type": "sde-dpmsolver++"})", SchedulerKind::DpmSolverPP),
-               "algorithm_type 'sde-dpmsolver++'");
+  // (sde-dpmsolver++ is the DpmSolverSde kind: sde_scheduler_test.cpp)
+  expect_error(
+      parse(R"({"algorithm_type": "sde-dpmsolver"})", SchedulerKind::DpmSolverPP),
+      "algorithm_type 'sde-dpmsolver' is not supported (use dpmsolver++, dpmsolver or sde-dpmsolver++)");
+  expect_error(parse(R"({"solver_order": 3})", SchedulerKind::DpmSolverSde),
+               "solver_order must be 1 or 2 with algorithm_type sde-dpmsolver++");
   expect_error(parse(R"({"solver_type": "bh2"})", SchedulerKind::DpmSolverPP), "solver_type 'bh2'");
   expect_error(parse(R"({"solver_order": 4})", SchedulerKind::DpmSolverPP), "solver_order");
   expect_error(parse(R"({"final_sigmas_type": "one"})", SchedulerKind::Euler), "final_sigmas_type 'one'");

@@ -27,12 +27,17 @@ std::unique_ptr<Scheduler> tiny(SchedulerKind kind, SchedulerSemantics sem = Sch
 }
 
 TEST(SchedulerSelection, NamesAndClassNamesOfEveryKind) {
-  EXPECT_EQ(all_scheduler_kinds().size(), 7u);
+  EXPECT_EQ(all_scheduler_kinds().size(), 8u);
   for (SchedulerKind k : all_scheduler_kinds()) {
     EXPECT_EQ(parse_scheduler_kind(scheduler_name(k)), k);
-    EXPECT_EQ(scheduler_kind_from_class_name(scheduler_class_name(k)), k);
+    // DPM++ 2M SDE shares DPM++ 2M's class; its config's algorithm_type tells them apart.
+    EXPECT_EQ(scheduler_kind_from_class_name(scheduler_class_name(k)),
+              k == SchedulerKind::DpmSolverSde ? SchedulerKind::DpmSolverPP : k);
     EXPECT_EQ(tiny(k)->kind(), k);
   }
+  for (const char* n : {"dpm++-sde", "DPMPP2M-SDE", "dpm++-2m-sde"})
+    EXPECT_EQ(parse_scheduler_kind(n), SchedulerKind::DpmSolverSde) << n;
+  EXPECT_EQ(scheduler_name(SchedulerKind::DpmSolverSde), "dpm++-sde");
   for (const char* n : {"euler-a", "euler_a", "euler-ancestral", "Euler_Ancestral", "EULER-A"})
     EXPECT_EQ(parse_scheduler_kind(n), SchedulerKind::EulerAncestral) << n;
   EXPECT_EQ(parse_scheduler_kind("LCM"), SchedulerKind::Lcm);
@@ -42,7 +47,8 @@ TEST(SchedulerSelection, NamesAndClassNamesOfEveryKind) {
   EXPECT_EQ(scheduler_kind_from_class_name("EulerDiscreteScheduler"), SchedulerKind::Euler);
   EXPECT_EQ(scheduler_kind_from_class_name("KDPM2DiscreteScheduler"), std::nullopt);
   EXPECT_EQ(scheduler_kind_from_class_name("eulerdiscretescheduler"), std::nullopt);  // exact, as diffusers
-  expect_error([] { parse_scheduler_kind("euler-b"); }, "valid: pndm, ddim, lms, dpm++, euler, euler-a, lcm");
+  expect_error([] { parse_scheduler_kind("euler-b"); },
+               "valid: pndm, ddim, lms, dpm++, euler, euler-a, lcm, dpm++-sde");
 }
 
 TEST(SchedulerSelection, TimestepSpacingNames) {
