@@ -31,13 +31,21 @@ class MainWindowTest : public QObject {
     QVERIFY(scheduler->findText("Euler a") > 0);
     QVERIFY(scheduler->findText("LCM") > 0);
     // A1111's Karras samplers are entries of their own, beside their plain schedulers.
-    for (const char* name : {"LMS Karras", "DPM++ 2M Karras", "Euler Karras"}) {
+    for (const char* name : {"LMS Karras", "DPM++ 2M Karras", "Euler Karras", "DPM++ 2M SDE Karras"}) {
       const int i = scheduler->findText(name);
       QVERIFY2(i > 0, name);
       GenerationRequest r;
       applySchedulerChoice(scheduler->itemData(i).toInt(), &r);
       QCOMPARE(r.karras_sigmas, std::optional(true));
       QCOMPARE(QString::fromStdString(sampler_display_name(*r.scheduler)) + " Karras", QString(name));
+    }
+    {  // DPM++ 2M SDE (A1111's name), plain
+      const int i = scheduler->findText("DPM++ 2M SDE");
+      QVERIFY(i > 0);
+      GenerationRequest r;
+      applySchedulerChoice(scheduler->itemData(i).toInt(), &r);
+      QCOMPARE(r.scheduler, std::optional(SchedulerKind::DpmSolverSde));
+      QCOMPARE(r.karras_sigmas, std::optional(false));
     }
     // A model whose configuration asks for Karras sigmas names them in the first entry.
     w_->settingsPanel()->setModelScheduler(SchedulerKind::DpmSolverPP, true);

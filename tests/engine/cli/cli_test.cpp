@@ -262,6 +262,29 @@ TEST(Cli, KarrasSigmasAreAskedForAndSaid) {
   EXPECT_NE(cli({"generate", "--help"}, dir).out.find("--karras-sigmas on|off"), std::string::npos);
 }
 
+// DPM++ 2M SDE by name: it runs, says so, writes A1111's name, and reproduces itself from a seed.
+TEST(Cli, DpmSdeIsAskedForAndSaid) {
+  auto dir = test::temp_dir("cli_sde");
+  const auto run = [&](const std::string& name) {
+    return cli(tiny({"--prompt", "a red circle", "--steps", "3", "--seed", "5", "--json", "--scheduler",
+                     "dpm++-sde", "--out", name + ".png", "--save-array", name + ".npy"}),
+               dir);
+  };
+  CliRun a = run("a");
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_EQ(nlohmann::json::parse(a.out)["settings"]["scheduler"], "dpm++-sde");
+  EXPECT_NE(a.err.find("scheduler: dpm++-sde (DPMSolverMultistepScheduler)"), std::string::npos) << a.err;
+  std::vector<PngText> texts;
+  read_png(dir / "a.png", &texts);
+  bool a1111_name = false;
+  for (const PngText& t : texts) a1111_name |= t.text.find("Sampler: DPM++ 2M SDE,") != std::string::npos;
+  EXPECT_TRUE(a1111_name);
+  CliRun b = run("b");
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_EQ(read_text_file(dir / "a.npy"), read_text_file(dir / "b.npy"));  // the noise comes from the seed
+  EXPECT_NE(cli({"generate", "--help"}, dir).out.find("dpm++-sde (DPM++ 2M SDE)"), std::string::npos);
+}
+
 // A few-step model's own steps and guidance when the command line names none (pipeline/few_step.h):
 // tiny-lcm is LCM-distilled, so 4 steps at guidance 8, said on stdout; given values win; a standard
 // model keeps 50 steps (checked on its metadata elsewhere: Cli.EightPrompts… uses --steps).

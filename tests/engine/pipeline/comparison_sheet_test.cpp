@@ -268,6 +268,23 @@ TEST(ComparisonSheet, KarrasCellsEqualSingleRuns) {
       std::string::npos);
 }
 
+// DPM++ 2M SDE (stochastic: each step's noise from the cell's key) with and without Karras sigmas.
+TEST(ComparisonSheet, SdeCellsEqualSingleRuns) {
+  auto pipe = std::make_shared<ShardedPipeline>(tiny_model());
+  const SheetSpec spec = parse_sheet_spec("scheduler=dpm++-sde,DPM++-SDE-Karras", "seed=1,2");
+  EXPECT_EQ(spec.axes[0].label(0), "dpm++-sde");
+  EXPECT_EQ(spec.axes[0].label(1), "dpm++-sde karras");
+  GenerationRequest base = base_request();
+  base.steps = 3;
+  const SheetPlan plan = plan_sheet(spec, base, 0);
+  ASSERT_EQ(plan.runs.size(), 2u);
+  EXPECT_EQ(plan.runs[0].request.scheduler, std::optional(SchedulerKind::DpmSolverSde));
+  EXPECT_EQ(plan.runs[1].request.karras_sigmas, std::optional(true));
+  SheetRunner runner(pipe);
+  const SheetResult sheet = runner.run(plan);
+  EXPECT_EQ(expect_cells_equal_single_runs(sheet, *pipe), 4);
+}
+
 // Image-to-image: strength × seed; the posterior noise also comes from each cell's key.
 TEST(ComparisonSheet, StrengthCellsEqualSingleRuns) {
   ModelLoadOptions o;
