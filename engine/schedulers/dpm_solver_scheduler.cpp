@@ -128,6 +128,14 @@ Tensor DpmSolverMultistepScheduler::convert_model_output(const Tensor& m, const 
   return m;
 }
 
+Tensor DpmSolverMultistepScheduler::divided_difference(const Tensor& newer, const Tensor& older,
+                                                       const Level& l_newer, const Level& l_older, float h,
+                                                       float* r) {
+  *r = (l_newer.lambda - l_older.lambda) / h;
+  const float inv_r = 1.0f / *r;
+  return elementwise([=](float a, float b) { return inv_r * (a - b); }, newer, older);
+}
+
 // outputs/levels: newest last (levels[k] belongs to outputs[k]); `order` of them are used.
 Tensor DpmSolverMultistepScheduler::update(const std::vector<Tensor>& outputs,
                                            const std::vector<Level>& levels, const Level& t, int order,
@@ -147,9 +155,8 @@ Tensor DpmSolverMultistepScheduler::update(const std::vector<Tensor>& outputs,
 
   const Tensor& m1 = outputs[n - 2];
   const Level& s1 = levels[n - 2];
-  const float r0 = (s0.lambda - s1.lambda) / h;
-  const float inv_r0 = 1.0f / r0;
-  const Tensor d1_0 = elementwise([=](float a, float b) { return inv_r0 * (a - b); }, m0, m1);
+  float r0;
+  const Tensor d1_0 = divided_difference(m0, m1, s0, s1, h, &r0);
   if (order == 2) {
     float c1;  // x_t = x_coeff·x − c0·D0 − c1·D1
     if (config_.solver_type == "midpoint") {
@@ -161,11 +168,8 @@ Tensor DpmSolverMultistepScheduler::update(const std::vector<Tensor>& outputs,
                        d1_0);
   }
 
-  const Tensor& m2 = outputs[n - 3];
-  const Level& s2 = levels[n - 3];
-  const float r1 = (s1.lambda - s2.lambda) / h;
-  const float inv_r1 = 1.0f / r1;
-  const Tensor d1_1 = elementwise([=](float a, float b) { return inv_r1 * (a - b); }, m1, m2);
+  float r1;
+  const Tensor d1_1 = divided_difference(m1, outputs[n - 3], s1, levels[n - 3], h, &r1);
   const float w = r0 / (r0 + r1), inv_sum = 1.0f / (r0 + r1);
   const Tensor d1 = elementwise([=](float a, float b) { return a + w * (a - b); }, d1_0, d1_1);
   const Tensor d2 = elementwise([=](float a, float b) { return inv_sum * (a - b); }, d1_0, d1_1);
@@ -201,11 +205,8 @@ Tensor DpmSolverMultistepScheduler::sde_update(const std::vector<Tensor>& output
     return elementwise([=](float xv, float d0, float z) { return x_coeff * xv + c0 * d0 + cn * z; }, x, m0,
                        noise);
   }
-  const Tensor& m1 = outputs[n - 2];
-  const Level& s1 = levels[n - 2];
-  const float r0 = (s0.lambda - s1.lambda) / h;
-  const float inv_r0 = 1.0f / r0;
-  const Tensor d1 = elementwise([=](float a, float b) { return inv_r0 * (a - b); }, m0, m1);
+  float r0;
+  const Tensor d1 = divided_difference(m0, outputs[n - 2], s0, levels[n - 2], h, &r0);
   const float c1 =
       config_.solver_type == "midpoint" ? 0.5f * c0 : t.alpha * ((1.0f - e2) / (-2.0f * h) + 1.0f);
   if (!with_noise)

@@ -174,6 +174,9 @@ class DpmSolverMultistepScheduler final : public UnscaledInputScheduler {
   Tensor convert_model_output(const Tensor& m, const Tensor& x, const Level& s) const;
   Tensor update(const std::vector<Tensor>& outputs, const std::vector<Level>& levels, const Level& target,
                 int order, const Tensor& x) const;
+  // (1/r)·(newer − older), r = (λ_newer − λ_older)/h: the first divided difference D1 of the updates.
+  static Tensor divided_difference(const Tensor& newer, const Tensor& older, const Level& l_newer,
+                                   const Level& l_older, float h, float* r);
   Tensor sde_update(const std::vector<Tensor>& outputs, const std::vector<Level>& levels, const Level& target,
                     int order, const Tensor& x, const Tensor& noise) const;
   bool sde() const { return config_.algorithm_type == "sde-dpmsolver++"; }

@@ -6,15 +6,17 @@
 #pragma once
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "io/files.h"
 #include "io/png.h"
+#include "io/safetensors.h"
 #include "pipeline/generation.h"
+#include "pipeline/model.h"
 #include "random/jax_prng.h"
+#include "test_support.h"
 
 namespace octodiff::test {
 
@@ -30,6 +32,26 @@ inline GenerationRequest golden_prompts_request(const nlohmann::json& settings) 
   for (const auto& p : settings["pipeline_prompts"]) req.prompts.push_back(p.get<std::string>());
   req.negative_prompts = {settings["pipeline_negative_prompt"].get<std::string>()};
   req.compat = Compat::Diffusers;
+  return req;
+}
+
+// tiny-sd (tiny_sd_dir()), loaded once per test program.
+inline std::shared_ptr<const StableDiffusionModel> shared_tiny_sd() {
+  static auto model = StableDiffusionModel::load(tiny_sd_dir());
+  return model;
+}
+
+// tiny-sd's pipeline goldens' run (goldens/pipeline.safetensors): its prompts and negative prompt,
+// 5 steps, guidance 7.5, its initial latents (2 devices × 1), --compat diffusers, `kind`.
+inline GenerationRequest tiny_sd_pipeline_request(SchedulerKind kind) {
+  const std::filesystem::path dir = tiny_sd_dir();
+  GenerationRequest req = golden_prompts_request(golden_settings(dir));
+  req.steps = 5;
+  req.guidance_scale = 7.5;
+  req.scheduler = kind;
+  req.latents = SafetensorsFile::open(dir / "goldens" / "pipeline.safetensors")
+                    ->to_f32("latents_init")
+                    .reshaped({2, 1, 4, 32, 32});
   return req;
 }
 

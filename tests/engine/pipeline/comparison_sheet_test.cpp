@@ -242,22 +242,26 @@ TEST(ComparisonSheet, ClipSkipCellsEqualSingleRuns) {
             std::string::npos);
 }
 
-// A1111's "DPM++ 2M" against "DPM++ 2M Karras": the scheduler axis's -karras values.
+// A1111's "DPM++ 2M" against "DPM++ 2M Karras": the scheduler axis's -karras values; and DPM++ 2M
+// SDE (stochastic: each step's noise from the cell's key) with Karras sigmas.
 TEST(ComparisonSheet, KarrasCellsEqualSingleRuns) {
   auto pipe = std::make_shared<ShardedPipeline>(tiny_model());
-  const SheetSpec spec = parse_sheet_spec("scheduler=dpm++,dpm++-karras,Euler-Karras", "seed=1,2");
+  const SheetSpec spec =
+      parse_sheet_spec("scheduler=dpm++,dpm++-karras,Euler-Karras,DPM++-SDE-Karras", "seed=1,2");
   EXPECT_EQ(spec.axes[0].label(0), "dpm++");
   EXPECT_EQ(spec.axes[0].label(1), "dpm++ karras");
   EXPECT_EQ(spec.axes[0].label(2), "euler karras");
+  EXPECT_EQ(spec.axes[0].label(3), "dpm++-sde karras");
   GenerationRequest base = base_request();
   base.steps = 3;
   const SheetPlan plan = plan_sheet(spec, base, 0);
-  ASSERT_EQ(plan.runs.size(), 3u);
+  ASSERT_EQ(plan.runs.size(), 4u);
   EXPECT_EQ(plan.runs[0].request.karras_sigmas, std::optional(false));
   EXPECT_EQ(plan.runs[1].request.karras_sigmas, std::optional(true));
+  EXPECT_EQ(plan.runs[3].request.scheduler, std::optional(SchedulerKind::DpmSolverSde));
   SheetRunner runner(pipe);
   const SheetResult sheet = runner.run(plan);
-  EXPECT_EQ(expect_cells_equal_single_runs(sheet, *pipe), 6);
+  EXPECT_EQ(expect_cells_equal_single_runs(sheet, *pipe), 8);
   EXPECT_GT(test::diff(sheet.cell_image(plan.cell_index(0, 0, 0)), sheet.cell_image(plan.cell_index(1, 0, 0))).max_abs,
             0.0);
   EXPECT_EQ(describe_sheet_cell(sheet, plan.cell_index(1, 0, 0)).karras_sigmas, std::optional(true));
@@ -266,23 +270,6 @@ TEST(ComparisonSheet, KarrasCellsEqualSingleRuns) {
         parse_sheet_spec("scheduler=pndm-karras");
       }).find("the scheduler axis: pndm-karras: only lms, dpm++, dpm++-sde and euler have Karras sigmas"),
       std::string::npos);
-}
-
-// DPM++ 2M SDE (stochastic: each step's noise from the cell's key) with and without Karras sigmas.
-TEST(ComparisonSheet, SdeCellsEqualSingleRuns) {
-  auto pipe = std::make_shared<ShardedPipeline>(tiny_model());
-  const SheetSpec spec = parse_sheet_spec("scheduler=dpm++-sde,DPM++-SDE-Karras", "seed=1,2");
-  EXPECT_EQ(spec.axes[0].label(0), "dpm++-sde");
-  EXPECT_EQ(spec.axes[0].label(1), "dpm++-sde karras");
-  GenerationRequest base = base_request();
-  base.steps = 3;
-  const SheetPlan plan = plan_sheet(spec, base, 0);
-  ASSERT_EQ(plan.runs.size(), 2u);
-  EXPECT_EQ(plan.runs[0].request.scheduler, std::optional(SchedulerKind::DpmSolverSde));
-  EXPECT_EQ(plan.runs[1].request.karras_sigmas, std::optional(true));
-  SheetRunner runner(pipe);
-  const SheetResult sheet = runner.run(plan);
-  EXPECT_EQ(expect_cells_equal_single_runs(sheet, *pipe), 4);
 }
 
 // Image-to-image: strength × seed; the posterior noise also comes from each cell's key.

@@ -17,8 +17,7 @@ using namespace octodiff;
 namespace {
 
 std::shared_ptr<const StableDiffusionModel> tiny_sd() {
-  static auto model = StableDiffusionModel::load(test::tiny_sd_dir());
-  return model;
+  return test::shared_tiny_sd();
 }
 
 std::shared_ptr<SafetensorsFile> goldens() {
@@ -29,14 +28,8 @@ std::shared_ptr<SafetensorsFile> goldens() {
 // tiny-sd's pipeline goldens' request: two prompts, their negative prompt, 5 steps, guidance 7.5,
 // the injected initial latents, --compat diffusers.
 GenerationRequest golden_request(SchedulerKind kind) {
-  GenerationRequest req = test::golden_prompts_request(test::golden_settings(test::tiny_sd_dir()));
-  req.steps = 5;
-  req.guidance_scale = 7.5;
-  req.scheduler = kind;
+  GenerationRequest req = test::tiny_sd_pipeline_request(kind);
   req.karras_sigmas = true;
-  req.latents = SafetensorsFile::open(test::tiny_sd_dir() / "goldens" / "pipeline.safetensors")
-                    ->to_f32("latents_init")
-                    .reshaped({2, 1, 4, 32, 32});
   return req;
 }
 

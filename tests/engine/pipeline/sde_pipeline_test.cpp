@@ -20,8 +20,7 @@ using namespace octodiff;
 namespace {
 
 std::shared_ptr<const StableDiffusionModel> tiny_sd() {
-  static auto model = StableDiffusionModel::load(test::tiny_sd_dir());
-  return model;
+  return test::shared_tiny_sd();
 }
 
 std::shared_ptr<SafetensorsFile> goldens() {
@@ -45,14 +44,8 @@ Tensor injected_step_noise(const Tensor& golden) {
 // tiny-sd's pipeline goldens' request (two prompts, their negative prompt, guidance 7.5, the
 // injected initial latents, --compat diffusers), 5 steps of DPM++ 2M SDE with diffusers' noise.
 GenerationRequest golden_request(const std::string& variant) {
-  GenerationRequest req = test::golden_prompts_request(test::golden_settings(test::tiny_sd_dir()));
-  req.steps = kSteps;
-  req.guidance_scale = 7.5;
-  req.scheduler = SchedulerKind::DpmSolverSde;
+  GenerationRequest req = test::tiny_sd_pipeline_request(SchedulerKind::DpmSolverSde);
   req.karras_sigmas = variant == "sde_karras";
-  req.latents = SafetensorsFile::open(test::tiny_sd_dir() / "goldens" / "pipeline.safetensors")
-                    ->to_f32("latents_init")
-                    .reshaped({2, 1, 4, 32, 32});
   req.step_noise = injected_step_noise(goldens()->to_f32(variant + ".noise"));
   return req;
 }
