@@ -151,19 +151,26 @@ json parse_config_object(const std::string& json_text) {
 
 }  // namespace
 
-std::optional<std::string> scheduler_config_class_name(const std::string& json_text) {
-  const json j = parse_config_object(json_text);
+namespace {
+
+std::optional<std::string> class_name_of(const json& j) {
   auto it = j.find("_class_name");
   if (it == j.end()) return std::nullopt;
   return string_value(*it, "_class_name");
 }
 
+}  // namespace
+
+std::optional<std::string> scheduler_config_class_name(const std::string& json_text) {
+  return class_name_of(parse_config_object(json_text));
+}
+
 std::optional<SchedulerKind> scheduler_config_kind(const std::string& json_text) {
-  const std::optional<std::string> cls = scheduler_config_class_name(json_text);
+  const json j = parse_config_object(json_text);
+  const std::optional<std::string> cls = class_name_of(j);
   if (!cls) return std::nullopt;
   std::optional<SchedulerKind> kind = scheduler_kind_from_class_name(*cls);
   if (kind == SchedulerKind::DpmSolverPP) {
-    const json j = parse_config_object(json_text);
     auto it = j.find("algorithm_type");
     if (it != j.end() && string_value(*it, "algorithm_type") == "sde-dpmsolver++")
       kind = SchedulerKind::DpmSolverSde;

@@ -5,6 +5,7 @@
 // Header-only: the pipeline tests that use it link the pipeline; the support library does not.
 #pragma once
 
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -59,6 +60,32 @@ inline GenerationRequest tiny_sd_pipeline_request(SchedulerKind kind) {
 inline std::vector<Image8> golden_init_images(const std::filesystem::path& model_dir) {
   const std::filesystem::path dir = model_dir / "goldens";
   return {read_png(dir / "img2img_init_0.png"), read_png(dir / "img2img_init_1.png")};
+}
+
+// diffusers' per-step draws [steps, D, C, h, w] (each step's tensor holds every device's row) as a
+// request's step_noise (D, calls, B = 1, C, h, w): the first `rows` calls of each device get theirs,
+// later calls stay zero (calls that add no noise).
+inline Tensor step_noise_per_device(const Tensor& golden, int64_t calls, int64_t rows) {
+  const int64_t devices = golden.dim(1), n = golden.numel() / (golden.dim(0) * devices);
+  Tensor noise = Tensor::zeros({devices, calls, 1, golden.dim(2), golden.dim(3), golden.dim(4)});
+  for (int64_t d = 0; d < devices; ++d)
+    for (int64_t k = 0; k < rows; ++k)
+      std::memcpy(noise.data() + (d * calls + k) * n, golden.data() + (k * devices + d) * n,
+                  sizeof(float) * n);
+  return noise;
+}
+
+// The step noise a run draws without injected noise (schedulers/scheduler.h's rule): call i of
+// device d takes normal(fold_in(key_d, i)), as (D, calls, B = 1, C, h, w).
+inline Tensor step_noise_by_rule(const std::vector<jax::Key>& device_keys, int64_t calls, int64_t c,
+                                 int64_t h, int64_t w, jax::RngScheme rng) {
+  const int64_t devices = static_cast<int64_t>(device_keys.size()), n = c * h * w;
+  Tensor noise = Tensor::zeros({devices, calls, 1, c, h, w});
+  for (int64_t d = 0; d < devices; ++d)
+    for (int64_t i = 0; i < calls; ++i)
+      jax::normal_into(jax::fold_in(device_keys[d], static_cast<uint32_t>(i)), n, rng,
+                       noise.data() + (d * calls + i) * n);
+  return noise;
 }
 
 // What a Flax-semantics image-to-image or inpaint run draws from `seed` with one image on each of

@@ -35,6 +35,7 @@ ancestral multiplies its last draw by sigma_up = 0.
 """
 import json
 import math
+import os
 import sys
 
 sys.path.insert(0, "/work/shared/tools")
@@ -43,12 +44,13 @@ import diffusers_env  # noqa: E402
 diffusers_env.setup("/work/diffusers-v0.31.0")
 
 import torch  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
 
 import diffusers  # noqa: E402
 import diffusers.schedulers.scheduling_euler_ancestral_discrete as euler_a_module  # noqa: E402
 import diffusers.schedulers.scheduling_lcm as lcm_module  # noqa: E402
 from diffusers import (  # noqa: E402
+    AutoencoderKL,
     DDIMScheduler,
     DPMSolverMultistepScheduler,
     EulerAncestralDiscreteScheduler,
@@ -56,6 +58,8 @@ from diffusers import (  # noqa: E402
     LCMScheduler,
     LMSDiscreteScheduler,
     PNDMScheduler,
+    StableDiffusionPipeline,
+    UNet2DConditionModel,
 )
 
 torch.set_num_threads(1)
@@ -73,6 +77,7 @@ CLASSES = {
 SPACINGS = ["leading", "linspace", "trailing"]
 GRID_STEPS = [1, 2, 3, 4, 5, 8, 25]
 SHAPE = (1, 4, 8, 8)
+TINY_SD_PIPELINE_STEPS = 5
 # (class, spacing, n): one trajectory per class and spacing at 4 steps, and LCM / Euler ancestral
 # at 1, 2, 4 and 8 steps with every spacing.
 TRAJECTORIES = sorted(
@@ -119,6 +124,51 @@ def grid(out, name, base_config, spacing, n):
     out[key + ".init_noise_sigma"] = torch.tensor([float(s.init_noise_sigma)], dtype=torch.float64)
 
 
+def base_config_of(config_path):
+    """A scheduler_config.json as Cls.from_config takes it here: without its _class_name and the other _ keys."""
+    with open(config_path) as f:
+        return {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+
+
+def initial_latent():
+    """The trajectories' initial latent (torch.randn, seed 20)."""
+    return torch.randn(SHAPE, generator=torch.Generator().manual_seed(20), dtype=torch.float32)
+
+
+def save_goldens(tensors, path, generator, **metadata):
+    """Writes `tensors` (made contiguous) with their provenance: the generating script, diffusers' and
+    torch's versions, then `metadata` in order."""
+    meta = {"generator": generator, "diffusers": diffusers.__version__, "torch": torch.__version__, **metadata}
+    save_file({k: v.contiguous() for k, v in tensors.items()}, path, metadata=meta)
+
+
+def tiny_sd_pipeline_runs(tiny_sd, schedulers, before_call=None, after_call=None):
+    """diffusers' StableDiffusionPipeline on tiny-sd (its UNet and VAE; 5 steps, guidance 7.5) given the
+    tiny-sd pipeline goldens' prompt and negative prompt embeddings and initial latents, once per
+    (name, scheduler) of `schedulers` for each output type: <name>.latents_final, <name>.images and
+    <name>.timesteps. before_call(name) / after_call(name) run around each pipeline call. Returns the
+    tensors and tiny-sd's goldens."""
+    g = load_file(os.path.join(tiny_sd, "goldens", "pipeline.safetensors"))
+    unet = UNet2DConditionModel.from_pretrained(os.path.join(tiny_sd, "unet")).eval()
+    vae = AutoencoderKL.from_pretrained(os.path.join(tiny_sd, "vae")).eval()
+    out = {}
+    for name, scheduler in schedulers.items():
+        pipe = StableDiffusionPipeline(vae=vae, text_encoder=None, tokenizer=None, unet=unet, scheduler=scheduler,
+                                       safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+        for kind, key in (("latent", "latents_final"), ("np", "images")):
+            if before_call:
+                before_call(name)
+            with torch.no_grad():
+                r = pipe(prompt_embeds=g["prompt_embeds"], negative_prompt_embeds=g["negative_prompt_embeds"],
+                         num_inference_steps=TINY_SD_PIPELINE_STEPS, guidance_scale=7.5,
+                         latents=g["latents_init"].clone(), output_type=kind, height=64, width=64).images
+            if after_call:
+                after_call(name)
+            out[f"{name}.{key}"] = torch.as_tensor(r).contiguous()
+        out[f"{name}.timesteps"] = pipe.scheduler.timesteps.clone()
+    return out, g
+
+
 def record_trajectory(out, key, s, initial):
     """Runs scheduler `s` (set_timesteps done) from initial * init_noise_sigma with the stand-in model
     and stores <key>.samples, .model_inputs, .model_outputs and .pred_original (LCM: `denoised`)."""
@@ -159,25 +209,19 @@ def trajectory(out, name, base_config, spacing, n, initial, run_index):
 
 
 def main(config_path, out_path):
-    with open(config_path) as f:
-        base_config = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+    base_config = base_config_of(config_path)
     out = {}
     for name in CLASSES:
         for spacing in SPACINGS:
             for n in GRID_STEPS:
                 grid(out, name, base_config, spacing, n)
-    initial = torch.randn(SHAPE, generator=torch.Generator().manual_seed(20), dtype=torch.float32)
+    initial = initial_latent()
     out["initial_latent"] = initial
     for run_index, (name, spacing, n) in enumerate(TRAJECTORIES):
         trajectory(out, name, base_config, spacing, n, initial, run_index)
-    metadata = {
-        "generator": "tools/goldens/make_fast_scheduler_goldens.py",
-        "diffusers": diffusers.__version__,
-        "torch": torch.__version__,
-        "base_config": json.dumps(base_config, sort_keys=True),
-        "trajectories": json.dumps([list(t) for t in TRAJECTORIES]),
-    }
-    save_file({k: v.contiguous() for k, v in out.items()}, out_path, metadata=metadata)
+    save_goldens(out, out_path, "tools/goldens/make_fast_scheduler_goldens.py",
+                 base_config=json.dumps(base_config, sort_keys=True),
+                 trajectories=json.dumps([list(t) for t in TRAJECTORIES]))
     print(f"wrote {len(out)} tensors to {out_path}")
 
 

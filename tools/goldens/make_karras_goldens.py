@@ -33,18 +33,16 @@ import numpy  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_fast_scheduler_goldens import record_trajectory  # noqa: E402  (the same stand-in model and loop)
-from safetensors.torch import load_file, save_file  # noqa: E402
+from make_fast_scheduler_goldens import (  # noqa: E402  (the same stand-in model, loop, latent and pipeline)
+    base_config_of,
+    initial_latent,
+    record_trajectory,
+    save_goldens,
+    tiny_sd_pipeline_runs,
+)
 
 import diffusers  # noqa: E402
-from diffusers import (  # noqa: E402
-    AutoencoderKL,
-    DPMSolverMultistepScheduler,
-    EulerDiscreteScheduler,
-    LMSDiscreteScheduler,
-    StableDiffusionPipeline,
-    UNet2DConditionModel,
-)
+from diffusers import DPMSolverMultistepScheduler, EulerDiscreteScheduler, LMSDiscreteScheduler  # noqa: E402
 
 torch.set_num_threads(1)
 diffusers.utils.logging.set_verbosity_error()
@@ -84,57 +82,37 @@ def trajectory(out, variant, base_config, spacing, n, initial):
 
 
 def pipeline_goldens(tiny_sd, base_config):
-    g = load_file(os.path.join(tiny_sd, "goldens", "pipeline.safetensors"))
-    unet = UNet2DConditionModel.from_pretrained(os.path.join(tiny_sd, "unet")).eval()
-    vae = AutoencoderKL.from_pretrained(os.path.join(tiny_sd, "vae")).eval()
-    out = {}
+    schedulers = {}
     for variant in ("lms", "dpmpp2m", "euler"):
         cls, extra = VARIANTS[variant]
-        scheduler = cls.from_config(dict(base_config, use_karras_sigmas=True, **extra))
-        pipe = StableDiffusionPipeline(vae=vae, text_encoder=None, tokenizer=None, unet=unet, scheduler=scheduler,
-                                       safety_checker=None, feature_extractor=None, requires_safety_checker=False)
-        for kind, key in (("latent", "latents_final"), ("np", "images")):
-            with torch.no_grad():
-                r = pipe(prompt_embeds=g["prompt_embeds"], negative_prompt_embeds=g["negative_prompt_embeds"],
-                         num_inference_steps=5, guidance_scale=7.5, latents=g["latents_init"].clone(),
-                         output_type=kind, height=64, width=64).images
-            out[f"{variant}.{key}"] = torch.as_tensor(r).contiguous()
-        out[f"{variant}.timesteps"] = pipe.scheduler.timesteps.clone()
-        print(f"pipeline {variant} karras: timesteps {pipe.scheduler.timesteps.tolist()}, "
+        schedulers[variant] = cls.from_config(dict(base_config, use_karras_sigmas=True, **extra))
+    out, g = tiny_sd_pipeline_runs(tiny_sd, schedulers)
+    for variant in schedulers:
+        print(f"pipeline {variant} karras: timesteps {out[variant + '.timesteps'].tolist()}, "
               f"images differ from the uniform sigmas' by "
               f"{float((out[variant + '.images'] - torch.as_tensor(g[variant + '.images'])).abs().max()):.3g}")
     return out
 
 
 def main(tiny_sd, out_dir):
-    with open(os.path.join(tiny_sd, "scheduler", "scheduler_config.json")) as f:
-        base_config = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+    base_config = base_config_of(os.path.join(tiny_sd, "scheduler", "scheduler_config.json"))
     out = {}
     for variant in VARIANTS:
         for spacing in SPACINGS:
             for n in GRID_STEPS:
                 grid(out, variant, base_config, spacing, n)
-    initial = torch.randn(SHAPE, generator=torch.Generator().manual_seed(20), dtype=torch.float32)
+    initial = initial_latent()
     out["initial_latent"] = initial
     for variant, spacing, n in TRAJECTORIES:
         trajectory(out, variant, base_config, spacing, n, initial)
-    metadata = {
-        "generator": "tools/goldens/make_karras_goldens.py",
-        "diffusers": diffusers.__version__,
-        "torch": torch.__version__,
-        "numpy": numpy.__version__,
-        "base_config": json.dumps(base_config, sort_keys=True),
-        "variants": json.dumps({k: v[1] for k, v in VARIANTS.items()}, sort_keys=True),
-        "trajectories": json.dumps([list(t) for t in TRAJECTORIES]),
-    }
     os.makedirs(out_dir, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(out_dir, "karras.safetensors"),
-              metadata=metadata)
+    save_goldens(out, os.path.join(out_dir, "karras.safetensors"), "tools/goldens/make_karras_goldens.py",
+                 numpy=numpy.__version__, base_config=json.dumps(base_config, sort_keys=True),
+                 variants=json.dumps({k: v[1] for k, v in VARIANTS.items()}, sort_keys=True),
+                 trajectories=json.dumps([list(t) for t in TRAJECTORIES]))
     print(f"wrote {len(out)} scheduler tensors")
-    pipe = pipeline_goldens(tiny_sd, base_config)
-    save_file(pipe, os.path.join(out_dir, "pipeline.safetensors"),
-              metadata={"generator": "tools/goldens/make_karras_goldens.py", "diffusers": diffusers.__version__,
-                        "torch": torch.__version__, "base": "tiny-sd goldens/pipeline.safetensors"})
+    save_goldens(pipeline_goldens(tiny_sd, base_config), os.path.join(out_dir, "pipeline.safetensors"),
+                 "tools/goldens/make_karras_goldens.py", base="tiny-sd goldens/pipeline.safetensors")
 
 
 if __name__ == "__main__":

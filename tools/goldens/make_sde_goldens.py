@@ -36,12 +36,18 @@ import numpy  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_fast_scheduler_goldens import record_trajectory  # noqa: E402  (the same stand-in model and loop)
-from safetensors.torch import load_file, save_file  # noqa: E402
+from make_fast_scheduler_goldens import (  # noqa: E402  (the same stand-in model, loop, latent and pipeline)
+    TINY_SD_PIPELINE_STEPS,
+    base_config_of,
+    initial_latent,
+    record_trajectory,
+    save_goldens,
+    tiny_sd_pipeline_runs,
+)
 
 import diffusers  # noqa: E402
 import diffusers.schedulers.scheduling_dpmsolver_multistep as dpm_module  # noqa: E402
-from diffusers import AutoencoderKL, DPMSolverMultistepScheduler, StableDiffusionPipeline, UNet2DConditionModel  # noqa: E402
+from diffusers import DPMSolverMultistepScheduler  # noqa: E402
 
 torch.set_num_threads(1)
 diffusers.utils.logging.set_verbosity_error()
@@ -98,57 +104,45 @@ def trajectory(out, variant, base_config, spacing, n, initial, run_index):
 
 
 def pipeline_goldens(tiny_sd, base_config):
-    g = load_file(os.path.join(tiny_sd, "goldens", "pipeline.safetensors"))
-    unet = UNet2DConditionModel.from_pretrained(os.path.join(tiny_sd, "unet")).eval()
-    vae = AutoencoderKL.from_pretrained(os.path.join(tiny_sd, "vae")).eval()
-    out = {}
-    steps = 5
+    latents_shape = (2, 4, 32, 32)  # tiny-sd's latents_init: both prompts' latents in one tensor
+    noise = {}
     for run_index, variant in enumerate(("sde", "sde_karras")):
         gen = torch.Generator().manual_seed(4000 + run_index)
-        latents = g["latents_init"]
-        noise = [torch.randn(tuple(latents.shape), generator=gen, dtype=torch.float32) for _ in range(steps)]
-        for kind, key in (("latent", "latents_final"), ("np", "images")):
-            scheduler = make(variant, base_config, "linspace")  # the class's default spacing
-            pipe = StableDiffusionPipeline(vae=vae, text_encoder=None, tokenizer=None, unet=unet, scheduler=scheduler,
-                                           safety_checker=None, feature_extractor=None, requires_safety_checker=False)
-            INJECTED.queue, INJECTED.calls = noise, 0
-            with torch.no_grad():
-                r = pipe(prompt_embeds=g["prompt_embeds"], negative_prompt_embeds=g["negative_prompt_embeds"],
-                         num_inference_steps=steps, guidance_scale=7.5, latents=latents.clone(),
-                         output_type=kind, height=64, width=64).images
-            assert INJECTED.calls == steps, INJECTED.calls
-            out[f"{variant}.{key}"] = torch.as_tensor(r).contiguous()
-        out[f"{variant}.timesteps"] = pipe.scheduler.timesteps.clone()
-        out[f"{variant}.noise"] = torch.stack(noise).contiguous()
-        print(f"pipeline {variant}: timesteps {pipe.scheduler.timesteps.tolist()}")
+        noise[variant] = [torch.randn(latents_shape, generator=gen, dtype=torch.float32)
+                          for _ in range(TINY_SD_PIPELINE_STEPS)]
+
+    def before_call(variant):
+        INJECTED.queue, INJECTED.calls = noise[variant], 0
+
+    def after_call(variant):
+        assert INJECTED.calls == TINY_SD_PIPELINE_STEPS, (variant, INJECTED.calls)
+
+    schedulers = {v: make(v, base_config, "linspace") for v in noise}  # the class's default spacing
+    out, _ = tiny_sd_pipeline_runs(tiny_sd, schedulers, before_call, after_call)
+    for variant, draws in noise.items():
+        out[f"{variant}.noise"] = torch.stack(draws).contiguous()
+        print(f"pipeline {variant}: timesteps {out[variant + '.timesteps'].tolist()}")
     return out
 
 
 def main(tiny_sd, out_dir):
-    with open(os.path.join(tiny_sd, "scheduler", "scheduler_config.json")) as f:
-        base_config = {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+    base_config = base_config_of(os.path.join(tiny_sd, "scheduler", "scheduler_config.json"))
     out = {}
-    initial = torch.randn(SHAPE, generator=torch.Generator().manual_seed(20), dtype=torch.float32)
+    initial = initial_latent()
     out["initial_latent"] = initial
     for run_index, (variant, spacing, n) in enumerate(TRAJECTORIES):
         trajectory(out, variant, base_config, spacing, n, initial, run_index)
-    metadata = {
-        "generator": "tools/goldens/make_sde_goldens.py",
-        "diffusers": diffusers.__version__,
-        "torch": torch.__version__,
-        "numpy": numpy.__version__,
-        "base_config": json.dumps(base_config, sort_keys=True),
-        "variants": json.dumps(VARIANTS, sort_keys=True),
-        "trajectories": json.dumps([list(t) for t in TRAJECTORIES]),
-    }
     os.makedirs(out_dir, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(out_dir, "sde.safetensors"), metadata=metadata)
+    save_goldens(out, os.path.join(out_dir, "sde.safetensors"), "tools/goldens/make_sde_goldens.py",
+                 numpy=numpy.__version__, base_config=json.dumps(base_config, sort_keys=True),
+                 variants=json.dumps(VARIANTS, sort_keys=True),
+                 trajectories=json.dumps([list(t) for t in TRAJECTORIES]))
     print(f"wrote {len(out)} scheduler tensors")
-    pipe = pipeline_goldens(tiny_sd, base_config)
-    save_file(pipe, os.path.join(out_dir, "pipeline.safetensors"),
-              metadata={"generator": "tools/goldens/make_sde_goldens.py", "diffusers": diffusers.__version__,
-                        "torch": torch.__version__, "base": "tiny-sd goldens/pipeline.safetensors"})
+    save_goldens(pipeline_goldens(tiny_sd, base_config), os.path.join(out_dir, "pipeline.safetensors"),
+                 "tools/goldens/make_sde_goldens.py", base="tiny-sd goldens/pipeline.safetensors")
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
     main(sys.argv[1], sys.argv[2])

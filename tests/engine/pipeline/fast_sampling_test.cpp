@@ -5,10 +5,10 @@
 // StableDiffusionPipeline with vae=AutoencoderTiny (tests/data/tiny-taesd), and as the preview.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "golden_requests.h"
 #include "io/files.h"
 #include "io/safetensors.h"
 #include "pipeline/sharded_pipeline.h"
@@ -39,17 +39,6 @@ std::shared_ptr<const StableDiffusionModel> tiny_sd_with_taesd() {
   return model;
 }
 
-// Device d's rows of the goldens' step noise [3, 2, 4, 32, 32] as (D=2, calls, B=1, 4, 32, 32);
-// the last call adds no noise (its rows stay zero and unused).
-Tensor injected_step_noise(const Tensor& golden, int calls) {
-  const int64_t n = 4 * 32 * 32;
-  Tensor noise = Tensor::zeros({2, calls, 1, 4, 32, 32});
-  for (int d = 0; d < 2; ++d)
-    for (int k = 0; k + 1 < calls; ++k)
-      std::memcpy(noise.data() + (d * calls + k) * n, golden.data() + (k * 2 + d) * n, sizeof(float) * n);
-  return noise;
-}
-
 struct LcmCase {
   int steps;
   double guidance;
@@ -68,7 +57,8 @@ TEST_P(LcmPipelineParity, MatchesLatentConsistencyModelPipeline) {
   req.guidance_scale = c.guidance;
   req.compat = Compat::Diffusers;
   req.latents = g->to_f32("latents_init").reshaped({2, 1, 4, 32, 32});
-  req.step_noise = injected_step_noise(g->to_f32("step_noise"), c.steps);
+  // The goldens' step noise [3, 2, 4, 32, 32]; LCM's last call adds none (its rows stay zero).
+  req.step_noise = test::step_noise_per_device(g->to_f32("step_noise"), c.steps, c.steps - 1);
   const GenerationResult res = pipe.run(req);
 
   const std::string name = c.golden;
@@ -99,13 +89,7 @@ TEST(LcmStepNoise, IsDrawnFromTheDeviceKeysByTheDocumentedRule) {
   req.seed = 77;
   req.threads = 1;
   const GenerationResult drawn = pipe.run(req);
-  const int64_t n = 4 * 32 * 32;
-  Tensor rule = Tensor::zeros({2, 4, 1, 4, 32, 32});
-  for (int d = 0; d < 2; ++d)
-    for (int i = 0; i < 4; ++i)
-      jax::normal_into(jax::fold_in(drawn.device_keys[d], static_cast<uint32_t>(i)), n, req.rng,
-                       rule.data() + (d * 4 + i) * n);
-  req.step_noise = rule;
+  req.step_noise = test::step_noise_by_rule(drawn.device_keys, 4, 4, 32, 32, req.rng);
   req.threads = 2;
   const GenerationResult injected = pipe.run(req);
   EXPECT_EQ(test::diff(injected.images, drawn.images).max_abs, 0.0);

@@ -6,13 +6,10 @@
 // asks for it; the metadata both ways (A1111's "DPM++ 2M SDE", "DPM++ 2M SDE Karras").
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include "golden_requests.h"
 #include "io/safetensors.h"
 #include "pipeline/metadata.h"
 #include "pipeline/sharded_pipeline.h"
-#include "random/jax_prng.h"
 #include "test_support.h"
 
 using namespace octodiff;
@@ -30,23 +27,12 @@ std::shared_ptr<SafetensorsFile> goldens() {
 
 constexpr int kSteps = 5;
 
-// diffusers' per-step draws [steps, 2, 4, 32, 32] (both prompts in one tensor) as the request's
-// (D = 2, calls, B = 1, 4, 32, 32).
-Tensor injected_step_noise(const Tensor& golden) {
-  const int64_t n = 4 * 32 * 32;
-  Tensor noise = Tensor::zeros({2, kSteps, 1, 4, 32, 32});
-  for (int d = 0; d < 2; ++d)
-    for (int k = 0; k < kSteps; ++k)
-      std::memcpy(noise.data() + (d * kSteps + k) * n, golden.data() + (k * 2 + d) * n, sizeof(float) * n);
-  return noise;
-}
-
 // tiny-sd's pipeline goldens' request (two prompts, their negative prompt, guidance 7.5, the
 // injected initial latents, --compat diffusers), 5 steps of DPM++ 2M SDE with diffusers' noise.
 GenerationRequest golden_request(const std::string& variant) {
   GenerationRequest req = test::tiny_sd_pipeline_request(SchedulerKind::DpmSolverSde);
   req.karras_sigmas = variant == "sde_karras";
-  req.step_noise = injected_step_noise(goldens()->to_f32(variant + ".noise"));
+  req.step_noise = test::step_noise_per_device(goldens()->to_f32(variant + ".noise"), kSteps, kSteps);
   return req;
 }
 
@@ -90,13 +76,7 @@ TEST(SdePipeline, NoiseIsDrawnFromTheDeviceKeysByTheDocumentedRule) {
   req.seed = 77;
   req.threads = 1;
   const GenerationResult drawn = pipe.run(req);
-  const int64_t n = 4 * 32 * 32;
-  Tensor rule = Tensor::zeros({2, kSteps, 1, 4, 32, 32});
-  for (int d = 0; d < 2; ++d)
-    for (int i = 0; i < kSteps; ++i)
-      jax::normal_into(jax::fold_in(drawn.device_keys[d], static_cast<uint32_t>(i)), n, req.rng,
-                       rule.data() + (d * kSteps + i) * n);
-  req.step_noise = rule;
+  req.step_noise = test::step_noise_by_rule(drawn.device_keys, kSteps, 4, 32, 32, req.rng);
   req.threads = 2;
   EXPECT_EQ(test::diff(pipe.run(req).images, drawn.images).max_abs, 0.0);
   for (float& v : *req.step_noise) v = -v;

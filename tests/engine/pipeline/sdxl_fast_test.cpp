@@ -5,11 +5,10 @@
 // tools/goldens/make_sdxl_fast_goldens.py). f32 at the parity bar (1e-4 of scale), errors printed.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "golden_requests.h"
 #include "io/files.h"
 #include "io/safetensors.h"
 #include "pipeline/sharded_pipeline.h"
@@ -64,16 +63,6 @@ std::shared_ptr<const StableDiffusionModel> tiny_sdxl_turbo() {
 
 std::shared_ptr<SafetensorsFile> turbo_goldens() {
   return SafetensorsFile::open(test::data_dir() / "tiny-sdxl-turbo" / "goldens" / "pipeline.safetensors");
-}
-
-// The goldens' step noise [steps, 2, C, h, w] as (D = 2, calls, B = 1, C, h, w).
-Tensor injected_step_noise(const Tensor& golden) {
-  const int64_t steps = golden.dim(0), n = golden.numel() / (steps * 2);
-  Tensor noise = Tensor::zeros({2, steps, 1, golden.dim(2), golden.dim(3), golden.dim(4)});
-  for (int64_t d = 0; d < 2; ++d)
-    for (int64_t k = 0; k < steps; ++k)
-      std::memcpy(noise.data() + (d * steps + k) * n, golden.data() + (k * 2 + d) * n, sizeof(float) * n);
-  return noise;
 }
 
 }  // namespace
@@ -148,7 +137,8 @@ TEST_P(SdxlTurboParity, MatchesStableDiffusionXLPipeline) {
   req.height = req.width = c.size;
   const int64_t h = c.size / 2;
   req.latents = g->to_f32(name + ".latents_init").reshaped({2, 1, 4, h, h});
-  req.step_noise = injected_step_noise(g->to_f32(name + ".step_noise"));
+  const Tensor step_noise = g->to_f32(name + ".step_noise");  // [steps, 2, C, h, w]
+  req.step_noise = test::step_noise_per_device(step_noise, step_noise.dim(0), step_noise.dim(0));
   const GenerationResult res = pipe.run(req);
   EXPECT_EQ(res.signature.scheduler, SchedulerKind::EulerAncestral) << "the model's own scheduler";
   EXPECT_EQ(res.signature.timestep_spacing, TimestepSpacing::Trailing);
