@@ -69,6 +69,12 @@ const char* kGenerateUsage =
     "  --karras-sigmas on|off    Karras sigmas for lms, euler, dpm++ and dpm++-sde (A1111's\n"
     "                            'DPM++ 2M Karras'; default: the scheduler config's\n"
     "                            use_karras_sigmas)\n"
+    "  --zero-snr on|off         zero terminal SNR noise schedule (diffusers' rescale_betas_zero_snr,\n"
+    "                            A1111's 'Zero Terminal SNR'; for models trained with it) with ddim,\n"
+    "                            euler, euler-a, dpm++, dpm++-sde, lcm (default: the scheduler config's)\n"
+    "  --guidance-rescale PHI    rescale the guided noise toward the prompt's standard deviation,\n"
+    "                            0..1 (diffusers' guidance_rescale, A1111's 'CFG Rescale phi';\n"
+    "                            default 0 = off; 0.7 for zero-SNR models)\n"
     "  --height H --width W      image size (default: the model's)\n"
     "  --taesd PATH              a tiny autoencoder (TAESD: diffusers AutoencoderTiny folder or\n"
     "                            taesd_decoder.safetensors) loaded beside the model\n"
@@ -264,15 +270,64 @@ void vae_tiling_options(const Args& args, GenerationRequest& req, int scale) {
 // The command line: every option `generate` takes, for the grid, a sheet and a sweep.
 Args generate_args(const std::vector<std::string>& argv) {
   return Args(argv,
-              {"negative-prompt", "model", "tokenizer", "seed", "steps", "guidance", "scheduler", "timestep-spacing",
-               "karras-sigmas", "height", "width",
-               "devices", "batch-per-device", "compat", "rng", "dtype", "threads", "latents", "save-latents",
-               "save-array", "out", "out-dir", "repeat", "scale", "lora-dir", "taesd", "decoder", "strength", "noise",
-               "posterior-noise", "prompt-syntax", "long-prompts", "comma-backtrack", "clip-skip", "embeddings",
-               "mask-blur", "inpaint-area", "inpaint-padding", "masked-posterior-noise", "control-preprocess",
-               "control-start", "control-end", "x", "y", "z", "seeds", "prompts-file", "mpi-timeout",
-               "vae-tiling", "vae-tile", "vae-tile-overlap", "original-size", "crop-top-left", "target-size"},
-              {"json", "quiet", "help", "no-safety-checker"}, {"prompt", "lora", "init-image", "mask", "controlnet", "control-image"});
+              {"negative-prompt",
+               "model",
+               "tokenizer",
+               "seed",
+               "steps",
+               "guidance",
+               "scheduler",
+               "timestep-spacing",
+               "karras-sigmas",
+               "zero-snr",
+               "guidance-rescale",
+               "height",
+               "width",
+               "devices",
+               "batch-per-device",
+               "compat",
+               "rng",
+               "dtype",
+               "threads",
+               "latents",
+               "save-latents",
+               "save-array",
+               "out",
+               "out-dir",
+               "repeat",
+               "scale",
+               "lora-dir",
+               "taesd",
+               "decoder",
+               "strength",
+               "noise",
+               "posterior-noise",
+               "prompt-syntax",
+               "long-prompts",
+               "comma-backtrack",
+               "clip-skip",
+               "embeddings",
+               "mask-blur",
+               "inpaint-area",
+               "inpaint-padding",
+               "masked-posterior-noise",
+               "control-preprocess",
+               "control-start",
+               "control-end",
+               "x",
+               "y",
+               "z",
+               "seeds",
+               "prompts-file",
+               "mpi-timeout",
+               "vae-tiling",
+               "vae-tile",
+               "vae-tile-overlap",
+               "original-size",
+               "crop-top-left",
+               "target-size"},
+              {"json", "quiet", "help", "no-safety-checker"},
+              {"prompt", "lora", "init-image", "mask", "controlnet", "control-image"});
 }
 
 // The request the options describe, before the model loads (its LoRA tags are still in the
@@ -298,6 +353,11 @@ GenerationRequest request_from_args(const Args& args, Ranks& ranks, bool sweep) 
     if (*value != "on" && *value != "off") fail("--karras-sigmas expects on or off, got '", *value, "'");
     req.karras_sigmas = *value == "on";
   }
+  if (auto value = args.get("zero-snr")) {
+    if (*value != "on" && *value != "off") fail("--zero-snr expects on or off, got '", *value, "'");
+    req.zero_snr = *value == "on";
+  }
+  req.guidance_rescale = args.get_double("guidance-rescale", 0.0);
   req.height = args.get_int("height", 0, 1, 1 << 16);
   req.width = args.get_int("width", 0, 1, 1 << 16);
   req.devices = args.get_int("devices", 0, 1, 64);
@@ -385,6 +445,10 @@ void print_run_header(FILE* info, const StableDiffusionModel& model, const Gener
                models_own_scheduler ? ", the model's own" : "",
                timestep_spacing_name(resolved.signature.timestep_spacing).c_str(),
                resolved.signature.karras_sigmas ? ", Karras sigmas" : "");
+  if (resolved.signature.zero_snr) std::fprintf(info, "noise schedule: zero terminal SNR\n");
+  if (req.guidance_rescale > 0)
+    std::fprintf(info, "guidance rescale: %g%s\n", req.guidance_rescale,
+                 resolved.signature.guidance ? "" : " (unused: no classifier-free guidance in this run)");
 }
 
 // Call k's summary: compile, the phases' times, warnings and the safety checker's verdict.

@@ -54,6 +54,8 @@ nlohmann::json generate_json(const GenerationRequest& req, const GenerationResul
             {"scheduler_is_models_own", models_own_scheduler},
             {"timestep_spacing", timestep_spacing_name(s.timestep_spacing)},
             {"karras_sigmas", s.karras_sigmas},
+            {"zero_snr", s.zero_snr},
+            {"guidance_rescale", req.guidance_rescale},
             {"height", s.height},
             {"width", s.width},
             {"devices", s.devices},

@@ -1,6 +1,7 @@
 #include "pipeline/denoise_loop.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <optional>
 
@@ -24,7 +25,30 @@ Tensor model_batch(const DenoiseSetup& setup, const Tensor& x) {
   return both;
 }
 
-// noise = uncond + g · (text − uncond), in float32 as both pipelines compute it.
+// torch's unbiased x.std() over one image's n values (accumulated in double, rounded to f32).
+float image_std(const float* x, int64_t n) {
+  double sum = 0;
+  for (int64_t k = 0; k < n; ++k) sum += x[k];
+  const double mean = sum / static_cast<double>(n);
+  double squares = 0;
+  for (int64_t k = 0; k < n; ++k) squares += (x[k] - mean) * (x[k] - mean);
+  return static_cast<float>(std::sqrt(squares / static_cast<double>(n - 1)));
+}
+
+// diffusers' rescale_noise_cfg, image by image of guided (B, h, w, C), in its f32 steps:
+// noise = φ·(noise·(std(text)/std(noise))) + (1 − φ)·noise.
+void rescale_guided_noise(Tensor& guided, const float* text, double phi) {
+  const int64_t images = guided.dim(0), n = guided.numel() / images;
+  const float keep = static_cast<float>(1.0 - phi), mix = static_cast<float>(phi);
+  for (int64_t b = 0; b < images; ++b) {
+    float* x = guided.data() + b * n;
+    const float ratio = image_std(text + b * n, n) / image_std(x, n);
+    for (int64_t k = 0; k < n; ++k) x[k] = mix * (x[k] * ratio) + keep * x[k];
+  }
+}
+
+// noise = uncond + g · (text − uncond), in float32 as both pipelines compute it; then the
+// guidance rescale when asked for.
 Tensor apply_guidance(const DenoiseSetup& setup, const Tensor& eps) {
   if (setup.guidance != GuidanceKind::ClassifierFree) return eps;
   Shape shape = eps.shape();
@@ -35,6 +59,7 @@ Tensor apply_guidance(const DenoiseSetup& setup, const Tensor& eps) {
   const float* c = eps.data() + n;
   const float g = static_cast<float>(setup.guidance_scale);
   for (int64_t k = 0; k < n; ++k) guided[k] = u[k] + g * (c[k] - u[k]);
+  if (setup.guidance_rescale > 0) rescale_guided_noise(guided, c, setup.guidance_rescale);
   return guided;
 }
 

@@ -45,6 +45,7 @@ struct DenoiseSetup {
   Numerics numerics;
   GuidanceKind guidance = GuidanceKind::ClassifierFree;
   double guidance_scale = 7.5;  // as requested (CFG multiplies in float32)
+  double guidance_rescale = 0;  // φ of GenerationRequest::guidance_rescale (ClassifierFree only)
   ResidualProvider residuals;   // optional, per device (its control images differ)
 };
 

@@ -110,6 +110,18 @@ struct GenerationRequest {
   // the lms, euler, dpm++ or dpm++-sde scheduler). They run the torch classes' algorithm whatever `compat`
   // says: diffusers' Flax schedulers have no Karras sigmas.
   std::optional<bool> karras_sigmas;
+  // nullopt: the scheduler configuration's rescale_betas_zero_snr (off when it has none or its
+  // class has none: PNDM, LMS); true/false: zero terminal SNR on or off (A1111's "Noise Schedule:
+  // Zero Terminal SNR", for models trained with it; true needs ddim, euler, euler-a, dpm++,
+  // dpm++-sde or lcm). The torch classes' algorithm whatever `compat` says, as Karras sigmas.
+  std::optional<bool> zero_snr;
+  // diffusers' guidance_rescale φ (StableDiffusionPipeline's rescale_noise_cfg, "Common Diffusion
+  // Noise Schedules and Sample Steps are Flawed" §3.4; A1111's "CFG Rescale phi"), in [0, 1]: the
+  // guided noise is mixed with itself rescaled to the standard deviation of the prompt's
+  // prediction, per image: noise = φ·noise·(std(c)/std(noise)) + (1 − φ)·noise. 0 (default): off.
+  // Only with classifier-free guidance (two passes); in every pipeline of the family and both
+  // `compat` modes (the Flax pipelines have none).
+  double guidance_rescale = 0.0;
   int height = 0, width = 0;   // 0: the model's default size
   int devices = 0;             // 0: prompts.size() / batch_per_device
   int batch_per_device = 1;
@@ -181,6 +193,7 @@ struct Signature {
   SchedulerKind scheduler = SchedulerKind::Pndm;             // resolved: the request's or the model's
   TimestepSpacing timestep_spacing = TimestepSpacing::Leading;  // resolved: the request's or the config's
   bool karras_sigmas = false;                                   // resolved: the request's or the config's
+  bool zero_snr = false;                                        // resolved: the request's or the config's
   bool guidance = true;           // classifier-free guidance: two passes ([uncond; cond]) a step
   bool embedded_guidance = false;  // a guidance-distilled (LCM) UNet: one pass, guidance as its input
   ComputeDType dtype = ComputeDType::F32;

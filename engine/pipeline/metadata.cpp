@@ -41,6 +41,8 @@ ImageMetadata describe_image(const GenerationRequest& request, const GenerationR
   m.scheduler_is_models_own = s.scheduler == model.default_scheduler();
   m.timestep_spacing = s.timestep_spacing;
   if (supports_karras_sigmas(s.scheduler)) m.karras_sigmas = s.karras_sigmas;
+  if (s.zero_snr || model.scheduler_config(s.scheduler).rescale_betas_zero_snr) m.zero_snr = s.zero_snr;
+  m.guidance_rescale = request.guidance_rescale;
   m.decoder = s.decoder;
   if (s.strength > 0) m.denoising_strength = s.strength;
   if (s.inpaint) {
@@ -93,10 +95,15 @@ ImageMetadata describe_image(const GenerationRequest& request, const GenerationR
 
 namespace {
 
-std::string strength_text(float s) {
+// A number as the settings line writes it ("%g": 0.7, 7.5, 1).
+std::string number_text(double v) {
   char text[32];
-  std::snprintf(text, sizeof text, "%g", static_cast<double>(s));
+  std::snprintf(text, sizeof text, "%g", v);
   return text;
+}
+
+std::string strength_text(float s) {
+  return number_text(static_cast<double>(s));
 }
 
 // sd-webui-controlnet's value of a "ControlNet N" key (floats as Python prints them: 1.0, 0.8).
@@ -161,6 +168,8 @@ std::string a1111_parameters(const ImageMetadata& m) {
   out += sdxl_size_text(m.sdxl_size);
   if (m.scheduler_is_models_own) out += ", Sampler source: model";
   if (m.timestep_spacing) out += ", Timestep spacing: " + timestep_spacing_name(*m.timestep_spacing);
+  if (m.zero_snr) out += cat(", Noise Schedule: ", *m.zero_snr ? "Zero Terminal SNR" : "Default");
+  if (m.guidance_rescale > 0) out += cat(", CFG Rescale phi: ", number_text(m.guidance_rescale));
   if (m.decoder == Decoder::Tiny) out += ", VAE: TAESD";
   if (const auto& t = m.vae_tiles) out += cat(", VAE tile: ", t->tile_px, ", VAE tile overlap: ", t->overlap_px);
   if (m.denoising_strength) {
@@ -209,6 +218,8 @@ std::string metadata_json(const ImageMetadata& m) {
   j["scheduler_is_models_own"] = m.scheduler_is_models_own;
   if (m.timestep_spacing) j["timestep_spacing"] = timestep_spacing_name(*m.timestep_spacing);
   if (m.karras_sigmas) j["karras_sigmas"] = *m.karras_sigmas;
+  if (m.zero_snr) j["zero_snr"] = *m.zero_snr;
+  if (m.guidance_rescale > 0) j["guidance_rescale"] = m.guidance_rescale;
   j["decoder"] = decoder_name(m.decoder);
   if (m.denoising_strength) j["denoising_strength"] = *m.denoising_strength;
   if (const auto& ip = m.inpaint)
@@ -284,6 +295,8 @@ std::optional<ImageMetadata> from_json(const std::string& text) {
       m.timestep_spacing = parse_timestep_spacing(j.at("timestep_spacing").get<std::string>());
     if (j.contains("karras_sigmas") && supports_karras_sigmas(m.scheduler))
       m.karras_sigmas = j.at("karras_sigmas").get<bool>();
+    if (j.contains("zero_snr") && supports_zero_snr(m.scheduler)) m.zero_snr = j.at("zero_snr").get<bool>();
+    m.guidance_rescale = j.value("guidance_rescale", 0.0);
     m.decoder = parse_decoder_name(j.value("decoder", "vae"));
     if (j.contains("denoising_strength")) m.denoising_strength = j.at("denoising_strength").get<double>();
     if (j.contains("inpaint")) {
@@ -445,6 +458,17 @@ void apply_a1111_setting(const std::string& key, const std::string& value, Image
     else if (value != "Automatic" && value != "Uniform")
       note_not_applied(
           m, cat("the schedule type '", value, "' is not available here: the scheduler's own timesteps run"));
+  } else if (key == "Noise Schedule") {  // A1111's sd_noise_schedule (after the sampler in its text)
+    if (value != "Zero Terminal SNR" && value != "Default")
+      note_not_applied(m,
+                       cat("the noise schedule '", value, "' is not available here: the model's own runs"));
+    else if (supports_zero_snr(m.scheduler))
+      m.zero_snr = value == "Zero Terminal SNR";
+    else if (value != "Default")
+      note_not_applied(m, cat("zero terminal SNR is not applied: the sampler '",
+                              sampler_display_name(m.scheduler), "' has none here"));
+  } else if (key == "CFG Rescale phi") {
+    m.guidance_rescale = std::stod(value);
   } else if (key == "Hires upscale" || key == "Hires resize") {
     note_not_applied(m, cat("the hires fix (", key, ": ", value,
                             ") is not applied: the image is made at its first pass's size"));
@@ -536,6 +560,8 @@ GenerationRequest request_from_metadata(const ImageMetadata& m) {
   if (!m.scheduler_unavailable) r.scheduler = m.scheduler;
   r.timestep_spacing = m.timestep_spacing;
   r.karras_sigmas = m.karras_sigmas;
+  r.zero_snr = m.zero_snr;
+  r.guidance_rescale = m.guidance_rescale;
   r.width = m.width;
   r.height = m.height;
   r.sdxl_size = m.sdxl_size;

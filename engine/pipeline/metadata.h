@@ -29,6 +29,13 @@ struct ImageMetadata {
   // others and in older metadata. A1111 text: the sampler's " Karras" suffix ("DPM++ 2M Karras"),
   // also read from A1111 1.9's "Schedule type: Karras"; JSON: "karras_sigmas".
   std::optional<bool> karras_sigmas;
+  // Zero terminal SNR (GenerationRequest::zero_snr) as used, present when it was on or when the
+  // model's own configuration has it on (so that off is said too). A1111 text: "Noise Schedule:
+  // Zero Terminal SNR" or "Default" (A1111's option and key); JSON: "zero_snr".
+  std::optional<bool> zero_snr;
+  // GenerationRequest::guidance_rescale; 0: off, not written. A1111 text: "CFG Rescale phi: 0.7"
+  // (the key of A1111's CFG-rescale extension); JSON: "guidance_rescale".
+  double guidance_rescale = 0;
   Decoder decoder = Decoder::Vae;                   // what decoded the image (older metadata: the VAE)
   std::optional<double> denoising_strength;         // image-to-image runs: the strength (A1111's key)
   // Inpainting runs (pipeline/inpaint.h). A1111 text: "Mask blur: N", "Inpaint area: Whole picture"

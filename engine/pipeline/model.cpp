@@ -420,7 +420,8 @@ std::string StableDiffusionModel::display_name() const {
 
 SchedulerConfig StableDiffusionModel::scheduler_config(SchedulerKind kind,
                                                        std::optional<TimestepSpacing> spacing,
-                                                       std::optional<bool> karras_sigmas) const {
+                                                       std::optional<bool> karras_sigmas,
+                                                       std::optional<bool> zero_snr) const {
   SchedulerConfig c = SchedulerConfig::defaults(kind);
   if (!scheduler_json_.empty()) {
     try {
@@ -434,6 +435,13 @@ SchedulerConfig StableDiffusionModel::scheduler_config(SchedulerKind kind,
     if (*karras_sigmas && !supports_karras_sigmas(kind))
       fail("Karras sigmas need the lms, euler, dpm++ or dpm++-sde scheduler, not ", scheduler_name(kind));
     c.use_karras_sigmas = *karras_sigmas;
+  }
+  if (zero_snr) {
+    if (*zero_snr && !supports_zero_snr(kind))
+      fail("zero terminal SNR needs the ddim, euler, euler-a, dpm++, dpm++-sde or lcm scheduler, not ",
+           scheduler_name(kind), " (diffusers' ", scheduler_class_name(kind),
+           " has no rescale_betas_zero_snr)");
+    c.rescale_betas_zero_snr = *zero_snr;
   }
   try {
     c.validate(kind);  // with the overrides (Euler's sigma bounds are checked only with Karras sigmas)

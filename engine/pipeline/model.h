@@ -140,10 +140,12 @@ class StableDiffusionModel {
   const std::string& scheduler_config_json() const { return scheduler_json_; }
   // Class `kind` configured from that file (diffusers' Cls.from_config), with the timestep
   // spacing replaced when `spacing` is given. Errors name the config file.
-  // `spacing` and `karras_sigmas` override the file's timestep_spacing and use_karras_sigmas;
-  // throws octodiff::Error for a configuration the class cannot use (Karras sigmas for PNDM, …).
+  // `spacing`, `karras_sigmas` and `zero_snr` override the file's timestep_spacing,
+  // use_karras_sigmas and rescale_betas_zero_snr; throws octodiff::Error for a configuration the
+  // class cannot use (Karras sigmas or zero terminal SNR for PNDM, …).
   SchedulerConfig scheduler_config(SchedulerKind kind, std::optional<TimestepSpacing> spacing = std::nullopt,
-                                   std::optional<bool> karras_sigmas = std::nullopt) const;
+                                   std::optional<bool> karras_sigmas = std::nullopt,
+                                   std::optional<bool> zero_snr = std::nullopt) const;
   // The model's own scheduler, what a request without a scheduler uses:
   // - a diffusers folder: the class its scheduler/scheduler_config.json names in "_class_name"
   //   (PNDMScheduler, DDIMScheduler, LMSDiscreteScheduler, DPMSolverMultistepScheduler,

@@ -61,8 +61,8 @@ std::string Signature::str() const {
   const char* guidance_str = embedded_guidance ? " embedded-cfg" : guidance ? " cfg" : " no-cfg";
   return cat("D=", devices, " B=", batch, " ", width, "x", height, " steps=", steps, " ",
              scheduler_name(scheduler), " ", timestep_spacing_name(timestep_spacing),
-             karras_sigmas ? " karras" : "", guidance_str, " ", dtype_display_name(dtype), " ",
-             compat_name(compat), decoder == Decoder::Tiny ? " taesd" : "",
+             karras_sigmas ? " karras" : "", zero_snr ? " zero-snr" : "", guidance_str, " ",
+             dtype_display_name(dtype), " ", compat_name(compat), decoder == Decoder::Tiny ? " taesd" : "",
              strength > 0 ? cat(" img2img strength=", strength) : std::string(), inpaint ? " inpaint" : "");
 }
 
@@ -148,6 +148,8 @@ static void check_image_size(const StableDiffusionModel& m, const GenerationRequ
 static void check_run_settings(const StableDiffusionModel& m, const GenerationRequest& req) {
   if (req.steps < 1 || req.steps > 1000) fail("steps must be between 1 and 1000, got ", req.steps);
   if (!std::isfinite(req.guidance_scale)) fail("guidance scale must be a finite number");
+  if (!(req.guidance_rescale >= 0.0 && req.guidance_rescale <= 1.0))
+    fail("guidance rescale must lie in [0, 1] (0: off; 0.7 is the paper's), got ", req.guidance_rescale);
   if (req.threads < 0) fail("threads must be positive, got ", req.threads);
   clip_skip_layers(req.clip_skip, m.text_encoder().config());  // checks it
   check_vae_tiling(req.vae_tiling);
@@ -200,9 +202,11 @@ static void fill_signature(const StableDiffusionModel& m, const GenerationReques
   s.scheduler = req.scheduler ? *req.scheduler : m.default_scheduler();
   // The model's configuration for that class (validated here, before any work) decides the
   // spacing unless the request overrides it.
-  const SchedulerConfig config = m.scheduler_config(s.scheduler, req.timestep_spacing, req.karras_sigmas);
+  const SchedulerConfig config =
+      m.scheduler_config(s.scheduler, req.timestep_spacing, req.karras_sigmas, req.zero_snr);
   s.timestep_spacing = config.timestep_spacing;
   s.karras_sigmas = config.use_karras_sigmas;
+  s.zero_snr = config.rescale_betas_zero_snr;
   // A guidance-distilled (LCM) UNet takes the scale as an input and runs one pass; other UNets
   // guide with two passes above 1 and run the prompts alone at ≤ 1 (generation.h, Compat).
   s.embedded_guidance = m.unet().config().time_cond_proj_dim > 0;
@@ -336,7 +340,8 @@ ShardedPipeline::Plan& ShardedPipeline::plan_for(const ResolvedRequest& r, bool*
   const SchedulerSemantics semantics =
       s.compat == Compat::Flax ? SchedulerSemantics::Flax : SchedulerSemantics::Diffusers;
   plan->scheduler = Scheduler::create(
-      s.scheduler, model_->scheduler_config(s.scheduler, s.timestep_spacing, s.karras_sigmas), semantics);
+      s.scheduler, model_->scheduler_config(s.scheduler, s.timestep_spacing, s.karras_sigmas, s.zero_snr),
+      semantics);
   plan->initial_state = s.strength > 0 ? plan->scheduler->set_timesteps_for_strength(s.steps, s.strength)
                                        : plan->scheduler->set_timesteps(s.steps);
   plan->first_call = plan->initial_state.begin_index;
@@ -724,6 +729,7 @@ DenoiseSetup ShardedPipeline::denoise_setup(const Plan& plan, const ResolvedRequ
                    : r.signature.guidance         ? GuidanceKind::ClassifierFree
                                                   : GuidanceKind::None;
   setup.guidance_scale = r.request.guidance_scale;
+  setup.guidance_rescale = r.request.guidance_rescale;
   return setup;
 }
 

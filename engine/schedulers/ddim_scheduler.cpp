@@ -27,6 +27,7 @@ SchedulerState DdimScheduler::set_timesteps(int n) const {
   SchedulerState state;
   state.num_inference_steps = n;
   state.timesteps = sched::ddim_family_grid(config_, semantics_, n);
+  check_signal_left(state.timesteps);
   return state;
 }
 

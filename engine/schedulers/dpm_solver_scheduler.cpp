@@ -29,7 +29,7 @@ using sched::elementwise;
 
 DpmSolverMultistepScheduler::DpmSolverMultistepScheduler(const SchedulerConfig& config,
                                                          SchedulerSemantics semantics)
-    : UnscaledInputScheduler(config, semantics, "DPM-Solver"),
+    : UnscaledInputScheduler(config, semantics, "DPM-Solver", TerminalAlpha::SigmaFloor),
       train_sigmas_(sched::training_sigmas(alphas_cumprod_)) {
   if (sde() && semantics_ == SchedulerSemantics::Flax)
     fail(

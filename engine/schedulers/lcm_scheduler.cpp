@@ -54,6 +54,7 @@ SchedulerState LcmScheduler::lcm_timesteps(int n, double strength) const {
   state.num_inference_steps = n;
   for (int i = 0; i < n; ++i)
     state.timesteps.push_back(origin[static_cast<size_t>(std::floor(static_cast<double>(i) * step))]);
+  check_signal_left(state.timesteps);
   return state;
 }
 

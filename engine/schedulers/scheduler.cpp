@@ -100,10 +100,18 @@ std::string timestep_spacing_name(TimestepSpacing spacing) {
   return "?";
 }
 
-Scheduler::Scheduler(const SchedulerConfig& config, SchedulerSemantics semantics)
+Scheduler::Scheduler(const SchedulerConfig& config, SchedulerSemantics semantics, TerminalAlpha terminal)
     : config_(config), semantics_(semantics) {
   betas_ = sched::make_betas(config_, semantics_);
+  if (config_.rescale_betas_zero_snr) betas_ = sched::rescale_zero_terminal_snr(betas_);
   alphas_cumprod_ = sched::make_alphas_cumprod(betas_, semantics_);
+  // ᾱ = 0 would make the last training sigma infinite: diffusers' sigma classes floor it.
+  if (config_.rescale_betas_zero_snr && terminal == TerminalAlpha::SigmaFloor)
+    alphas_cumprod_.back() = 0x1p-24f;
+}
+
+bool supports_zero_snr(SchedulerKind kind) {
+  return kind != SchedulerKind::Pndm && kind != SchedulerKind::Lms;
 }
 
 bool supports_karras_sigmas(SchedulerKind kind) {
@@ -114,9 +122,9 @@ bool supports_karras_sigmas(SchedulerKind kind) {
 std::unique_ptr<Scheduler> Scheduler::create(SchedulerKind kind, const SchedulerConfig& config,
                                              SchedulerSemantics semantics) {
   config.validate(kind);
-  // diffusers' Flax schedulers have no Karras sigmas and no SDE solver: the torch class's algorithm
-  // runs, as for LCM and Euler ancestral.
-  if (config.use_karras_sigmas || kind == SchedulerKind::DpmSolverSde)
+  // diffusers' Flax schedulers have no Karras sigmas, no zero terminal SNR and no SDE solver: the
+  // torch class's algorithm runs, as for LCM and Euler ancestral.
+  if (config.use_karras_sigmas || config.rescale_betas_zero_snr || kind == SchedulerKind::DpmSolverSde)
     semantics = SchedulerSemantics::Diffusers;
   switch (kind) {
     case SchedulerKind::Pndm:

@@ -67,6 +67,9 @@ std::optional<std::string> scheduler_config_class_name(const std::string& json_t
 // LMS, Euler and DPM-Solver (either algorithm): the kinds with Karras sigmas
 // (SchedulerConfig::use_karras_sigmas).
 bool supports_karras_sigmas(SchedulerKind kind);
+// DDIM, Euler, Euler ancestral, DPM-Solver (either algorithm) and LCM: the kinds whose diffusers
+// classes have rescale_betas_zero_snr (PNDM and LMS have none and ignore the key).
+bool supports_zero_snr(SchedulerKind kind);
 
 // "leading", "linspace", "trailing" (diffusers' timestep_spacing values); throws octodiff::Error
 // naming the valid values otherwise.
@@ -104,6 +107,13 @@ struct SchedulerConfig {
   bool use_karras_sigmas = false;
   // Euler with Karras sigmas: its own σ bounds instead of the grid's (null in the file: the grid's).
   std::optional<double> sigma_min, sigma_max;
+  // diffusers' rescale_betas_zero_snr ("Common Diffusion Noise Schedules and Sample Steps are
+  // Flawed", Algorithm 1; A1111's "Noise Schedule: Zero Terminal SNR"): the betas are rescaled so
+  // that ᾱ of the last training timestep is 0 — pure noise, for models trained that way (with
+  // v_prediction and trailing spacing). The sigma classes (Euler, Euler ancestral, DPM-Solver)
+  // then set that ᾱ to 2⁻²⁴, a finite σ ≈ 4096, as diffusers does. No Flax class has it: a
+  // scheduler with it runs the torch algorithm under either semantics (Scheduler::create).
+  bool rescale_betas_zero_snr = false;
   int original_inference_steps = 50;  // LCM: the distillation schedule's step count
   double timestep_scaling = 10.0;     // LCM: t·timestep_scaling in the boundary conditions
 
@@ -113,7 +123,7 @@ struct SchedulerConfig {
   static SchedulerConfig defaults(SchedulerKind kind);
   // Parses scheduler_config.json text; throws octodiff::Error for malformed JSON or values, and
   // for options this port does not implement set to a non-default value (use_exponential_sigmas,
-  // rescale_betas_zero_snr, thresholding, ...), naming the key.
+  // thresholding, ...), naming the key.
   static SchedulerConfig from_json(const std::string& json_text, SchedulerKind kind);
 };
 
@@ -201,7 +211,12 @@ class Scheduler {
                   const Tensor& noise) const;
 
  protected:
-  Scheduler(const SchedulerConfig& config, SchedulerSemantics semantics);
+  // What ᾱ of the last training timestep becomes when rescale_betas_zero_snr makes it 0: kept
+  // (DDIM, LCM, which never divide by it with v_prediction) or 2⁻²⁴ (the classes that build a
+  // sigma table from ᾱ: Euler, Euler ancestral, DPM-Solver; LMS has no zero SNR).
+  enum class TerminalAlpha { AsComputed, SigmaFloor };
+  Scheduler(const SchedulerConfig& config, SchedulerSemantics semantics,
+            TerminalAlpha terminal = TerminalAlpha::AsComputed);
   // Step i with its noise (already checked: defined, shaped like `sample`). Only called when
   // needs_noise(state, i); stochastic schedulers override it.
   virtual StepResult step_with_noise(const SchedulerState& state, const Tensor& model_output, int i,

@@ -18,10 +18,14 @@ class UnscaledInputScheduler : public Scheduler {
   Tensor scale_model_input(const SchedulerState& state, const Tensor& sample, int i) const override;
 
  protected:
-  UnscaledInputScheduler(const SchedulerConfig& config, SchedulerSemantics semantics, const char* name);
+  UnscaledInputScheduler(const SchedulerConfig& config, SchedulerSemantics semantics, const char* name,
+                         TerminalAlpha terminal = TerminalAlpha::AsComputed);
   // ᾱ at training timestep t, or below t = 0 the final ᾱ: 1 with set_alpha_to_one, else ᾱ_0
   // (the previous noise level of a PNDM, DDIM or LCM step).
   float alpha_or_final(int t) const;
+  // Throws octodiff::Error when an epsilon-predicting model would be divided by √ᾱ = 0 at one of
+  // `timesteps` (rescale_betas_zero_snr's last training timestep; diffusers returns NaN images).
+  void check_signal_left(const std::vector<double>& timesteps) const;
   const char* name_;
 };
 

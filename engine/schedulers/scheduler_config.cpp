@@ -118,8 +118,6 @@ void reject_unsupported_options(const json& j, SchedulerKind kind) {
   flag("use_beta_sigmas", {K::Lms, K::Euler, K::DpmSolverPP, K::DpmSolverSde});
   flag("use_lu_lambdas", {K::DpmSolverPP, K::DpmSolverSde});
   flag("euler_at_final", {K::DpmSolverPP, K::DpmSolverSde});
-  flag("rescale_betas_zero_snr",
-       {K::Ddim, K::Euler, K::DpmSolverPP, K::DpmSolverSde, K::EulerAncestral, K::Lcm});
   const auto exact = [&](const char* key, SchedulerKind k, const json& allowed) {
     auto it = j.find(key);
     if (it != j.end() && kind == k && *it != allowed)
@@ -255,6 +253,8 @@ SchedulerConfig SchedulerConfig::from_json(const std::string& json_text, Schedul
   // Only the classes that have the option read it (PNDMScheduler.from_config ignores the key).
   if (has("use_karras_sigmas") && supports_karras_sigmas(kind))
     c.use_karras_sigmas = bool_value(j["use_karras_sigmas"], "use_karras_sigmas");
+  if (has("rescale_betas_zero_snr") && supports_zero_snr(kind))
+    c.rescale_betas_zero_snr = bool_value(j["rescale_betas_zero_snr"], "rescale_betas_zero_snr");
   for (auto [key, field] :
        {std::pair{"sigma_min", &SchedulerConfig::sigma_min}, {"sigma_max", &SchedulerConfig::sigma_max}})
     if (has(key) && !j[key].is_null() && kind == SchedulerKind::Euler) c.*field = number_value(j[key], key);
@@ -285,6 +285,10 @@ void SchedulerConfig::validate(SchedulerKind kind) const {
     fail(cls, ": steps_offset must lie in [0, num_train_timesteps) (got ", steps_offset, ")");
   if (!(clip_sample_range > 0 && std::isfinite(clip_sample_range)))
     fail(cls, ": clip_sample_range must be a positive number (got ", clip_sample_range, ")");
+  if (rescale_betas_zero_snr && !supports_zero_snr(kind))
+    fail(cls,
+         " has no zero terminal SNR (rescale_betas_zero_snr; use ddim, euler, euler-a, dpm++, dpm++-sde or "
+         "lcm)");
   if ((kind == SchedulerKind::Pndm || kind == SchedulerKind::EulerAncestral) &&
       prediction_type == PredictionType::Sample)
     fail(cls, ": prediction_type '", prediction_name(prediction_type), "' is not supported (",

@@ -138,6 +138,20 @@ std::vector<float> make_alphas_cumprod(const std::vector<float>& betas, Schedule
   return out;
 }
 
+std::vector<float> rescale_zero_terminal_snr(const std::vector<float>& betas) {
+  const size_t n = betas.size();
+  std::vector<float> root = make_alphas_cumprod(betas, SchedulerSemantics::Diffusers);
+  for (float& a : root) a = std::sqrt(a);
+  const float first = root.front(), last = root.back();
+  if (!(first > last)) fail("rescale_betas_zero_snr needs betas that are not all 0");
+  const float scale = first / (first - last);
+  for (float& a : root) a = (a - last) * scale;  // two f32 roundings, as `-=` then `*=`
+  std::vector<float> out(n);
+  out[0] = 1.0f - root[0] * root[0];
+  for (size_t i = 1; i < n; ++i) out[i] = 1.0f - (root[i] * root[i]) / (root[i - 1] * root[i - 1]);
+  return out;
+}
+
 std::vector<float> training_sigmas(const std::vector<float>& alphas_cumprod) {
   std::vector<float> sigmas(alphas_cumprod.size());
   for (size_t i = 0; i < sigmas.size(); ++i) {

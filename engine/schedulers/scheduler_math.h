@@ -35,6 +35,9 @@ std::vector<float> jax_linspace_f32(float start, float stop, int64_t num);
 // Betas for the config as the reference builds them (f32). `semantics` selects torch or JAX
 // linspace rounding.
 std::vector<float> make_betas(const SchedulerConfig& config, SchedulerSemantics semantics);
+// diffusers' rescale_zero_terminal_snr(betas) in torch's f32 arithmetic: √ᾱ shifted so its last
+// entry is 0 and scaled so its first is unchanged, then turned back into betas (the last is 1).
+std::vector<float> rescale_zero_terminal_snr(const std::vector<float>& betas);
 // cumprod(1 − betas) in f32 (torch accumulates in double on the CPU; XLA in f32).
 std::vector<float> make_alphas_cumprod(const std::vector<float>& betas, SchedulerSemantics semantics);
 // Training sigmas ((1 − ā)/ā)^0.5 in f32, index = training timestep.

@@ -12,7 +12,8 @@
 namespace octodiff {
 
 SigmaScheduler::SigmaScheduler(const SchedulerConfig& config, SchedulerSemantics semantics)
-    : Scheduler(config, semantics), train_sigmas_(sched::training_sigmas(alphas_cumprod_)) {}
+    : Scheduler(config, semantics, TerminalAlpha::SigmaFloor),
+      train_sigmas_(sched::training_sigmas(alphas_cumprod_)) {}
 
 int SigmaScheduler::sigma_index(const SchedulerState&, int i) const { return i; }
 

@@ -9,8 +9,8 @@
 namespace octodiff {
 
 UnscaledInputScheduler::UnscaledInputScheduler(const SchedulerConfig& config, SchedulerSemantics semantics,
-                                               const char* name)
-    : Scheduler(config, semantics), name_(name) {}
+                                               const char* name, TerminalAlpha terminal)
+    : Scheduler(config, semantics, terminal), name_(name) {}
 
 double UnscaledInputScheduler::init_noise_sigma(const SchedulerState&) const {
   return 1.0;
@@ -30,6 +30,16 @@ Tensor UnscaledInputScheduler::scale_model_input(const SchedulerState& state, co
 float UnscaledInputScheduler::alpha_or_final(int t) const {
   if (t >= 0) return sched::alpha_at(alphas_cumprod_, t);
   return config_.set_alpha_to_one ? 1.0f : alphas_cumprod_[0];
+}
+
+void UnscaledInputScheduler::check_signal_left(const std::vector<double>& timesteps) const {
+  if (config_.prediction_type != PredictionType::Epsilon) return;
+  for (double t : timesteps)  // (a timestep beyond the table fails where it is used, as before)
+    if (t >= 0 && t < static_cast<double>(alphas_cumprod_.size()) &&
+        alphas_cumprod_[static_cast<size_t>(t)] == 0.0f)
+      fail(name_, ": timestep ", static_cast<int>(t),
+           " has no signal left (rescale_betas_zero_snr) and an epsilon-predicting model cannot be followed "
+           "from it; zero-SNR models predict v (prediction_type v_prediction), or use leading spacing");
 }
 
 }  // namespace octodiff

@@ -1,16 +1,30 @@
 // Shared helpers for the engine tests: where the data is, and how parity is measured.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
+#include "core/error.h"
 #include "core/tensor.h"
 #include "io/single_file.h"
 
 namespace octodiff::test {
+
+// `f` throws octodiff::Error whose message mentions `needle` (printed, so a log shows the words).
+inline void expect_error_mentioning(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no error (expected one mentioning '" << needle << "')";
+  } catch (const Error& e) {
+    std::printf("[error] %s\n", e.what());
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message: " << e.what();
+  }
+}
 
 // tests/data in the source tree (copied reference data; always present).
 std::filesystem::path data_dir();

@@ -142,12 +142,13 @@ def save_goldens(tensors, path, generator, **metadata):
     save_file({k: v.contiguous() for k, v in tensors.items()}, path, metadata=meta)
 
 
-def tiny_sd_pipeline_runs(tiny_sd, schedulers, before_call=None, after_call=None):
+def tiny_sd_pipeline_runs(tiny_sd, schedulers, before_call=None, after_call=None, call_args=None):
     """diffusers' StableDiffusionPipeline on tiny-sd (its UNet and VAE; 5 steps, guidance 7.5) given the
     tiny-sd pipeline goldens' prompt and negative prompt embeddings and initial latents, once per
     (name, scheduler) of `schedulers` for each output type: <name>.latents_final, <name>.images and
-    <name>.timesteps. before_call(name) / after_call(name) run around each pipeline call. Returns the
-    tensors and tiny-sd's goldens."""
+    <name>.timesteps. before_call(name) / after_call(name) run around each pipeline call;
+    call_args[name] (a dict) adds arguments to that name's pipeline calls. Returns the tensors and
+    tiny-sd's goldens."""
     g = load_file(os.path.join(tiny_sd, "goldens", "pipeline.safetensors"))
     unet = UNet2DConditionModel.from_pretrained(os.path.join(tiny_sd, "unet")).eval()
     vae = AutoencoderKL.from_pretrained(os.path.join(tiny_sd, "vae")).eval()
@@ -161,7 +162,8 @@ def tiny_sd_pipeline_runs(tiny_sd, schedulers, before_call=None, after_call=None
             with torch.no_grad():
                 r = pipe(prompt_embeds=g["prompt_embeds"], negative_prompt_embeds=g["negative_prompt_embeds"],
                          num_inference_steps=TINY_SD_PIPELINE_STEPS, guidance_scale=7.5,
-                         latents=g["latents_init"].clone(), output_type=kind, height=64, width=64).images
+                         latents=g["latents_init"].clone(), output_type=kind, height=64, width=64,
+                         **(call_args or {}).get(name, {})).images
             if after_call:
                 after_call(name)
             out[f"{name}.{key}"] = torch.as_tensor(r).contiguous()

@@ -285,6 +285,40 @@ TEST(Cli, DpmSdeIsAskedForAndSaid) {
   EXPECT_NE(cli({"generate", "--help"}, dir).out.find("dpm++-sde (DPM++ 2M SDE)"), std::string::npos);
 }
 
+// --zero-snr and --guidance-rescale reach the run: said on stderr and in the JSON, written in the
+// PNG's A1111 settings; bad values refused by name.
+TEST(Cli, ZeroSnrAndGuidanceRescaleAreAskedForAndSaid) {
+  auto dir = test::temp_dir("cli_zero_snr");
+  CliRun r = cli(tiny({"--prompt", "a red circle", "--steps", "3", "--json", "--scheduler", "euler",
+                       "--zero-snr", "on", "--guidance-rescale", "0.7", "--out", "z.png"}),
+                 dir);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto settings = nlohmann::json::parse(r.out)["settings"];
+  EXPECT_EQ(settings["zero_snr"], true);
+  EXPECT_EQ(settings["guidance_rescale"], 0.7);
+  EXPECT_NE(r.err.find("noise schedule: zero terminal SNR"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("guidance rescale: 0.7\n"), std::string::npos) << r.err;
+  std::vector<PngText> texts;
+  read_png(dir / "z.png", &texts);
+  bool said = false;
+  for (const PngText& t : texts)
+    said |= t.text.find("Noise Schedule: Zero Terminal SNR, CFG Rescale phi: 0.7") != std::string::npos;
+  EXPECT_TRUE(said);
+  CliRun pndm = cli(tiny({"--prompt", "a", "--steps", "2", "--scheduler", "pndm", "--zero-snr", "on"}), dir);
+  EXPECT_NE(pndm.code, 0);
+  EXPECT_NE(pndm.err.find("zero terminal SNR needs the ddim, euler"), std::string::npos) << pndm.err;
+  CliRun word = cli(tiny({"--prompt", "a", "--steps", "2", "--zero-snr", "yes"}), dir);
+  EXPECT_NE(word.err.find("--zero-snr expects on or off, got 'yes'"), std::string::npos) << word.err;
+  CliRun phi = cli(tiny({"--prompt", "a", "--steps", "2", "--guidance-rescale", "2"}), dir);
+  EXPECT_NE(phi.err.find("guidance rescale must lie in [0, 1]"), std::string::npos) << phi.err;
+  CliRun unused =
+      cli(tiny({"--prompt", "a", "--steps", "2", "--guidance", "1", "--guidance-rescale", "0.5"}), dir);
+  ASSERT_EQ(unused.code, 0) << unused.err;
+  EXPECT_NE(unused.out.find("guidance rescale: 0.5 (unused: no classifier-free guidance in this run)"),
+            std::string::npos)
+      << unused.out;  // (without --json the log goes to stdout)
+}
+
 // A few-step model's own steps and guidance when the command line names none (pipeline/few_step.h):
 // tiny-lcm is LCM-distilled, so 4 steps at guidance 8, said on stdout; given values win; a standard
 // model keeps 50 steps (checked on its metadata elsewhere: Cli.EightPrompts… uses --steps).

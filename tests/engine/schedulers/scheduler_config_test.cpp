@@ -133,8 +133,7 @@ TEST(SchedulerConfigTest, RejectsBadJsonAndValues) {
   expect_error_mentioning(parse(R"({"thresholding": true})", SchedulerKind::Ddim), "'thresholding' = true");
   expect_error_mentioning(parse(R"({"use_exponential_sigmas": true})", SchedulerKind::Euler),
                           "'use_exponential_sigmas' = true");
-  expect_error_mentioning(parse(R"({"rescale_betas_zero_snr": true})", SchedulerKind::DpmSolverPP),
-                          "rescale_betas_zero_snr");
+  expect_error_mentioning(parse(R"({"use_lu_lambdas": true})", SchedulerKind::DpmSolverPP), "use_lu_lambdas");
   expect_error_mentioning(parse(R"({"lambda_min_clipped": -5.1})", SchedulerKind::DpmSolverPP),
                           "lambda_min_clipped");
   expect_error_mentioning(parse(R"({"interpolation_type": "log_linear"})", SchedulerKind::Euler),

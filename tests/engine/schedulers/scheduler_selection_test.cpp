@@ -105,10 +105,6 @@ TEST(SchedulerSelection, UnsupportedOptionsAreRefusedByName) {
                           "'use_beta_sigmas' = true is not supported by this EulerDiscreteScheduler");
   expect_error_mentioning([] { SchedulerConfig::from_json(R"({"use_exponential_sigmas": true})", K::Lms); },
                           "use_exponential_sigmas");
-  for (K k : {K::Lcm, K::EulerAncestral})
-    expect_error_mentioning(
-        [k] { SchedulerConfig::from_json(R"({"rescale_betas_zero_snr": true})", k); },
-        "'rescale_betas_zero_snr' = true is not supported by this " + scheduler_class_name(k));
   expect_error_mentioning([] { SchedulerConfig::from_json(R"({"thresholding": true})", K::Lcm); },
                           "thresholding");
   expect_error_mentioning(

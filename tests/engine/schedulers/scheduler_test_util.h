@@ -61,17 +61,6 @@ inline std::vector<double> golden_numbers(const SafetensorsFile& f, const std::s
 }
 
 // Row k of a stacked tensor, without the leading axis.
-// `f` throws octodiff::Error whose message mentions `needle` (printed, so a log shows the words).
-inline void expect_error_mentioning(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no error (expected one mentioning '" << needle << "')";
-  } catch (const Error& e) {
-    std::printf("[error] %s\n", e.what());
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message: " << e.what();
-  }
-}
-
 inline Tensor row(const Tensor& stacked, int64_t k) {
   Shape s(stacked.shape().begin() + 1, stacked.shape().end());
   return stacked.slice0(k, k + 1).reshaped(s);
