@@ -1,6 +1,7 @@
 #include "app_settings.h"
 
 #include <QDir>
+#include <algorithm>
 
 #include "scheduler_choice.h"
 
@@ -20,6 +21,10 @@ FormState AppSettings::form() const {
   r.guidance_scale = settings_.value("form/guidance", defaults.guidance_scale).toDouble();
   // -1 (the default): the model's own scheduler; Karras sigmas with it (scheduler_choice.h).
   applySchedulerChoice(settings_.value("form/scheduler", kModelsOwnSchedulerChoice).toInt(), &r);
+  // -1 (the default): the model's own noise schedule; 0 default; 1 zero terminal SNR.
+  if (const int noise = settings_.value("form/noise_schedule", -1).toInt(); noise >= 0)
+    r.zero_snr = noise == 1;
+  r.guidance_rescale = std::clamp(settings_.value("form/guidance_rescale", 0.0).toDouble(), 0.0, 1.0);
   r.width = settings_.value("form/width", 0).toInt();
   r.height = settings_.value("form/height", 0).toInt();
   r.devices = settings_.value("form/devices", 0).toInt();
@@ -48,6 +53,8 @@ void AppSettings::setForm(const FormState& f) {
   settings_.setValue("form/steps", r.steps);
   settings_.setValue("form/guidance", r.guidance_scale);
   settings_.setValue("form/scheduler", schedulerChoice(r));
+  settings_.setValue("form/noise_schedule", r.zero_snr ? int{*r.zero_snr} : -1);
+  settings_.setValue("form/guidance_rescale", r.guidance_rescale);
   settings_.setValue("form/width", r.width);
   settings_.setValue("form/height", r.height);
   settings_.setValue("form/devices", r.devices);

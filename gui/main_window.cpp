@@ -385,6 +385,7 @@ void MainWindow::onModelLoaded(const QString& path, double seconds) {
   settings_panel_->setModelSize(m->default_width(), m->default_height(), m->size_multiple());
   init_panel_->setModelSize(m->default_width(), m->default_height(), m->size_multiple());
   settings_panel_->setModelScheduler(m->default_scheduler(), m->default_scheduler_has_karras_sigmas());
+  settings_panel_->setModelNoiseSchedule(m->default_scheduler_has_zero_snr());
   adviseSamplingFor(*m);
   settings_.setModel(path, model_chooser_->tokenizerDir());
   settings_.addRecentModel(path);

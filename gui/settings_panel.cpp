@@ -88,6 +88,7 @@ SettingsPanel::SettingsPanel(QWidget* parent) : QWidget(parent) {
   scheduler_->addItem(tr("Euler a"), static_cast<int>(SchedulerKind::EulerAncestral));
   scheduler_->addItem(tr("LCM"), static_cast<int>(SchedulerKind::Lcm));
   form->addRow(tr("Scheduler"), scheduler_);
+  form->addRow(tr("Noise"), buildNoiseRow());
 
   width_ = sizeBox(QStringLiteral("width"));
   height_ = sizeBox(QStringLiteral("height"));
@@ -171,6 +172,33 @@ QWidget* SettingsPanel::buildAdvanced() {
   return box;
 }
 
+QLayout* SettingsPanel::buildNoiseRow() {
+  noise_schedule_ = new QComboBox;
+  noise_schedule_->setObjectName(QStringLiteral("noiseSchedule"));
+  noise_schedule_->addItem(tr("Model's own"), -1);  // named once a model is loaded
+  noise_schedule_->addItem(tr("Default"), 0);
+  noise_schedule_->addItem(tr("Zero terminal SNR"), 1);
+  noise_schedule_->setToolTip(
+      tr("Zero terminal SNR: the last timestep is pure noise, for models trained that way (usually with "
+         "v-prediction and trailing timesteps; their scheduler configuration says so). DDIM, Euler, Euler a, "
+         "DPM++ 2M (SDE) and LCM have it."));
+  guidance_rescale_ = new QDoubleSpinBox;
+  guidance_rescale_->setObjectName(QStringLiteral("guidanceRescale"));
+  guidance_rescale_->setRange(0.0, 1.0);
+  guidance_rescale_->setSingleStep(0.05);
+  guidance_rescale_->setDecimals(2);
+  guidance_rescale_->setSpecialValueText(tr("off"));
+  guidance_rescale_->setToolTip(
+      tr("CFG rescale φ (diffusers' guidance_rescale): brings the guided prediction back toward the prompt's "
+         "own spread, against the washed-out, over-bright images of high guidance. 0.7 for zero-SNR "
+         "models; needs guidance above 1."));
+  auto* row = new QHBoxLayout;
+  row->addWidget(noise_schedule_, 1);
+  row->addWidget(new QLabel(tr("CFG rescale")));
+  row->addWidget(guidance_rescale_, 1);
+  return row;
+}
+
 QLayout* SettingsPanel::buildPromptReading() {
   prompt_syntax_ = new QComboBox;
   prompt_syntax_->setObjectName(QStringLiteral("promptSyntax"));
@@ -233,6 +261,9 @@ void SettingsPanel::applyTo(GenerationRequest* r) const {
   r->steps = steps_->value();
   r->guidance_scale = guidance_->value();
   applySchedulerChoice(scheduler_->currentData().toInt(), r);
+  const int noise = noise_schedule_->currentData().toInt();
+  r->zero_snr = noise < 0 ? std::nullopt : std::optional<bool>(noise == 1);
+  r->guidance_rescale = guidance_rescale_->value();
   r->width = width_->value();
   r->height = height_->value();
   r->devices = devices_->value();
@@ -254,11 +285,18 @@ void SettingsPanel::setModelScheduler(SchedulerKind kind, bool karras_sigmas) {
   scheduler_->setItemText(0, tr("Model's own (%1)").arg(name));
 }
 
+void SettingsPanel::setModelNoiseSchedule(bool zeroSnr) {
+  noise_schedule_->setItemText(0,
+                               tr("Model's own (%1)").arg(zeroSnr ? tr("zero terminal SNR") : tr("default")));
+}
+
 void SettingsPanel::setFrom(const GenerationRequest& r) {
   setSeed(r.seed);
   steps_->setValue(r.steps);
   guidance_->setValue(r.guidance_scale);
   selectData(scheduler_, schedulerChoice(r));
+  selectData(noise_schedule_, r.zero_snr ? int{*r.zero_snr} : -1);
+  guidance_rescale_->setValue(r.guidance_rescale);
   width_->setValue(r.width);
   height_->setValue(r.height);
   devices_->setValue(r.devices);

@@ -1,4 +1,5 @@
-// SettingsPanel: the sampling settings (seed with random/lock, steps, guidance, scheduler, size,
+// SettingsPanel: the sampling settings (seed with random/lock, steps, guidance, scheduler, noise
+// schedule and guidance rescale, size,
 // how prompts are read: syntax and long prompts) and, folded away under "Advanced", the sharding
 // and numerics (devices, batch per device, RNG scheme, compatibility, dtype, threads), the
 // textual-inversion embeddings folder and the SDXL size conditioning of a reopened image.
@@ -38,6 +39,9 @@ class SettingsPanel : public QWidget {
   // Names the model's own scheduler in the scheduler box's first entry ("Model's own (Euler)",
   // "Model's own (DPM++ 2M Karras)").
   void setModelScheduler(SchedulerKind kind, bool karras_sigmas = false);
+  // Names the model's own noise schedule in the noise box's first entry ("Model's own (zero
+  // terminal SNR)", "Model's own (default)").
+  void setModelNoiseSchedule(bool zeroSnr);
   // The scheduler box's item data of that first entry (the others hold a scheduler_choice.h choice:
   // a SchedulerKind, or one with kKarrasChoice).
   static constexpr int kModelsOwnScheduler = kModelsOwnSchedulerChoice;
@@ -51,6 +55,9 @@ class SettingsPanel : public QWidget {
   QSpinBox* stepsBox() const { return steps_; }
   QDoubleSpinBox* guidanceBox() const { return guidance_; }
   QComboBox* schedulerBox() const { return scheduler_; }
+  // GenerationRequest::zero_snr: item data -1 the model's own, 0 default, 1 zero terminal SNR.
+  QComboBox* noiseScheduleBox() const { return noise_schedule_; }
+  QDoubleSpinBox* guidanceRescaleBox() const { return guidance_rescale_; }
   QSpinBox* widthBox() const { return width_; }
   QSpinBox* heightBox() const { return height_; }
   QSpinBox* devicesBox() const { return devices_; }
@@ -76,11 +83,14 @@ class SettingsPanel : public QWidget {
   QLayout* buildPromptReading();
   QLayout* buildEmbeddingsRow();
   QLayout* buildSdxlSizeRow();
+  QLayout* buildNoiseRow();
 
   QSpinBox* seed_ = nullptr;
   QCheckBox* lock_ = nullptr;
   QSpinBox* steps_ = nullptr;
   QDoubleSpinBox* guidance_ = nullptr;
+  QComboBox* noise_schedule_ = nullptr;
+  QDoubleSpinBox* guidance_rescale_ = nullptr;
   QComboBox* scheduler_ = nullptr;
   QSpinBox *width_ = nullptr, *height_ = nullptr;
   QToolButton* advanced_toggle_ = nullptr;

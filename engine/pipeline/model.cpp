@@ -460,6 +460,14 @@ bool StableDiffusionModel::default_scheduler_has_karras_sigmas() const {
   }
 }
 
+bool StableDiffusionModel::default_scheduler_has_zero_snr() const {
+  try {
+    return scheduler_config(default_scheduler_).rescale_betas_zero_snr;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 void StableDiffusionModel::set_scheduler_config(std::string json_text, const std::string& where) {
   scheduler_json_ = std::move(json_text);
   scheduler_source_ = where;

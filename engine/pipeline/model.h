@@ -159,6 +159,8 @@ class StableDiffusionModel {
   // Its configuration asks for Karras sigmas (use_karras_sigmas; false for a configuration the
   // pipeline would refuse).
   bool default_scheduler_has_karras_sigmas() const;
+  // Its configuration asks for zero terminal SNR (rescale_betas_zero_snr; false likewise).
+  bool default_scheduler_has_zero_snr() const;
 
   int vae_scale_factor() const { return vae_->config().scale_factor(); }
   int default_height() const { return unet_->config().sample_size * vae_scale_factor(); }

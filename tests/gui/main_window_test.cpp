@@ -51,6 +51,31 @@ class MainWindowTest : public QObject {
     w_->settingsPanel()->setModelScheduler(SchedulerKind::DpmSolverPP, true);
     QCOMPARE(scheduler->itemText(0), QString("Model's own (DPM++ 2M Karras)"));
     w_->settingsPanel()->setModelScheduler(SchedulerKind::Pndm);
+    // The noise schedule: the model's own (tiny-sd has no zero SNR), named; then the two choices.
+    QComboBox* noise = w_->settingsPanel()->noiseScheduleBox();
+    QCOMPARE(noise->currentIndex(), 0);
+    QCOMPARE(noise->itemText(0), QString("Model's own (default)"));
+    QCOMPARE(w_->settingsPanel()->guidanceRescaleBox()->text(), QString("off"));
+    GenerationRequest fresh;  // (also the form to restore below)
+    fresh.zero_snr = true;
+    fresh.guidance_rescale = 0.5;
+    w_->settingsPanel()->applyTo(&fresh);
+    QCOMPARE(fresh.zero_snr, std::optional<bool>());
+    QCOMPARE(fresh.guidance_rescale, 0.0);
+    w_->settingsPanel()->setModelNoiseSchedule(true);
+    QCOMPARE(noise->itemText(0), QString("Model's own (zero terminal SNR)"));
+    w_->settingsPanel()->setModelNoiseSchedule(false);
+    // A reopened image's settings show its schedule and φ; the form gives them back.
+    GenerationRequest reopened = fresh;
+    reopened.zero_snr = false;
+    reopened.guidance_rescale = 0.3;
+    w_->settingsPanel()->setFrom(reopened);
+    QCOMPARE(noise->currentText(), QString("Default"));
+    GenerationRequest back;
+    w_->settingsPanel()->applyTo(&back);
+    QCOMPARE(back.zero_snr, std::optional(false));
+    QCOMPARE(back.guidance_rescale, 0.3);
+    w_->settingsPanel()->setFrom(fresh);
   }
 
   void cleanupTestCase() { w_.reset(); }

@@ -33,6 +33,8 @@ class SettingsTest : public QObject {
       s->schedulerBox()->setCurrentIndex(
           s->schedulerBox()->findText("DPM++ 2M Karras"));  // kept with its sigmas
       QVERIFY(s->schedulerBox()->currentIndex() > 0);
+      s->noiseScheduleBox()->setCurrentIndex(s->noiseScheduleBox()->findText("Zero terminal SNR"));
+      s->guidanceRescaleBox()->setValue(0.7);
       s->widthBox()->setValue(96);
       s->devicesBox()->setValue(4);
       s->batchBox()->setValue(2);
@@ -57,6 +59,9 @@ class SettingsTest : public QObject {
     s->applyTo(&r);
     QCOMPARE(r.scheduler, std::optional(SchedulerKind::DpmSolverPP));
     QCOMPARE(r.karras_sigmas, std::optional(true));
+    QCOMPARE(r.zero_snr, std::optional(true));
+    QCOMPARE(r.guidance_rescale, 0.7);
+    QCOMPARE(s->noiseScheduleBox()->currentText(), QString("Zero terminal SNR"));
     QCOMPARE(s->widthBox()->value(), 96);
     QCOMPARE(s->devicesBox()->value(), 4);
     QCOMPARE(s->batchBox()->value(), 2);
