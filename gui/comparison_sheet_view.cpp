@@ -26,6 +26,7 @@ QString defaultValues(const QString& name) {
   if (name == "strength") return QStringLiteral("0.3, 0.6, 0.9");
   if (name == "lora") return QStringLiteral("0, 0.5, 1");
   if (name == "clip-skip") return QStringLiteral("1, 2");
+  if (name == "guidance-rescale") return QStringLiteral("0, 0.35, 0.7");
   return QStringLiteral("red, blue, green");
 }
 

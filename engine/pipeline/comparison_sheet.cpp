@@ -22,9 +22,15 @@ struct AxisName {
   const char* name;
 };
 constexpr AxisName kAxisNames[] = {
-    {SheetAxisKind::Seed, "seed"},         {SheetAxisKind::Guidance, "guidance"}, {SheetAxisKind::Steps, "steps"},
-    {SheetAxisKind::Scheduler, "scheduler"}, {SheetAxisKind::Strength, "strength"}, {SheetAxisKind::Lora, "lora"},
-    {SheetAxisKind::Prompt, "prompt"},     {SheetAxisKind::ClipSkip, "clip-skip"},
+    {SheetAxisKind::Seed, "seed"},
+    {SheetAxisKind::Guidance, "guidance"},
+    {SheetAxisKind::Steps, "steps"},
+    {SheetAxisKind::Scheduler, "scheduler"},
+    {SheetAxisKind::Strength, "strength"},
+    {SheetAxisKind::Lora, "lora"},
+    {SheetAxisKind::Prompt, "prompt"},
+    {SheetAxisKind::ClipSkip, "clip-skip"},
+    {SheetAxisKind::GuidanceRescale, "guidance-rescale"},
 };
 
 std::string lowercase(std::string s) {
@@ -114,6 +120,10 @@ SheetValue parse_value(SheetAxisKind kind, const std::string& text, const std::s
       v.number = parse_number(text, axis);
       if (!(v.number > 0 && v.number <= 1)) fail("the strength axis: ", text, " is not in (0, 1]");
       break;
+    case SheetAxisKind::GuidanceRescale:
+      v.number = parse_number(text, axis);
+      if (!(v.number >= 0 && v.number <= 1)) fail("the guidance-rescale axis: ", text, " is not in [0, 1]");
+      break;
     case SheetAxisKind::Scheduler: {
       const std::string suffix = "-karras";
       const bool karras =
@@ -162,6 +172,8 @@ std::string SheetAxis::label(int i) const {
     case SheetAxisKind::Lora: return cat("LoRA ", number_text(v.number));
     case SheetAxisKind::Prompt: return v.text.empty() ? std::string("(removed)") : v.text;
     case SheetAxisKind::ClipSkip: return cat("clip skip ", v.integer);
+    case SheetAxisKind::GuidanceRescale:
+      return cat("CFG rescale ", number_text(v.number));
   }
   return v.text;
 }
@@ -264,6 +276,9 @@ void apply_value(const SheetAxis& axis, int i, SheetCell& cell) {
     case SheetAxisKind::Strength: r.strength = v.number; break;
     case SheetAxisKind::Lora: cell.lora_strength = static_cast<float>(v.number); break;
     case SheetAxisKind::ClipSkip: r.clip_skip = static_cast<int>(v.integer); break;
+    case SheetAxisKind::GuidanceRescale:
+      r.guidance_rescale = v.number;
+      break;
     case SheetAxisKind::Prompt:
       if (i == 0) break;
       replace_all(r.prompts[0], axis.values[0].text, v.text);
@@ -289,7 +304,7 @@ void check_axis_fits(const SheetAxis& axis, const GenerationRequest& base, int b
 std::string run_key(const SheetCell& c) {
   const GenerationRequest& r = c.request;
   char text[160];
-  std::snprintf(text, sizeof text, "%d|%a|%d|%d|%a|%a|%d", r.steps, r.guidance_scale,
+  std::snprintf(text, sizeof text, "%d|%a|%a|%d|%d|%a|%a|%d", r.steps, r.guidance_scale, r.guidance_rescale,
                 r.scheduler ? static_cast<int>(*r.scheduler) : -1,
                 r.karras_sigmas ? int{*r.karras_sigmas} : -1, r.strength,
                 c.lora_strength ? static_cast<double>(*c.lora_strength) : -1e300, r.clip_skip);

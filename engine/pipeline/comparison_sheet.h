@@ -10,6 +10,7 @@
 //                     dpm++-sde and euler turn them off)
 //          strength   image-to-image strength in (0, 1] (needs an init image)
 //          lora       strength of the request's first LoRA (StableDiffusionModel::with_loras)
+//          guidance-rescale  numbers in [0, 1] (GenerationRequest::guidance_rescale, φ)
 //          clip-skip  integers in 1…kMaxClipSkip (GenerationRequest::clip_skip; the model's text encoder
 //                     bounds it further when the cell runs)
 //          prompt     Prompt S/R as A1111: the first value is the search string and its cell keeps
@@ -27,8 +28,8 @@
 // (GenerationRequest::device_keys) and the device draws exactly what that single run draws. A
 // device's computation does not depend on the other devices nor on the threads it gets, so its
 // image is the single run's (comparison_sheet_test checks it with memcmp). Cells that differ in
-// guidance, steps, scheduler, strength, LoRA strength or clip skip run separately (another scale,
-// Signature or text encoding; runs with the same Signature reuse the compiled plan; LoRA strengths
+// guidance, guidance rescale, steps, scheduler, strength, LoRA strength or clip skip run separately (another
+// scale, Signature or text encoding; runs with the same Signature reuse the compiled plan; LoRA strengths
 // another model).
 #pragma once
 
@@ -47,11 +48,21 @@
 
 namespace octodiff {
 
-enum class SheetAxisKind { Seed, Guidance, Steps, Scheduler, Strength, Lora, Prompt, ClipSkip };
+enum class SheetAxisKind {
+  Seed,
+  Guidance,
+  Steps,
+  Scheduler,
+  Strength,
+  Lora,
+  Prompt,
+  ClipSkip,
+  GuidanceRescale
+};
 
 struct SheetValue {
   std::string text;  // as written (the prompt axis: the search or replacement string)
-  double number = 0;     // guidance, strength, lora
+  double number = 0;     // guidance, guidance rescale, strength, lora
   int64_t integer = 0;   // seed, steps
   SchedulerKind scheduler = SchedulerKind::Pndm;
   std::optional<bool> karras_sigmas;  // scheduler: on for "…-karras", off for lms, dpm++, euler

@@ -272,6 +272,30 @@ TEST(ComparisonSheet, KarrasCellsEqualSingleRuns) {
       std::string::npos);
 }
 
+// Guidance rescale φ × seed: one run per φ (the run key holds it), each cell its single run, the
+// φ in its metadata; values outside [0, 1] refused.
+TEST(ComparisonSheet, GuidanceRescaleCellsEqualSingleRuns) {
+  auto pipe = std::make_shared<ShardedPipeline>(tiny_model());
+  const SheetSpec spec = parse_sheet_spec("guidance-rescale=0,0.7", "seed=1,2");
+  EXPECT_EQ(spec.axes[0].label(1), "CFG rescale 0.7");
+  GenerationRequest base = base_request();
+  base.steps = 3;
+  const SheetPlan plan = plan_sheet(spec, base, 0);
+  ASSERT_EQ(plan.runs.size(), 2u);
+  EXPECT_EQ(plan.runs[1].request.guidance_rescale, 0.7);
+  SheetRunner runner(pipe);
+  const SheetResult sheet = runner.run(plan);
+  EXPECT_EQ(expect_cells_equal_single_runs(sheet, *pipe), 4);
+  EXPECT_GT(test::diff(sheet.cell_image(plan.cell_index(0, 0, 0)), sheet.cell_image(plan.cell_index(1, 0, 0)))
+                .max_abs,
+            0.0);
+  EXPECT_EQ(describe_sheet_cell(sheet, plan.cell_index(1, 0, 0)).guidance_rescale, 0.7);
+  EXPECT_NE(error_of([] {
+              parse_sheet_spec("guidance-rescale=0.5,1.2");
+            }).find("the guidance-rescale axis: 1.2 is not in [0, 1]"),
+            std::string::npos);
+}
+
 // Image-to-image: strength × seed; the posterior noise also comes from each cell's key.
 TEST(ComparisonSheet, StrengthCellsEqualSingleRuns) {
   ModelLoadOptions o;
