@@ -27,7 +27,6 @@ SchedulerState DdimScheduler::set_timesteps(int n) const {
   SchedulerState state;
   state.num_inference_steps = n;
   state.timesteps = sched::ddim_family_grid(config_, semantics_, n);
-  check_signal_left(state.timesteps);
   return state;
 }
 
@@ -38,6 +37,7 @@ StepResult DdimScheduler::step(const SchedulerState& state, const Tensor& model_
   const int T = config_.num_train_timesteps;
   const int t = static_cast<int>(state.timesteps[i]);
   const int t_prev = t - T / state.num_inference_steps;
+  check_signal_left(t);
   const float a = sched::alpha_at(alphas_cumprod_, t);
   const float a_prev = alpha_or_final(t_prev);
   const float b = 1.0f - a;

@@ -54,7 +54,6 @@ SchedulerState LcmScheduler::lcm_timesteps(int n, double strength) const {
   state.num_inference_steps = n;
   for (int i = 0; i < n; ++i)
     state.timesteps.push_back(origin[static_cast<size_t>(std::floor(static_cast<double>(i) * step))]);
-  check_signal_left(state.timesteps);
   return state;
 }
 
@@ -99,6 +98,7 @@ StepResult LcmScheduler::step_with_noise(const SchedulerState& state, const Tens
   const int last = static_cast<int>(state.timesteps.size()) - 1;
   const int t = static_cast<int>(state.timesteps[i]);
   const int t_prev = i < last ? static_cast<int>(state.timesteps[i + 1]) : t;
+  check_signal_left(t);
   const float alpha = sched::alpha_at(alphas_cumprod_, t);
   const float alpha_prev = alpha_or_final(t_prev);
 

@@ -23,9 +23,9 @@ class UnscaledInputScheduler : public Scheduler {
   // ᾱ at training timestep t, or below t = 0 the final ᾱ: 1 with set_alpha_to_one, else ᾱ_0
   // (the previous noise level of a PNDM, DDIM or LCM step).
   float alpha_or_final(int t) const;
-  // Throws octodiff::Error when an epsilon-predicting model would be divided by √ᾱ = 0 at one of
-  // `timesteps` (rescale_betas_zero_snr's last training timestep; diffusers returns NaN images).
-  void check_signal_left(const std::vector<double>& timesteps) const;
+  // Throws octodiff::Error when an epsilon-predicting model's step at timestep t would divide by
+  // √ᾱ_t = 0 (rescale_betas_zero_snr's last training timestep; diffusers returns NaN images there).
+  void check_signal_left(int t) const;
   const char* name_;
 };
 

@@ -32,14 +32,11 @@ float UnscaledInputScheduler::alpha_or_final(int t) const {
   return config_.set_alpha_to_one ? 1.0f : alphas_cumprod_[0];
 }
 
-void UnscaledInputScheduler::check_signal_left(const std::vector<double>& timesteps) const {
-  if (config_.prediction_type != PredictionType::Epsilon) return;
-  for (double t : timesteps)  // (a timestep beyond the table fails where it is used, as before)
-    if (t >= 0 && t < static_cast<double>(alphas_cumprod_.size()) &&
-        alphas_cumprod_[static_cast<size_t>(t)] == 0.0f)
-      fail(name_, ": timestep ", static_cast<int>(t),
-           " has no signal left (rescale_betas_zero_snr) and an epsilon-predicting model cannot be followed "
-           "from it; zero-SNR models predict v (prediction_type v_prediction), or use leading spacing");
+void UnscaledInputScheduler::check_signal_left(int t) const {
+  if (config_.prediction_type == PredictionType::Epsilon && sched::alpha_at(alphas_cumprod_, t) == 0.0f)
+    fail(name_, ": timestep ", t,
+         " has no signal left (rescale_betas_zero_snr) and an epsilon-predicting model cannot be followed "
+         "from it; zero-SNR models predict v (prediction_type v_prediction), or use leading spacing");
 }
 
 }  // namespace octodiff

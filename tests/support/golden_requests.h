@@ -56,6 +56,16 @@ inline GenerationRequest tiny_sd_pipeline_request(SchedulerKind kind) {
   return req;
 }
 
+// A run of tiny_sd_pipeline_request against diffusers' `<run>.latents_final` (at the parity bar)
+// and `<run>.images` (1e-3) in `goldens`; `label` names them in the printed errors.
+inline void expect_tiny_sd_pipeline_golden(const std::string& label, const GenerationResult& res,
+                                           const SafetensorsFile& goldens, const std::string& run) {
+  expect_parity(label + " " + run + " final latents", res.final_latents.reshaped({2, 4, 32, 32}),
+                goldens.to_f32(run + ".latents_final"));
+  expect_close_abs(label + " " + run + " images", res.images.reshaped({2, 64, 64, 3}),
+                   goldens.to_f32(run + ".images"), 1e-3);
+}
+
 // model_dir/goldens/img2img_init_0.png and img2img_init_1.png: one init image per device.
 inline std::vector<Image8> golden_init_images(const std::filesystem::path& model_dir) {
   const std::filesystem::path dir = model_dir / "goldens";

@@ -114,14 +114,19 @@ def make(name, base_config, spacing):
     return CLASSES[name].from_config(dict(base_config, timestep_spacing=spacing))
 
 
-def grid(out, name, base_config, spacing, n):
-    s = make(name, base_config, spacing)
-    s.set_timesteps(n)
-    key = f"{name}.{spacing}.n{n}"
+def record_grid(out, key, s):
+    """Stores scheduler `s`'s grid (set_timesteps done): <key>.timesteps, .sigmas (classes that have
+    them) and .init_noise_sigma."""
     out[key + ".timesteps"] = s.timesteps.clone()
     if hasattr(s, "sigmas"):
         out[key + ".sigmas"] = s.sigmas.to(torch.float32).clone()
     out[key + ".init_noise_sigma"] = torch.tensor([float(s.init_noise_sigma)], dtype=torch.float64)
+
+
+def grid(out, name, base_config, spacing, n):
+    s = make(name, base_config, spacing)
+    s.set_timesteps(n)
+    record_grid(out, f"{name}.{spacing}.n{n}", s)
 
 
 def base_config_of(config_path):

@@ -40,6 +40,7 @@ from make_fast_scheduler_goldens import (  # noqa: E402  (the stand-in model, lo
     SHAPE,
     base_config_of,
     initial_latent,
+    record_grid,
     record_trajectory,
     save_goldens,
     tiny_sd_pipeline_runs,
@@ -100,10 +101,7 @@ def trajectory(out, name, variant, base_config, spacing, n, initial, run_index):
     s = make(name, base_config, variant, spacing)
     s.set_timesteps(n)
     key = f"{name}.{variant}.{spacing}.n{n}"
-    out[key + ".timesteps"] = s.timesteps.clone()
-    if hasattr(s, "sigmas"):
-        out[key + ".sigmas"] = s.sigmas.to(torch.float32).clone()
-    out[key + ".init_noise_sigma"] = torch.tensor([float(s.init_noise_sigma)], dtype=torch.float64)
+    record_grid(out, key, s)
     gen = torch.Generator().manual_seed(5000 + run_index)
     noise = [torch.randn(SHAPE, generator=gen, dtype=torch.float32) for _ in range(n)]
     INJECTED.queue, INJECTED.calls = noise, 0

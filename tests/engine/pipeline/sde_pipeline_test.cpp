@@ -37,11 +37,7 @@ GenerationRequest golden_request(const std::string& variant) {
 }
 
 void expect_matches_golden(const std::string& variant, const GenerationResult& res) {
-  test::expect_parity("sde pipeline " + variant + " final latents",
-                      res.final_latents.reshaped({2, 4, 32, 32}),
-                      goldens()->to_f32(variant + ".latents_final"));
-  test::expect_close_abs("sde pipeline " + variant + " images", res.images.reshaped({2, 64, 64, 3}),
-                         goldens()->to_f32(variant + ".images"), 1e-3);
+  test::expect_tiny_sd_pipeline_golden("sde pipeline", res, *goldens(), variant);
 }
 
 }  // namespace

@@ -40,9 +40,8 @@ const SafetensorsFile& goldens() {
 // read through SchedulerConfig::from_json as a model folder's file would be.
 std::unique_ptr<Scheduler> make(const Variant& v, TimestepSpacing spacing,
                                 SchedulerSemantics semantics = SchedulerSemantics::Diffusers) {
-  std::string json = tiny_sd_scheduler_json();
-  json.insert(json.find('{') + 1, std::string(R"("use_karras_sigmas": true, )") + v.extra_json + " ");
-  SchedulerConfig config = SchedulerConfig::from_json(json, v.kind);
+  SchedulerConfig config = SchedulerConfig::from_json(
+      tiny_sd_scheduler_json_with(std::string(R"("use_karras_sigmas": true, )") + v.extra_json), v.kind);
   EXPECT_TRUE(config.use_karras_sigmas);
   config.timestep_spacing = spacing;
   return Scheduler::create(v.kind, config, semantics);
@@ -142,41 +141,45 @@ TEST(KarrasSigmas, FlaxSemanticsRunTheTorchAlgorithm) {
 }
 
 TEST(KarrasSigmas, ConfigurationsThatCannotWorkAreRefused) {
-  const std::string base = tiny_sd_scheduler_json();
-  const auto with = [&](const std::string& keys) {
-    std::string json = base;
-    json.insert(json.find('{') + 1, keys + " ");
-    return json;
-  };
   // Classes without the option ignore the key, as diffusers' from_config does.
-  EXPECT_FALSE(SchedulerConfig::from_json(with(R"("use_karras_sigmas": true,)"), SchedulerKind::Pndm)
+  EXPECT_FALSE(SchedulerConfig::from_json(tiny_sd_scheduler_json_with(R"("use_karras_sigmas": true,)"),
+                                          SchedulerKind::Pndm)
                    .use_karras_sigmas);
-  EXPECT_FALSE(
-      SchedulerConfig::from_json(with(R"("use_karras_sigmas": true,)"), SchedulerKind::EulerAncestral)
-          .use_karras_sigmas);
+  EXPECT_FALSE(SchedulerConfig::from_json(tiny_sd_scheduler_json_with(R"("use_karras_sigmas": true,)"),
+                                          SchedulerKind::EulerAncestral)
+                   .use_karras_sigmas);
   SchedulerConfig pndm = SchedulerConfig::defaults(SchedulerKind::Pndm);
   pndm.use_karras_sigmas = true;
   expect_error_containing([&] { Scheduler::create(SchedulerKind::Pndm, pndm, SchedulerSemantics::Flax); },
                           "has no Karras sigmas");
   expect_error_containing(
-      [&] { SchedulerConfig::from_json(with(R"("use_karras_sigmas": "yes",)"), SchedulerKind::Euler); },
+      [&] {
+        SchedulerConfig::from_json(tiny_sd_scheduler_json_with(R"("use_karras_sigmas": "yes",)"),
+                                   SchedulerKind::Euler);
+      },
       "'use_karras_sigmas' must be true or false");
   expect_error_containing(
       [&] {
-        SchedulerConfig::from_json(with(R"("use_karras_sigmas": true, "sigma_min": -1,)"),
-                                   SchedulerKind::Euler);
+        SchedulerConfig::from_json(
+            tiny_sd_scheduler_json_with(R"("use_karras_sigmas": true, "sigma_min": -1,)"),
+            SchedulerKind::Euler);
       },
       "sigma_min and sigma_max must be positive");
   // Other sigma schedules stay refused by name.
   expect_error_containing(
-      [&] { SchedulerConfig::from_json(with(R"("use_exponential_sigmas": true,)"), SchedulerKind::Euler); },
+      [&] {
+        SchedulerConfig::from_json(tiny_sd_scheduler_json_with(R"("use_exponential_sigmas": true,)"),
+                                   SchedulerKind::Euler);
+      },
       "use_exponential_sigmas");
   // Bounds only matter with Karras sigmas: without them a file's odd value is not refused.
   EXPECT_FALSE(
-      SchedulerConfig::from_json(with(R"("sigma_min": 0,)"), SchedulerKind::Euler).use_karras_sigmas);
+      SchedulerConfig::from_json(tiny_sd_scheduler_json_with(R"("sigma_min": 0,)"), SchedulerKind::Euler)
+          .use_karras_sigmas);
   // null bounds are Euler's defaults (SDXL's configs write them).
   EXPECT_FALSE(
-      SchedulerConfig::from_json(with(R"("sigma_min": null, "sigma_max": null,)"), SchedulerKind::Euler)
+      SchedulerConfig::from_json(tiny_sd_scheduler_json_with(R"("sigma_min": null, "sigma_max": null,)"),
+                                 SchedulerKind::Euler)
           .sigma_min.has_value());
 }
 

@@ -33,6 +33,13 @@ inline std::string tiny_sd_scheduler_json() {
   return read_text(tiny_sd_dir() / "scheduler" / "scheduler_config.json");
 }
 
+// That file with `keys` ("\"key\": value," …) added first: what Cls.from_config(config, **keys) reads.
+inline std::string tiny_sd_scheduler_json_with(const std::string& keys) {
+  std::string json = tiny_sd_scheduler_json();
+  json.insert(json.find('{') + 1, keys + " ");
+  return json;
+}
+
 inline const SafetensorsFile& golden_file(const std::string& name) {
   static std::map<std::string, std::shared_ptr<SafetensorsFile>> files;
   auto& f = files[name];

@@ -35,17 +35,12 @@ const SafetensorsFile& goldens() {
   return *f;
 }
 
-std::string with_keys(const std::string& keys) {
-  std::string json = tiny_sd_scheduler_json();
-  json.insert(json.find('{') + 1, keys + " ");
-  return json;
-}
-
 // DPMSolverMultistepScheduler.from_config(tiny-sd's config + algorithm_type + the variant's keys +
 // timestep_spacing), read through SchedulerConfig::from_json as a model folder's file would be.
 std::unique_ptr<Scheduler> make(const Variant& v, TimestepSpacing spacing,
                                 SchedulerSemantics semantics = SchedulerSemantics::Diffusers) {
-  const std::string json = with_keys(std::string(R"("algorithm_type": "sde-dpmsolver++", )") + v.extra_json);
+  const std::string json =
+      tiny_sd_scheduler_json_with(std::string(R"("algorithm_type": "sde-dpmsolver++", )") + v.extra_json);
   EXPECT_EQ(scheduler_config_kind(json), SchedulerKind::Pndm);  // the file names PNDMScheduler
   SchedulerConfig config = SchedulerConfig::from_json(json, SchedulerKind::DpmSolverSde);
   config.timestep_spacing = spacing;

@@ -46,18 +46,13 @@ const SafetensorsFile& goldens() {
   return *f;
 }
 
-std::string with_keys(const std::string& keys) {
-  std::string json = tiny_sd_scheduler_json();
-  json.insert(json.find('{') + 1, keys + " ");
-  return json;
-}
-
 // Cls.from_config(tiny-sd's config + rescale_betas_zero_snr + the class's and variant's keys), read
 // through SchedulerConfig::from_json as a model folder's file would be, at `spacing`.
 std::unique_ptr<Scheduler> make(const ClassCase& c, const VariantCase& v, TimestepSpacing spacing,
                                 SchedulerSemantics semantics = SchedulerSemantics::Diffusers) {
   SchedulerConfig config = SchedulerConfig::from_json(
-      with_keys(std::string(R"("rescale_betas_zero_snr": true, )") + c.extra + v.keys), c.kind);
+      tiny_sd_scheduler_json_with(std::string(R"("rescale_betas_zero_snr": true, )") + c.extra + v.keys),
+      c.kind);
   EXPECT_TRUE(config.rescale_betas_zero_snr);
   config.timestep_spacing = spacing;
   return Scheduler::create(c.kind, config, semantics);
@@ -184,7 +179,7 @@ TEST(ZeroSnr, FlaxSemanticsRunTheTorchClass) {
 // PNDM and LMS have no such option in diffusers: their from_config ignores the key, and asking for
 // it is refused by name.
 TEST(ZeroSnr, KindsWithoutTheOptionIgnoreTheKeyAndRefuseIt) {
-  const std::string json = with_keys(R"("rescale_betas_zero_snr": true,)");
+  const std::string json = tiny_sd_scheduler_json_with(R"("rescale_betas_zero_snr": true,)");
   for (SchedulerKind kind : {SchedulerKind::Pndm, SchedulerKind::Lms}) {
     EXPECT_FALSE(supports_zero_snr(kind));
     SchedulerConfig config = SchedulerConfig::from_json(json, kind);
@@ -192,26 +187,41 @@ TEST(ZeroSnr, KindsWithoutTheOptionIgnoreTheKeyAndRefuseIt) {
     config.rescale_betas_zero_snr = true;
     expect_error_mentioning([&] { config.validate(kind); }, "has no zero terminal SNR");
   }
-  EXPECT_FALSE(
-      SchedulerConfig::from_json(with_keys(R"("rescale_betas_zero_snr": false,)"), SchedulerKind::Ddim)
-          .rescale_betas_zero_snr);
+  EXPECT_FALSE(SchedulerConfig::from_json(tiny_sd_scheduler_json_with(R"("rescale_betas_zero_snr": false,)"),
+                                          SchedulerKind::Ddim)
+                   .rescale_betas_zero_snr);
   expect_error_mentioning(
       [&] {
-        SchedulerConfig::from_json(with_keys(R"("rescale_betas_zero_snr": "yes",)"), SchedulerKind::Ddim);
+        SchedulerConfig::from_json(tiny_sd_scheduler_json_with(R"("rescale_betas_zero_snr": "yes",)"),
+                                   SchedulerKind::Ddim);
       },
       "'rescale_betas_zero_snr' must be");
 }
 
 // DDIM and LCM divide an epsilon prediction by √ᾱ, which is 0 at the last training timestep:
-// diffusers returns NaN images there; Octodiff refuses the schedule with a reason. Leading spacing
-// (which never reaches it) and v-prediction run.
+// diffusers returns NaN images there; Octodiff refuses that step with a reason. The steps after
+// it (where an image-to-image run starts), leading spacing (which never reaches it) and
+// v-prediction run.
 TEST(ZeroSnr, EpsilonAtTheNoSignalTimestepIsRefused) {
+  const Tensor x = Tensor::full({1, 4, 2, 2}, 0.5f), m = Tensor::full({1, 4, 2, 2}, 0.1f);
+  const auto step = [&](const Scheduler& s, const SchedulerState& state, int i) {
+    return s.needs_noise(state, i) ? s.step(state, m, i, x, x) : s.step(state, m, i, x);
+  };
   for (const ClassCase& c : {kClasses[0], kClasses[5]}) {
     auto s = make(c, kVariants[1], TimestepSpacing::Trailing);
-    expect_error_mentioning([&] { s->set_timesteps(4); }, "has no signal left");
+    const SchedulerState state = s->set_timesteps(4);
+    ASSERT_EQ(s->model_timestep(state, 0), 999.0) << c.name;
+    expect_error_mentioning([&] { step(*s, state, 0); }, "timestep 999 has no signal left");
+    const SchedulerState img2img = s->set_timesteps_for_strength(4, 0.75);  // starts after it
+    EXPECT_LT(s->model_timestep(img2img, img2img.begin_index), 999.0) << c.name;
+    EXPECT_NO_THROW(step(*s, img2img, img2img.begin_index)) << c.name;
+    auto v = make(c, kVariants[0], TimestepSpacing::Trailing);
+    const StepResult r = step(*v, v->set_timesteps(4), 0);
+    EXPECT_TRUE(std::isfinite(r.prev_sample[0])) << c.name;
   }
-  EXPECT_NO_THROW(make(kClasses[0], kVariants[1], TimestepSpacing::Leading)->set_timesteps(4));
-  EXPECT_NO_THROW(make(kClasses[0], kVariants[0], TimestepSpacing::Trailing)->set_timesteps(4));
+  auto leading = make(kClasses[0], kVariants[1], TimestepSpacing::Leading);
+  const SchedulerState state = leading->set_timesteps(4);
+  EXPECT_TRUE(std::isfinite(leading->step(state, m, 0, x).prev_sample[0]));
 }
 
 TEST(ZeroSnr, AllZeroBetasCannotBeRescaled) {
