@@ -126,12 +126,14 @@ std::optional<SamplingValues> AppSettings::automaticSampling() const {
   v.steps = settings_.value("form/auto_steps").toInt();
   v.guidance = settings_.value("form/auto_guidance").toDouble();
   if (const int k = settings_.value("form/auto_scheduler", -1).toInt(); k >= 0) v.scheduler = static_cast<SchedulerKind>(k);
+  v.guidance_rescale = settings_.value("form/auto_guidance_rescale", 0.0).toDouble();
   return v;
 }
 void AppSettings::setAutomaticSampling(const SamplingValues& v) {
   settings_.setValue("form/auto_steps", v.steps);
   settings_.setValue("form/auto_guidance", v.guidance);
   settings_.setValue("form/auto_scheduler", v.scheduler ? static_cast<int>(*v.scheduler) : -1);
+  settings_.setValue("form/auto_guidance_rescale", v.guidance_rescale);
 }
 
 QString AppSettings::lastFolder() const {

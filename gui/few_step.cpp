@@ -31,6 +31,7 @@ QString describeSampling(const SamplingValues& v) {
   QString text = (v.steps == 1 ? QObject::tr("1 step") : QObject::tr("%1 steps").arg(v.steps)) +
                  QObject::tr(", guidance %1").arg(v.guidance);
   if (v.scheduler) text += QStringLiteral(", ") + QString::fromStdString(sampler_display_name(*v.scheduler));
+  if (v.guidance_rescale > 0) text += QObject::tr(", CFG rescale %1").arg(v.guidance_rescale);
   return text;
 }
 
@@ -41,12 +42,16 @@ SamplingAdvice adviseSampling(const FewStepProfile& profile, const SamplingValue
   const bool users_own = current != standardSampling() && (!lastAutomatic || current != *lastAutomatic);
   a.apply = !users_own && current != profile.values;
   a.remember = !users_own || current == profile.values;
-  if (profile.kind == FewStepKind::None) return a;
+  const bool zero_snr = profile.values.guidance_rescale > 0;
+  if (profile.kind == FewStepKind::None && !zero_snr) return a;
+  const QString model = profile.kind == FewStepKind::None
+                            ? QObject::tr("Zero terminal SNR model")
+                            : QObject::tr("Few-step model (%1)").arg(profile.description);
   const QString what = describeSampling(profile.values);
   if (users_own && current != profile.values)
-    a.note = QObject::tr("Few-step model (%1): %2 recommended — your settings were kept").arg(profile.description, what);
+    a.note = QObject::tr("%1: %2 recommended — your settings were kept").arg(model, what);
   else
-    a.note = QObject::tr("Few-step model (%1): %2 — change freely").arg(profile.description, what);
+    a.note = QObject::tr("%1: %2 — change freely").arg(model, what);
   return a;
 }
 

@@ -80,6 +80,7 @@ SamplingValues MainWindow::currentSampling() const {
   GenerationRequest chosen;
   applySchedulerChoice(settings_panel_->schedulerBox()->currentData().toInt(), &chosen);
   v.scheduler = chosen.scheduler;
+  v.guidance_rescale = settings_panel_->guidanceRescaleBox()->value();
   return v;
 }
 
@@ -89,6 +90,7 @@ void MainWindow::setSampling(const SamplingValues& v) {
   QComboBox* box = settings_panel_->schedulerBox();
   const int data = v.scheduler ? static_cast<int>(*v.scheduler) : SettingsPanel::kModelsOwnScheduler;
   box->setCurrentIndex(std::max(0, box->findData(data)));
+  settings_panel_->guidanceRescaleBox()->setValue(v.guidance_rescale);
 }
 
 void MainWindow::adviseSamplingFor(const StableDiffusionModel& model) {

@@ -342,11 +342,19 @@ ModelLoadOptions load_options_from_args(const Args& args, GenerationRequest& req
   return load;
 }
 
-// A few-step model's steps, guidance and scheduler (pipeline/few_step.h) where the command line
-// gives none; says so on `info` unless quiet.
+// A few-step model's steps, guidance and scheduler, a zero-SNR model's guidance rescale
+// (pipeline/few_step.h), where the command line gives none; says so on `info` unless quiet.
 void few_step_defaults(const Args& args, GenerationRequest& req, const StableDiffusionModel& model, FILE* info,
                        bool quiet) {
   const FewStepSampling p = recognize_few_step(model);
+  if (p.values.guidance_rescale > 0 && !args.get("guidance-rescale")) {
+    req.guidance_rescale = p.values.guidance_rescale;
+    if (!quiet)
+      std::fprintf(info,
+                   "zero terminal SNR model: guidance rescale %g (recommended for it; --guidance-rescale "
+                   "overrides)\n",
+                   req.guidance_rescale);
+  }
   if (p.kind == FewStepKind::None) return;
   if (!args.get("steps")) req.steps = p.values.steps;
   if (!args.get("guidance")) req.guidance_scale = p.values.guidance;

@@ -7,9 +7,12 @@
 //     guidance 8 (the model card's and diffusers' LCM example), LCM scheduler;
 //   - the LCM scheduler as the model's own, with an ordinary UNet (an LCM-LoRA fused in): 4 steps,
 //     guidance 1.5 (diffusers' LCM-LoRA guide: guidance 1–2);
-//   - Euler or Euler a with timestep_spacing "trailing" as the model's own (SD-Turbo, SDXL-Turbo):
-//     1 step, guidance 0 (one pass, no negative prompt).
+//   - Euler or Euler a with timestep_spacing "trailing" and no zero terminal SNR as the model's
+//     own (SD-Turbo, SDXL-Turbo): 1 step, guidance 0 (one pass, no negative prompt).
 // Anything else is a standard model: 50 steps, guidance 7.5 (GenerationRequest's defaults).
+// Whatever its kind, a model whose own scheduler configuration has zero terminal SNR
+// (rescale_betas_zero_snr) also wants guidance rescale 0.7 (kZeroSnrGuidanceRescale), as the
+// paper and diffusers' DDIMScheduler guide recommend for such models ("over-exposure" without it).
 #pragma once
 
 #include <optional>
@@ -24,10 +27,13 @@ struct SamplingValues {
   int steps = 50;
   double guidance = 7.5;
   std::optional<SchedulerKind> scheduler;  // nullopt: the model's own
+  double guidance_rescale = 0;             // GenerationRequest::guidance_rescale
   bool operator==(const SamplingValues&) const = default;
 };
 
 enum class FewStepKind { None, LcmDistilled, LcmScheduler, Turbo };
+
+constexpr double kZeroSnrGuidanceRescale = 0.7;
 
 struct FewStepSampling {
   FewStepKind kind = FewStepKind::None;

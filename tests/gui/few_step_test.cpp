@@ -20,16 +20,27 @@ QString tinyLcmPath() {
 
 // tiny-sd's components linked into `dir`, with a scheduler config naming EulerDiscreteScheduler
 // with trailing timesteps (SD-Turbo's).
-bool makeTurboCopy(const QString& dir) {
+// The tiny model's parts linked into `dir` with an Euler trailing scheduler configuration (SD-Turbo's),
+// plus `extra_keys` ("\"key\": value, …").
+bool makeEulerTrailingCopy(const QString& dir, const char* extra_keys = "") {
   for (const char* part : {"model_index.json", "text_encoder", "tokenizer", "unet", "vae"})
     if (!QFile::link(tinyModelPath() + "/" + part, dir + "/" + part)) return false;
   QDir(dir).mkdir("scheduler");
   QFile f(dir + "/scheduler/scheduler_config.json");
   if (!f.open(QIODevice::WriteOnly)) return false;
-  f.write(R"({"_class_name": "EulerDiscreteScheduler", "beta_start": 0.00085, "beta_end": 0.012,
-  "beta_schedule": "scaled_linear", "num_train_timesteps": 1000, "prediction_type": "epsilon",
-  "steps_offset": 1, "timestep_spacing": "trailing"})");
+  f.write(QByteArray(R"({"_class_name": "EulerDiscreteScheduler", "beta_start": 0.00085, "beta_end": 0.012,
+  "beta_schedule": "scaled_linear", "num_train_timesteps": 1000, "prediction_type": "epsilon",)") +
+          extra_keys + R"( "steps_offset": 1, "timestep_spacing": "trailing"})");
   return true;
+}
+
+bool makeTurboCopy(const QString& dir) {
+  return makeEulerTrailingCopy(dir);
+}
+
+// A zero-SNR model's configuration (trailing Euler too, but not few-step).
+bool makeZeroSnrCopy(const QString& dir) {
+  return makeEulerTrailingCopy(dir, R"( "rescale_betas_zero_snr": true,)");
 }
 
 }  // namespace
@@ -53,6 +64,43 @@ class FewStepTest : public QObject {
     const FewStepProfile t = recognizeFewStep(*StableDiffusionModel::load(turbo.path().toStdString()));
     QCOMPARE(t.kind, FewStepKind::Turbo);
     QCOMPARE(t.values, (SamplingValues{1, 0.0, std::nullopt}));
+    // Zero terminal SNR: a standard model (50 steps at 7.5) that wants CFG rescale 0.7.
+    QTemporaryDir zero_snr;
+    QVERIFY(makeZeroSnrCopy(zero_snr.path()));
+    const FewStepProfile z = recognizeFewStep(*StableDiffusionModel::load(zero_snr.path().toStdString()));
+    QCOMPARE(z.kind, FewStepKind::None);
+    QCOMPARE(z.values, (SamplingValues{50, 7.5, std::nullopt, 0.7}));
+  }
+
+  void loadingAZeroSnrModelSetsCfgRescale() {
+    QTemporaryDir dir;
+    QVERIFY(makeZeroSnrCopy(dir.path()));
+    {
+      auto w = openWindow(dir.path());
+      QVERIFY2(w->controller()->model(), qPrintable(w->errorBanner()->message()));
+      SettingsPanel* s = w->settingsPanel();
+      QCOMPARE(s->guidanceRescaleBox()->value(), 0.7);
+      QCOMPARE(s->stepsBox()->value(), 50);
+      QCOMPARE(s->noiseScheduleBox()->itemText(0), QString("Model's own (zero terminal SNR)"));
+      QCOMPARE(w->fewStepPanel()->note(),
+               QString("Zero terminal SNR model: 50 steps, guidance 7.5, CFG rescale 0.7 — change freely"));
+      // A value the user sets is kept when the model loads again; the note says what it recommends.
+      s->guidanceRescaleBox()->setValue(0.3);
+      w->close();
+    }
+    auto again = openWindow(dir.path());
+    QCOMPARE(again->settingsPanel()->guidanceRescaleBox()->value(), 0.3);
+    QVERIFY2(again->fewStepPanel()->note().contains("CFG rescale 0.7 recommended — your settings were kept"),
+             qPrintable(again->fewStepPanel()->note()));
+    // It runs with its own schedule and the rescale.
+    again->settingsPanel()->guidanceRescaleBox()->setValue(0.7);
+    again->settingsPanel()->stepsBox()->setValue(2);
+    again->promptPanel()->setPrompts({"a zero-snr test"});
+    QVERIFY(again->generate());
+    QCOMPARE(waitForJob(*again), std::optional<JobOutcome>(JobOutcome::Completed));
+    QVERIFY(again->lastRun()->result.signature.zero_snr);
+    again.reset();
+    settings_dir_ = useTemporarySettings();  // the next tests start from a fresh form
   }
 
   void adviceKeepsTheUsersOwnValues() {

@@ -311,6 +311,24 @@ TEST(Cli, ZeroSnrAndGuidanceRescaleAreAskedForAndSaid) {
   EXPECT_NE(word.err.find("--zero-snr expects on or off, got 'yes'"), std::string::npos) << word.err;
   CliRun phi = cli(tiny({"--prompt", "a", "--steps", "2", "--guidance-rescale", "2"}), dir);
   EXPECT_NE(phi.err.find("guidance rescale must lie in [0, 1]"), std::string::npos) << phi.err;
+  // A zero-SNR model folder gets guidance rescale 0.7 unless the command line names one.
+  const auto folder = test::tiny_sd_with_scheduler(
+      "cli_zero_snr_model",
+      R"({"_class_name": "EulerDiscreteScheduler", "beta_start": 0.00085, "beta_end": 0.012,
+      "beta_schedule": "scaled_linear", "num_train_timesteps": 1000, "steps_offset": 1,
+      "rescale_betas_zero_snr": true, "prediction_type": "v_prediction", "timestep_spacing": "trailing"})");
+  for (const char* given : {"", "0"}) {
+    std::vector<std::string> argv = {"generate", "--model", folder.string(), "--prompt", "a",
+                                     "--steps",  "2",       "--json"};
+    if (*given) argv.insert(argv.end(), {"--guidance-rescale", given});
+    CliRun own = cli(argv, dir);
+    ASSERT_EQ(own.code, 0) << own.err;
+    const auto s = nlohmann::json::parse(own.out)["settings"];
+    EXPECT_EQ(s["zero_snr"], true);
+    EXPECT_EQ(s["guidance_rescale"], *given ? 0.0 : 0.7) << given;
+    EXPECT_EQ(own.err.find("zero terminal SNR model: guidance rescale 0.7") != std::string::npos, !*given)
+        << own.err;
+  }
   CliRun unused =
       cli(tiny({"--prompt", "a", "--steps", "2", "--guidance", "1", "--guidance-rescale", "0.5"}), dir);
   ASSERT_EQ(unused.code, 0) << unused.err;
