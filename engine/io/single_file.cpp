@@ -533,8 +533,13 @@ SingleFileCheckpoint open_single_file(const std::filesystem::path& path, bool us
   SingleFileCheckpoint ck;
   std::vector<const TensorRecord*> unet, vae, clip, open_clip, sdxl_clip, sdxl_open_clip;
   std::map<std::string, const TensorRecord*> ema;
+  bool v_pred_marker = false;
   for (const TensorRecord& rec : file->tensors()) {
     const std::string& n = rec.name;
+    if (n == "v_pred" || n == "ztsnr") {  // markers (their values mean nothing)
+      (n == "v_pred" ? v_pred_marker : ck.zero_snr) = true;
+      continue;
+    }
     if (starts_with(n, kSdxlClipPrefix)) {
       sdxl_clip.push_back(&rec);
       continue;
@@ -585,6 +590,7 @@ SingleFileCheckpoint open_single_file(const std::filesystem::path& path, bool us
     ck.text_encoder = read_clip(file, sdxl_clip, what, kSdxlClipPrefix);
     ck.text_encoder_2 = read_sdxl_open_clip(file, sdxl_open_clip, what);
     ck.family = Family::SDXL;
+    ck.v_prediction = v_pred_marker;
     return ck;
   }
 
@@ -600,7 +606,7 @@ SingleFileCheckpoint open_single_file(const std::filesystem::path& path, bool us
     ck.family = Family::SD1;
   else
     ck.family = ck.cross_attention_dim == 1024 ? Family::SD2 : Family::SD1;
-  ck.v_prediction = ck.family == Family::SD2 && ck.global_step.value_or(-1) != 875000;
+  ck.v_prediction = v_pred_marker || (ck.family == Family::SD2 && ck.global_step.value_or(-1) != 875000);
   return ck;
 }
 

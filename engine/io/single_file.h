@@ -45,8 +45,13 @@ struct SingleFileCheckpoint {
   // SD2 → v-prediction unless the checkpoint's global_step is 875000 (the 512-pixel 2-base
   // model, epsilon). Safetensors files rarely keep global_step (we read a one-element
   // `global_step` tensor when present); without it an SD2 file is taken to be a 768-v model,
-  // as diffusers does — callers should let the user override this for 2-base files.
+  // as diffusers does — callers should let the user override this for 2-base files. Any family is
+  // v-prediction when the file carries a `v_pred` marker tensor (the convention of ComfyUI,
+  // Forge and kohya's scripts for v-prediction fine-tunes).
   bool v_prediction = false;
+  // The file carries a `ztsnr` marker tensor (the same convention): trained with zero terminal
+  // SNR (rescale_betas_zero_snr).
+  bool zero_snr = false;
   std::optional<int64_t> global_step;
   int unet_in_channels = 4;       // 9 = inpainting
   int cross_attention_dim = 768;  // last dim of the first cross-attention to_k

@@ -154,7 +154,9 @@ class StableDiffusionModel {
   //   a class Octodiff does not implement;
   // - a single-file checkpoint (SD 1.x, SD 2.x, epsilon or v-prediction alike): PNDM, the
   //   configuration the single-file loader writes (skip_prk_steps, steps_offset 1) and what the
-  //   Flax pipeline's from_pretrained of the converted model gives.
+  //   Flax pipeline's from_pretrained of the converted model gives; SDXL: Euler (leading), as
+  //   stable-diffusion-xl-base-1.0; a checkpoint with the `ztsnr` marker (io/single_file.h):
+  //   Euler with zero terminal SNR and trailing timesteps (PNDM has no zero SNR).
   SchedulerKind default_scheduler() const { return default_scheduler_; }
   // Its configuration asks for Karras sigmas (use_karras_sigmas; false for a configuration the
   // pipeline would refuse).

@@ -8,29 +8,46 @@ namespace fs = std::filesystem;
 
 namespace {
 
+const char* prediction_name(bool v_prediction) {
+  return v_prediction ? "v_prediction" : "epsilon";
+}
+
 // SD's scheduler configuration (the single-file converter's defaults), epsilon or v-prediction.
 std::string sd_scheduler_json(bool v_prediction) {
-  return std::string(R"({"_class_name": "PNDMScheduler", "beta_start": 0.00085, "beta_end": 0.012,
+  return cat(R"({"_class_name": "PNDMScheduler", "beta_start": 0.00085, "beta_end": 0.012,
     "beta_schedule": "scaled_linear", "num_train_timesteps": 1000, "set_alpha_to_one": false,
-    "skip_prk_steps": true, "steps_offset": 1, "clip_sample": false, "prediction_type": ")") +
-         (v_prediction ? "v_prediction" : "epsilon") + "\"}";
+    "skip_prk_steps": true, "steps_offset": 1, "clip_sample": false, "prediction_type": ")",
+             prediction_name(v_prediction), "\"}");
 }
 
 // stable-diffusion-xl-base-1.0's scheduler: Euler, leading timesteps, offset 1.
-const char* kSdxlSchedulerJson = R"({"_class_name": "EulerDiscreteScheduler", "beta_start": 0.00085,
+std::string sdxl_scheduler_json(bool v_prediction) {
+  return cat(R"({"_class_name": "EulerDiscreteScheduler", "beta_start": 0.00085,
     "beta_end": 0.012, "beta_schedule": "scaled_linear", "num_train_timesteps": 1000, "steps_offset": 1,
     "timestep_spacing": "leading", "interpolation_type": "linear", "use_karras_sigmas": false,
-    "prediction_type": "epsilon"})";
+    "prediction_type": ")",
+             prediction_name(v_prediction), "\"}");
+}
+
+// A zero-terminal-SNR checkpoint's (`ztsnr` marker): PNDM has no such schedule, so Euler with it
+// and trailing timesteps (the paper's and diffusers' recommendation), the same SD betas.
+std::string zero_snr_scheduler_json(bool v_prediction) {
+  return cat(R"({"_class_name": "EulerDiscreteScheduler", "beta_start": 0.00085, "beta_end": 0.012,
+    "beta_schedule": "scaled_linear", "num_train_timesteps": 1000, "steps_offset": 1,
+    "timestep_spacing": "trailing", "rescale_betas_zero_snr": true, "prediction_type": ")",
+             prediction_name(v_prediction), "\"}");
+}
 
 // SDXL's configurations and second tower; the tokenizers are found by the caller.
 void sdxl_parts(const SingleFileCheckpoint& ckpt, SingleFileParts& parts) {
-  parts.description = cat("SDXL single-file checkpoint", ckpt.used_ema ? ", EMA weights" : "");
+  parts.description = cat("SDXL", ckpt.v_prediction ? " (v-prediction)" : "", " single-file checkpoint",
+                          ckpt.used_ema ? ", EMA weights" : "");
   parts.text_config = ClipTextConfig::sd1();
   parts.text_2_config = ClipTextConfig::sdxl_bigg();
   parts.unet_config = UNetConfig::sdxl();
   parts.unet_config.in_channels = ckpt.unet_in_channels;
   parts.vae_config = VaeConfig::sdxl();
-  parts.scheduler_json = kSdxlSchedulerJson;
+  parts.scheduler_json = sdxl_scheduler_json(ckpt.v_prediction);
   parts.text_encoder_2 = ckpt.text_encoder_2;
 }
 
@@ -53,6 +70,10 @@ SingleFileParts load_single_file_parts(const fs::path& file, const ModelLoadOpti
   parts.scheduler_json = sd_scheduler_json(ckpt.v_prediction);
   const bool sdxl = ckpt.family == SingleFileCheckpoint::Family::SDXL;
   if (sdxl) sdxl_parts(ckpt, parts);
+  if (ckpt.zero_snr) {
+    parts.scheduler_json = zero_snr_scheduler_json(ckpt.v_prediction);
+    parts.description += ", zero terminal SNR";
+  }
   for (auto [src, what] : {std::pair{&ckpt.unet, "UNet"}, {&ckpt.vae, "VAE"}, {&ckpt.text_encoder, "text encoder"}})
     if (!*src)
       fail("'", file.string(), "' has no ", what, " weights; Octodiff needs a complete checkpoint "

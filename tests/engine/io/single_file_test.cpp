@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "test_support.h"
+#include "tiny_single_file.h"
 
 using namespace octodiff;
 namespace fs = std::filesystem;
@@ -21,41 +22,15 @@ namespace {
 
 using Family = SingleFileCheckpoint::Family;
 
-struct Component {
-  std::shared_ptr<SafetensorsFile> file;
-  std::map<std::string, Tensor> tensors;  // diffusers name -> values
-
-  std::vector<DiffusersTensor> to_write(const std::string& skip = "") const {
-    std::vector<DiffusersTensor> out;
-    for (const auto& [name, t] : tensors) {
-      if (name == skip) continue;
-      const Tensor* tp = &t;
-      out.push_back(
-          {name, t.shape(), [tp](float* dst) { std::memcpy(dst, tp->data(), sizeof(float) * tp->numel()); }});
-    }
-    return out;
-  }
-};
-
-Component load_component(const std::string& rel) {
-  Component c;
-  c.file = SafetensorsFile::open(test::tiny_sd_dir() / rel);
-  for (const auto& rec : c.file->tensors())
-    if (rec.name != "text_model.embeddings.position_ids") c.tensors[rec.name] = c.file->to_f32(rec);
-  return c;
-}
-
+using test::Component;
 const Component& unet() {
-  static Component c = load_component("unet/diffusion_pytorch_model.safetensors");
-  return c;
+  return test::tiny_unet_weights();
 }
 const Component& vae() {
-  static Component c = load_component("vae/diffusion_pytorch_model.safetensors");
-  return c;
+  return test::tiny_vae_weights();
 }
 const Component& text() {
-  static Component c = load_component("text_encoder/model.safetensors");
-  return c;
+  return test::tiny_text_encoder_weights();
 }
 
 bool same(const Tensor& a, const Tensor& b) {
@@ -78,12 +53,7 @@ void expect_component_equal(WeightSource& w, const Component& c, const std::stri
 }
 
 SingleFileContents tiny_contents(Family family) {
-  SingleFileContents contents;
-  contents.family = family;
-  contents.unet = unet().to_write();
-  contents.vae = vae().to_write();
-  contents.text_encoder = text().to_write();
-  return contents;
+  return test::tiny_sd_single_file_contents(family);
 }
 
 // The stored (ldm-keyed) tensor of a written file.
@@ -431,4 +401,32 @@ TEST(SingleFile, ForeignFilesAreRefusedClearly) {
                                           {"lora_up.weight", {4}}});
   });
   EXPECT_NE(msg.find("lora_up.weight"), std::string::npos) << msg;
+}
+
+// The v_pred and ztsnr marker tensors (ComfyUI's, Forge's and kohya's convention): an SD 1.x file
+// with v_pred is v-prediction, with ztsnr zero terminal SNR; the markers are no unrecognised
+// tensors; without them nothing changes.
+TEST(SingleFile, VPredAndZtsnrMarkersAreRead) {
+  const fs::path dir = test::temp_dir("single_file_markers");
+  const auto marker = [](const char* name) {
+    return TensorToWrite{name, DType::F32, {0}, [](uint8_t*, size_t) {}};
+  };
+  SingleFileContents marked = tiny_contents(Family::SD1);
+  marked.extra = {marker("v_pred"), marker("ztsnr")};
+  write_single_file(dir / "vpred-ztsnr.safetensors", marked, DType::F32);
+  const SingleFileCheckpoint ck = open_single_file(dir / "vpred-ztsnr.safetensors");
+  EXPECT_EQ(ck.family, Family::SD1);
+  EXPECT_TRUE(ck.v_prediction);
+  EXPECT_TRUE(ck.zero_snr);
+  EXPECT_TRUE(ck.unrecognized.empty());
+  SingleFileContents v_only = tiny_contents(Family::SD1);
+  v_only.extra = {marker("v_pred")};
+  write_single_file(dir / "vpred.safetensors", v_only, DType::F32);
+  const SingleFileCheckpoint v = open_single_file(dir / "vpred.safetensors");
+  EXPECT_TRUE(v.v_prediction);
+  EXPECT_FALSE(v.zero_snr);
+  write_single_file(dir / "plain.safetensors", tiny_contents(Family::SD1), DType::F32);
+  const SingleFileCheckpoint plain = open_single_file(dir / "plain.safetensors");
+  EXPECT_FALSE(plain.v_prediction);
+  EXPECT_FALSE(plain.zero_snr);
 }

@@ -13,7 +13,9 @@
 #include "io/safetensors.h"
 #include "pipeline/metadata.h"
 #include "pipeline/sharded_pipeline.h"
+#include "pipeline/single_file_model.h"
 #include "test_support.h"
+#include "tiny_single_file.h"
 
 using namespace octodiff;
 
@@ -199,4 +201,34 @@ TEST(ZeroSnrPipeline, AnA1111NoiseScheduleThatCannotApplyIsSaid) {
         note.find("zero terminal SNR is not applied: the sampler 'PNDM' has none here") != std::string::npos;
   }
   EXPECT_EQ(said, 1);
+}
+
+// A single-file checkpoint with the v_pred and ztsnr markers gets Euler with zero terminal SNR,
+// v-prediction and trailing timesteps as its own scheduler (PNDM, the single-file default, has no
+// zero SNR); v_pred alone keeps PNDM with v-prediction.
+TEST(ZeroSnrPipeline, AMarkedSingleFileCheckpointGetsItsSchedule) {
+  using Family = SingleFileCheckpoint::Family;
+  const auto dir = test::temp_dir("zero_snr_single_file");
+  const auto marker = [](const char* name) {
+    return TensorToWrite{name, DType::F32, {0}, [](uint8_t*, size_t) {}};
+  };
+  ModelLoadOptions options;
+  options.tokenizer_dir = test::tiny_sd_dir() / "tokenizer";
+  for (bool ztsnr : {true, false}) {
+    SingleFileContents contents = test::tiny_sd_single_file_contents(Family::SD1);
+    contents.extra = {marker("v_pred")};
+    if (ztsnr) contents.extra.push_back(marker("ztsnr"));
+    const auto path = dir / (ztsnr ? "vpred-ztsnr.safetensors" : "vpred.safetensors");
+    write_single_file(path, contents, DType::F32);
+    const SingleFileParts parts = load_single_file_parts(path, options);
+    std::printf("[single file] %s: %s\n", path.filename().c_str(), parts.description.c_str());
+    const SchedulerKind kind = *scheduler_config_kind(parts.scheduler_json);
+    EXPECT_EQ(kind, ztsnr ? SchedulerKind::Euler : SchedulerKind::Pndm);
+    const SchedulerConfig config = SchedulerConfig::from_json(parts.scheduler_json, kind);
+    EXPECT_EQ(config.prediction_type, PredictionType::VPrediction);
+    EXPECT_EQ(config.rescale_betas_zero_snr, ztsnr);
+    EXPECT_EQ(config.timestep_spacing, ztsnr ? TimestepSpacing::Trailing : TimestepSpacing::Leading);
+    EXPECT_EQ(parts.description.find("zero terminal SNR") != std::string::npos, ztsnr) << parts.description;
+    EXPECT_NE(parts.description.find("v-prediction"), std::string::npos) << parts.description;
+  }
 }
