@@ -19,13 +19,12 @@ struct Class {
   SchedulerKind kind;
 };
 const Class kClasses[] = {
-    {"pndm", SchedulerKind::Pndm},   {"ddim", SchedulerKind::Ddim},     {"lms", SchedulerKind::Lms},
-    {"dpmpp2m", SchedulerKind::DpmSolverPP}, {"euler", SchedulerKind::Euler},
-    {"euler_a", SchedulerKind::EulerAncestral}, {"lcm", SchedulerKind::Lcm},
+    {"pndm", SchedulerKind::Pndm},   {"ddim", SchedulerKind::Ddim},
+    {"lms", SchedulerKind::Lms},     {"dpmpp2m", SchedulerKind::DpmSolverPP},
+    {"euler", SchedulerKind::Euler}, {"euler_a", SchedulerKind::EulerAncestral},
+    {"lcm", SchedulerKind::Lcm},
 };
-const TimestepSpacing kSpacings[] = {TimestepSpacing::Leading, TimestepSpacing::Linspace, TimestepSpacing::Trailing};
 const int kGridSteps[] = {1, 2, 3, 4, 5, 8, 25};
-constexpr double kRel = 1e-4;  // the project's f32 bar
 
 // Cls.from_config(tiny-sd scheduler_config.json + timestep_spacing), as the goldens were made.
 std::unique_ptr<Scheduler> make(SchedulerKind kind, TimestepSpacing spacing) {

@@ -25,10 +25,7 @@ const Variant kVariants[] = {
     {"euler_bounds", SchedulerKind::Euler, R"("sigma_min": 0.1, "sigma_max": 10.0,)"},
     {"dpmpp2m_sigma_min", SchedulerKind::DpmSolverPP, R"("final_sigmas_type": "sigma_min",)"},
 };
-const TimestepSpacing kSpacings[] = {TimestepSpacing::Leading, TimestepSpacing::Linspace,
-                                     TimestepSpacing::Trailing};
 const int kGridSteps[] = {1, 2, 3, 4, 5, 8, 10, 20, 25, 50};
-constexpr double kRel = 1e-4;  // the project's f32 bar
 
 const SafetensorsFile& goldens() {
   static std::shared_ptr<SafetensorsFile> f =

@@ -36,7 +36,6 @@ const Variant kVariants[] = {
 
 // rel 1e-4 (the project bar) holds for every variant; kept per variant so a looser bound would
 // have to be written (and justified) here.
-constexpr double kRel = 1e-4;
 
 std::unique_ptr<Scheduler> make(const Variant& v,
                                 SchedulerSemantics semantics = SchedulerSemantics::Diffusers) {

@@ -29,6 +29,12 @@ inline std::string read_text(const std::filesystem::path& p) {
   return s.str();
 }
 
+// The project's f32 parity bar (max abs err ≤ kRel · max(1, the reference's scale)).
+inline constexpr double kRel = 1e-4;
+// diffusers' three timestep_spacing values.
+inline constexpr TimestepSpacing kSpacings[] = {TimestepSpacing::Leading, TimestepSpacing::Linspace,
+                                                TimestepSpacing::Trailing};
+
 inline std::string tiny_sd_scheduler_json() {
   return read_text(tiny_sd_dir() / "scheduler" / "scheduler_config.json");
 }

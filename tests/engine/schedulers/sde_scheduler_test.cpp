@@ -25,9 +25,6 @@ const Variant kVariants[] = {
     {"sde_sigma_min", R"("final_sigmas_type": "sigma_min",)"},
     {"sde_v", R"("prediction_type": "v_prediction",)"},
 };
-const TimestepSpacing kSpacings[] = {TimestepSpacing::Leading, TimestepSpacing::Linspace,
-                                     TimestepSpacing::Trailing};
-constexpr double kRel = 1e-4;  // the project's f32 bar
 
 const SafetensorsFile& goldens() {
   static std::shared_ptr<SafetensorsFile> f =

@@ -36,9 +36,6 @@ const VariantCase kVariants[] = {
     {"eps", R"("prediction_type": "epsilon",)"},
     {"karras", R"("prediction_type": "v_prediction", "use_karras_sigmas": true,)"},
 };
-const TimestepSpacing kSpacings[] = {TimestepSpacing::Leading, TimestepSpacing::Linspace,
-                                     TimestepSpacing::Trailing};
-constexpr double kRel = 1e-4;  // the project's f32 bar
 
 const SafetensorsFile& goldens() {
   static std::shared_ptr<SafetensorsFile> f =
