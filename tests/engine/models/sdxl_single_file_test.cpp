@@ -5,6 +5,8 @@
 // reproduces the goldens at the parity bar.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "core/error.h"
 #include "io/files.h"
 #include "io/safetensors.h"
@@ -70,4 +72,27 @@ TEST(SdxlSingleFile, UNetAndVaeMatchTheGoldens) {
   const AutoencoderKL vae = AutoencoderKL::load(*ck.vae, config_of<VaeConfig>("vae"));
   auto gv = SafetensorsFile::open(sdxl_dir() / "goldens" / "vae.safetensors");
   test::expect_parity("single-file vae decode", vae.decode(gv->to_f32("latents_unscaled")), gv->to_f32("decoded"));
+}
+
+// The v_pred and ztsnr markers (io/single_file.h) on an SDXL file (NoobAI-XL-style v-prediction,
+// zero-SNR fine-tunes): the tiny SDXL file copied tensor by tensor with the markers added reads as
+// v-prediction and zero SNR; without them, as epsilon.
+TEST(SdxlSingleFile, VPredAndZtsnrMarkersAreRead) {
+  const auto source = SafetensorsFile::open(sdxl_dir() / "single_file" / "tiny_sdxl.safetensors");
+  std::vector<TensorToWrite> tensors;
+  for (const TensorRecord& rec : source->tensors())
+    tensors.push_back({rec.name, rec.dtype, rec.shape,
+                       [source, &rec](uint8_t* dst, size_t n) { std::memcpy(dst, source->bytes(rec), n); }});
+  for (const char* marker : {"v_pred", "ztsnr"})
+    tensors.push_back({marker, DType::F32, {0}, [](uint8_t*, size_t) {}});
+  const fs::path path = test::temp_dir("sdxl_markers") / "tiny_sdxl_vpred_ztsnr.safetensors";
+  write_safetensors(path, tensors);
+  const SingleFileCheckpoint marked = open_single_file(path);
+  EXPECT_EQ(marked.family, SingleFileCheckpoint::Family::SDXL);
+  EXPECT_TRUE(marked.v_prediction);
+  EXPECT_TRUE(marked.zero_snr);
+  EXPECT_TRUE(marked.unrecognized.empty());
+  const SingleFileCheckpoint plain = open_tiny();
+  EXPECT_FALSE(plain.v_prediction);
+  EXPECT_FALSE(plain.zero_snr);
 }
