@@ -452,20 +452,21 @@ SchedulerConfig StableDiffusionModel::scheduler_config(SchedulerKind kind,
   return c;
 }
 
-bool StableDiffusionModel::default_scheduler_has_karras_sigmas() const {
+// The model's own scheduler configuration; the class defaults for one the pipeline would refuse.
+static SchedulerConfig own_config_or_defaults(const StableDiffusionModel& m) {
   try {
-    return scheduler_config(default_scheduler_).use_karras_sigmas;
+    return m.scheduler_config(m.default_scheduler());
   } catch (const Error&) {
-    return false;
+    return SchedulerConfig::defaults(m.default_scheduler());
   }
 }
 
+bool StableDiffusionModel::default_scheduler_has_karras_sigmas() const {
+  return own_config_or_defaults(*this).use_karras_sigmas;
+}
+
 bool StableDiffusionModel::default_scheduler_has_zero_snr() const {
-  try {
-    return scheduler_config(default_scheduler_).rescale_betas_zero_snr;
-  } catch (const Error&) {
-    return false;
-  }
+  return own_config_or_defaults(*this).rescale_betas_zero_snr;
 }
 
 void StableDiffusionModel::set_scheduler_config(std::string json_text, const std::string& where) {
