@@ -15,6 +15,7 @@
 #include "kernels/activations.h"
 #include "kernels/internal.h"
 #include "kernels/isa.h"
+#include "kernels/tensor_ops.h"
 
 namespace octodiff::kernels {
 namespace {
@@ -150,9 +151,19 @@ ConvAlgorithm conv2d_algorithm(int64_t out_channels, int64_t in_channels, int kh
   return large ? ConvAlgorithm::Winograd4x4 : ConvAlgorithm::Winograd;
 }
 
+ConvAlgorithm conv2d_upsample2x_algorithm(int64_t out_channels, int64_t in_channels, Precision precision) {
+  const ConvAlgorithm plain = conv2d_algorithm(out_channels, in_channels, 3, 3, Conv2dGeometry::same(3), precision);
+  const bool fused = plain != ConvAlgorithm::Direct && out_channels <= t_large_tiles_max_out && large_tiles_allowed();
+  return fused ? ConvAlgorithm::WinogradUpsample2x : plain;
+}
+
 int64_t conv2d_packed_rows(int64_t in_channels, int kh, int kw, ConvAlgorithm algorithm) {
   if (algorithm == ConvAlgorithm::Direct) return in_channels * kh * kw;
   return detail::winograd_positions(algorithm) * in_channels;
+}
+
+int64_t conv2d_packed_columns(int64_t out_channels, ConvAlgorithm algorithm) {
+  return algorithm == ConvAlgorithm::WinogradUpsample2x ? 4 * out_channels : out_channels;
 }
 
 Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channels, int64_t in_channels,
@@ -174,11 +185,12 @@ Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channel
       fail("pack_conv2d: Winograd F(4x4, 3x3) is for float32 weights only");
     // Transformed one panel at a time into the packer's scratch, like the reorder below: the whole
     // transformed weight (16/9 or 4× the weight) was a fresh allocation per convolution.
-    auto rows = [w, in_channels, algorithm](int64_t n0, int64_t n, float* scratch) -> const float* {
-      detail::winograd_weight_rows(algorithm, w, in_channels, n0, n, scratch);
+    auto rows = [w, in_channels, out_channels, algorithm](int64_t n0, int64_t n, float* scratch) -> const float* {
+      detail::winograd_weight_rows(algorithm, w, in_channels, out_channels, n0, n, scratch);
       return scratch;
     };
-    cw.packed = detail::pack_b_panels(conv2d_packed_rows(in_channels, kh, kw, algorithm), out_channels, rows, precision);
+    cw.packed = detail::pack_b_panels(conv2d_packed_rows(in_channels, kh, kw, algorithm),
+                                      conv2d_packed_columns(out_channels, algorithm), rows, precision);
     return cw;
   }
   // B[(ty·kw + tx)·Ci + ci][co] = w[co][ci][ty][tx]: W's row co read tap-major.
@@ -199,6 +211,8 @@ void conv2d_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWe
   const int64_t Ho = conv2d_out_size(H, w.kh, g.stride, g.pad_top, g.pad_bottom);
   const int64_t Wo = conv2d_out_size(W, w.kw, g.stride, g.pad_left, g.pad_right);
   if (Ho <= 0 || Wo <= 0) fail(cat("conv2d: ", H, "x", W, " input is smaller than the ", w.kh, "x", w.kw, " kernel"));
+  if (w.algorithm == ConvAlgorithm::WinogradUpsample2x)
+    fail("internal: a weight packed for conv2d_upsample2x_nhwc applied by conv2d_nhwc");
   if (w.algorithm != ConvAlgorithm::Direct) {
     if (!(g == Conv2dGeometry::same(3))) fail("internal: a Winograd conv2d weight applied with another geometry");
     return detail::conv2d_winograd(x, N, H, W, w, y, residual, relu);
@@ -229,6 +243,17 @@ void conv2d_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWe
     detail::run_gemm(src, M, w.packed, y, w.out_channels, ep);
   }
   if (relu) kernels::relu(y, M * w.out_channels, y);
+}
+
+void conv2d_upsample2x_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w, float* y,
+                            const float* residual, bool relu) {
+  if (w.packed.empty()) fail("conv2d: weights were never packed");
+  if (w.kh != 3 || w.kw != 3) fail(cat("conv2d_upsample2x: a ", w.kh, "x", w.kw, " weight (3x3 only)"));
+  if (N <= 0 || H <= 0 || W <= 0) fail(cat("conv2d_upsample2x: an empty ", N, "x", H, "x", W, " input"));
+  if (w.algorithm == ConvAlgorithm::WinogradUpsample2x) return detail::conv2d_winograd(x, N, H, W, w, y, residual, relu);
+  const detail::CallScratch up(static_cast<size_t>(N * 4 * H * W * w.in_channels) * sizeof(float));
+  upsample_nearest2x_nhwc(x, N, H, W, w.in_channels, up.get<float>());
+  conv2d_nhwc(up.get<float>(), N, 2 * H, 2 * W, w, Conv2dGeometry::same(3), y, residual, relu);
 }
 
 }  // namespace octodiff::kernels

@@ -26,7 +26,11 @@ struct Conv2dGeometry {
 // Winograd4x4, F(4×4, 3×3): 6×6 input tiles, 36 GEMMs, 4×4 output tiles: 4× fewer products and
 // less data transformed per output, a packed weight 4× the size; float32 only (its transforms'
 // larger coefficients would magnify bf16 rounding). Both only for 3×3, stride 1, padding 1.
-enum class ConvAlgorithm { Direct, Winograd, Winograd4x4 };
+// WinogradUpsample2x: the 3×3 same convolution of a 2× nearest-upsampled image, computed on the
+// image itself (conv2d_upsample2x_nhwc) as F(3×3, 2×2) on the 2×2 kernels each output sub-pixel
+// sees: 1.78 products per output and input channel (F(2×2) on the upsampled image: 4), no
+// upsampled copy, F(2×2)'s accuracy in every precision; a packed weight 64/9 the direct one's.
+enum class ConvAlgorithm { Direct, Winograd, Winograd4x4, WinogradUpsample2x };
 
 // What conv2d_nhwc uses for this weight, geometry and precision when the model is packed:
 // Winograd for 3×3 same convolutions with 16…640 output and ≥ 16 input channels, multiples of 16
@@ -67,9 +71,15 @@ class ScopedLargeWinogradTiles {
   int64_t previous_;
 };
 
-// Rows (K) of the packed weight matrix for that algorithm: kh·kw·Ci, 16·Ci for Winograd, 36·Ci for
-// Winograd4x4.
+// What conv2d_upsample2x_nhwc uses for a 3×3 weight when the model is packed: WinogradUpsample2x
+// where conv2d_algorithm would pick Winograd and ScopedLargeWinogradTiles allows the larger weight
+// (any precision; not with OCTODIFF_CONV_WINOGRAD=2x2), else what conv2d_algorithm picks.
+ConvAlgorithm conv2d_upsample2x_algorithm(int64_t out_channels, int64_t in_channels, Precision precision);
+
+// Rows (K) of the packed weight matrix for that algorithm: kh·kw·Ci, 16·Ci for Winograd and
+// WinogradUpsample2x, 36·Ci for Winograd4x4; columns (N): Co, 4·Co for WinogradUpsample2x.
 int64_t conv2d_packed_rows(int64_t in_channels, int kh, int kw, ConvAlgorithm algorithm);
+int64_t conv2d_packed_columns(int64_t out_channels, ConvAlgorithm algorithm);
 
 struct Conv2dWeights {
   int64_t out_channels = 0, in_channels = 0;
@@ -94,5 +104,11 @@ int64_t conv2d_out_size(int64_t in, int k, int stride, int pad_before, int pad_a
 // A Winograd weight must be applied with Conv2dGeometry::same(3).
 void conv2d_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w,
                  const Conv2dGeometry& g, float* y, const float* residual = nullptr, bool relu = false);
+
+// y = conv2d(upsample_nearest2x(x)) with Conv2dGeometry::same(3): x N × H × W × Ci, y (and
+// residual) N × 2H × 2W × Co. A WinogradUpsample2x weight never materialises the upsampled image;
+// any other 3×3 weight is applied to an upsampled copy.
+void conv2d_upsample2x_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w, float* y,
+                            const float* residual = nullptr, bool relu = false);
 
 }  // namespace octodiff::kernels

@@ -1,5 +1,6 @@
 // 3×3 convolution (stride 1, padding 1) as Winograd F(m×m, 3×3), after Lavin & Gray (2015), for
-// two output tiles m: 2 (every precision) and 4 (float32 only).
+// two output tiles m: 2 (every precision) and 4 (float32 only); and the same convolution of a 2×
+// nearest-upsampled image as F(3×3, 2×2) on the image itself (every precision, see F3x3Up).
 //
 // The output is cut into m×m tiles; tile t reads the α×α input patch d around it (α = m + 2). The
 // tile's output is Aᵀ [Σ_ci (G g Gᵀ) ⊙ (Bᵀ d B)] A: for each of the α² positions p of the
@@ -48,15 +49,27 @@ constexpr int64_t kLanes = 16;
 inline Lanes load(const float* p) { return *reinterpret_cast<const Lanes*>(p); }
 inline void store(float* p, Lanes v) { *reinterpret_cast<Lanes*>(p) = v; }
 
+// H × W: the input; Ho × Wo: the output (2H × 2W when upsampling); tiles over the input.
 struct Geometry {
   int64_t N, H, W, Ci, Co;
   int64_t tiles_y, tiles_x;
+  int64_t Ho, Wo;
+};
+
+// A 3×3 convolution's own kernel, for the two tiles of the plain convolution: r taps per axis, one
+// output per tile position (sub = 1), the weight as it is.
+struct Plain3x3 {
+  static constexpr int r = 3, sub = 1;
+  static void kernel(const float* g, int /*s*/, double k[3][3]) {
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j) k[i][j] = g[i * 3 + j];
+  }
 };
 
 // F(2×2, 3×3). input: Bᵀ d B for 16 channels of one tile into v + p·vs, p = i·4 + j, the patch's
 // element (i, j) (input row 2ty−1+i, column 2tx−1+j) at d + i·row + j·col. output: Aᵀ m A, the
 // position-p value at m + p·ms, into out[i][j] (output row 2ty+i, column 2tx+j).
-struct F2x2 {
+struct F2x2 : Plain3x3 {
   static constexpr int m = 2, alpha = 4, positions = 16;
   static constexpr double G[alpha][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
 
@@ -95,7 +108,7 @@ struct F2x2 {
 
 // F(4×4, 3×3), the same two stages on 6×6 input and 4×4 output tiles, one 1-D transform per
 // column and then per row.
-struct F4x4 {
+struct F4x4 : Plain3x3 {
   static constexpr int m = 4, alpha = 6, positions = 36;
   static constexpr double G[alpha][3] = {{1.0 / 4, 0, 0},
                                          {-1.0 / 6, -1.0 / 6, -1.0 / 6},
@@ -148,6 +161,59 @@ struct F4x4 {
       for (int i = 0; i < 4; ++i) s[i][j] = sc[i];
     }
     for (int i = 0; i < 4; ++i) at(s[i], out[i]);
+  }
+};
+
+// The 3×3 convolution (padding 1) of x upsampled 2× by nearest neighbour, computed on x itself: an
+// output pixel 2u+1+ry, 2v+1+rx (ry, rx ∈ {0, 1}, "sub-position" s = 2·ry + rx) sees only x's 2×2
+// window at rows u, u+1 and columns v, v+1, through a 2×2 kernel made of the 3×3 one's taps
+// (ry = 0: rows [g0 + g1, g2], ry = 1: [g0, g1 + g2]; columns alike). So the convolution is a 2×2 one
+// over x padded by one pixel with 4·Co outputs per window origin (u, v) ∈ [−1, H−1] × [−1, W−1],
+// done as F(3×3, 2×2) — the points 0, ±1, ∞ of F(2×2, 3×3), so its small coefficients and
+// accuracy (every precision):
+//   Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1] (F(2×2)'s),  G = [1 0; ½ ½; ½ -½; 0 -1],
+//   Aᵀ = [1 1 1 0; 0 1 -1 0; 0 1 1 1]:
+// a 4×4 patch of x gives 3×3 origins × 4 sub-positions = 6×6 outputs for 16 GEMM positions of
+// N = 4·Co: 1.78 products per output and input channel (F(2×2, 3×3) on the upsampled image: 4,
+// F(4×4, 3×3): 2.25), transforms on a quarter of the pixels, and no upsampled copy. The packed
+// weight is 64/9 the direct one's size.
+struct F3x3Up {
+  static constexpr int m = 3, alpha = 4, positions = 16, r = 2, sub = 2;
+  static constexpr double G[alpha][2] = {{1, 0}, {0.5, 0.5}, {0.5, -0.5}, {0, -1}};
+
+  // Sub-position s's 2×2 kernel from the 3×3 weight g.
+  static void kernel(const float* g, int s, double k[2][2]) {
+    const int ry = s / 2, rx = s % 2;
+    double rows[2][3];
+    for (int j = 0; j < 3; ++j) {
+      rows[0][j] = ry == 0 ? double{g[j]} + g[3 + j] : g[j];
+      rows[1][j] = ry == 0 ? double{g[6 + j]} : double{g[3 + j]} + g[6 + j];
+    }
+    for (int i = 0; i < 2; ++i) {
+      k[i][0] = rx == 0 ? rows[i][0] + rows[i][1] : rows[i][0];
+      k[i][1] = rx == 0 ? rows[i][2] : rows[i][1] + rows[i][2];
+    }
+  }
+
+  // F(2×2, 3×3)'s Bᵀ (the same points; its ∞ row's sign is in G's here).
+  static void input(const float* d, int64_t row, int64_t col, float* v, int64_t vs) {
+    F2x2::input(d, row, col, v, vs);
+  }
+
+  static void output(const float* m, int64_t ms, Lanes out[3][3]) {
+    Lanes s[3][4];
+    for (int j = 0; j < 4; ++j) {
+      const Lanes m0 = load(m + j * ms), m1 = load(m + (4 + j) * ms), m2 = load(m + (8 + j) * ms),
+                  m3 = load(m + (12 + j) * ms);
+      s[0][j] = m0 + m1 + m2;
+      s[1][j] = m1 - m2;
+      s[2][j] = m1 + m2 + m3;
+    }
+    for (int i = 0; i < 3; ++i) {
+      out[i][0] = s[i][0] + s[i][1] + s[i][2];
+      out[i][1] = s[i][1] - s[i][2];
+      out[i][2] = s[i][1] + s[i][2] + s[i][3];
+    }
   }
 };
 
@@ -222,7 +288,7 @@ class BlockPrefetch {
 
 template <typename Tile>
 class WinogradConv {
-  static constexpr int kM = Tile::m, kAlpha = Tile::alpha, kP = Tile::positions;
+  static constexpr int kM = Tile::m, kAlpha = Tile::alpha, kP = Tile::positions, kSub = Tile::sub;
 
  public:
   WinogradConv(const float* x, const Geometry& g, const Conv2dWeights& w, float* y, const float* residual, bool relu)
@@ -236,7 +302,7 @@ class WinogradConv {
     mr_ = bf16_ ? mk16_.mr : mk_.mr;
     ldv_ = scratch_lda(g.Ci);
     ldv16_ = scratch_lda_bf16(g.Ci);
-    ldm_ = scratch_lda(g.Co);
+    ldm_ = scratch_lda(kSub * kSub * g.Co);
   }
 
   void run() {
@@ -290,13 +356,12 @@ class WinogradConv {
     TileIndex t(g_, t0);
     for (int64_t left = count; left > 0;) {
       const int64_t run = std::min(left, g_.tiles_x - t.tx);
-      const int64_t x0 = kM * t.tx, x1 = std::min(g_.W, kM * (t.tx + run));
-      for (int64_t iy = std::max<int64_t>(0, kM * t.ty - 1); iy < std::min(g_.H, kM * t.ty + kM + 1); ++iy) {
-        const int64_t in0 = std::max<int64_t>(0, x0 - 1), in1 = std::min(g_.W, x1 + 1);
+      const int64_t in0 = std::max<int64_t>(0, kM * t.tx - 1), in1 = std::min(g_.W, kM * (t.tx + run) - kM - 1 + kAlpha);
+      for (int64_t iy = std::max<int64_t>(0, kM * t.ty - 1); iy < std::min(g_.H, kM * t.ty - 1 + kAlpha); ++iy)
         ahead->add(x_ + ((t.n * g_.H + iy) * g_.W + in0) * Ci, (in1 - in0) * Ci, false);
-      }
-      for (int64_t oy = kM * t.ty; oy < std::min(g_.H, kM * t.ty + kM); ++oy) {
-        const int64_t at = ((t.n * g_.H + oy) * g_.W + x0) * Co;
+      const int64_t x0 = std::max<int64_t>(0, out_origin(t.tx)), x1 = std::min(g_.Wo, out_origin(t.tx + run));
+      for (int64_t oy = std::max<int64_t>(0, out_origin(t.ty)); oy < std::min(g_.Ho, out_origin(t.ty + 1)); ++oy) {
+        const int64_t at = ((t.n * g_.Ho + oy) * g_.Wo + x0) * Co;
         ahead->add(y_ + at, (x1 - x0) * Co, true);
         if (residual_) ahead->add(residual_ + at, (x1 - x0) * Co, false);
       }
@@ -304,6 +369,10 @@ class WinogradConv {
       for (int64_t i = 0; i < run; ++i) t.next(g_);
     }
   }
+
+  // The first output row (column) of tile row (column) t: kM·t, or for the upsampling tile the
+  // sub-position 1 of the origin before its first, 2·(kM·t − 1) + 1.
+  static int64_t out_origin(int64_t t) { return kSub * kM * t - (kSub - 1); }
 
   // The α×α patch of tile (n, ty, tx) with the zero padding, copied into sc.patch (edge tiles only).
   const float* edge_patch(const Scratch& sc, const TileIndex& t) const {
@@ -344,7 +413,7 @@ class WinogradConv {
   // M_p = V_p · U_p for the α² positions, K in the GEMM drivers' fixed chunks. U_p is rows
   // p·Ci … p·Ci+Ci−1 of every panel of the packed weight.
   void multiply(const Scratch& sc, int64_t count, BlockPrefetch* ahead) const {
-    const int64_t Ci = g_.Ci, Co = g_.Co, K = kP * Ci;
+    const int64_t Ci = g_.Ci, Co = kSub * kSub * g_.Co, K = kP * Ci;
     const int64_t kc_max = bf16_ ? chunk_size_bf16(Ci) : chunk_size_f32(Ci);
     // One micro-row of tiles at a time, so that the next block's fetches spread over the GEMMs.
     const int64_t slices = kP * ((count + mr_ - 1) / mr_);
@@ -375,31 +444,32 @@ class WinogradConv {
   // a < 0 ? 0 : a, lane by lane), each compiled in only where the call has it.
   template <bool kBias, bool kResidual, bool kRelu>
   void transform_out_with(const Scratch& sc, int64_t t0, int64_t count) const {
-    const int64_t Co = g_.Co, row = g_.W * Co, ms = rows_ * ldm_;
+    const int64_t Co = g_.Co, row = g_.Wo * Co, ms = rows_ * ldm_;
     const float* bias = w_.bias.data();
     TileIndex t(g_, t0);
     for (int64_t r = 0; r < count; ++r, t.next(g_)) {
-      const float* m = sc.m + r * ldm_;
-      const int64_t at = ((t.n * g_.H + kM * t.ty) * g_.W + kM * t.tx) * Co;
-      float* y = y_ + at;
-      const float* res = kResidual ? residual_ + at : nullptr;
-      const int64_t rows = std::min<int64_t>(kM, g_.H - kM * t.ty),
-                    cols = std::min<int64_t>(kM, g_.W - kM * t.tx);
+      // Output (i, j) of sub-position (ry, rx) is at row oy + kSub·i + ry, column ox + kSub·j + rx.
+      const int64_t oy = out_origin(t.ty), ox = out_origin(t.tx);
+      const bool whole = oy >= 0 && ox >= 0 && oy + kSub * kM <= g_.Ho && ox + kSub * kM <= g_.Wo;
+      const int64_t at = ((t.n * g_.Ho + oy) * g_.Wo + ox) * Co;  // before y's start at its edges: offsets only
       const auto finish = [&](Lanes v, int64_t offset, int64_t c) {
         if constexpr (kBias) v += load(bias + c);
-        if constexpr (kResidual) v += load(res + offset);
+        if constexpr (kResidual) v += load(residual_ + (at + offset));
         if constexpr (kRelu) v = v < 0.0f ? Lanes{} : v;
-        store(y + offset, v);
+        store(y_ + (at + offset), v);
       };
-      for (int64_t c = 0; c < Co; c += kLanes) {
-        Lanes out[kM][kM];
-        Tile::output(m + c, ms, out);
-        if (rows == kM && cols == kM) {
+      for (int s = 0; s < kSub * kSub; ++s) {
+        const int ry = s / kSub, rx = s % kSub;
+        const float* m = sc.m + r * ldm_ + s * Co;
+        for (int64_t c = 0; c < Co; c += kLanes) {
+          Lanes out[kM][kM];
+          Tile::output(m + c, ms, out);
           for (int i = 0; i < kM; ++i)
-            for (int j = 0; j < kM; ++j) finish(out[i][j], i * row + j * Co + c, c);
-        } else {
-          for (int64_t i = 0; i < rows; ++i)
-            for (int64_t j = 0; j < cols; ++j) finish(out[i][j], i * row + j * Co + c, c);
+            for (int j = 0; j < kM; ++j) {
+              const int64_t dy = kSub * i + ry, dx = kSub * j + rx;
+              if (whole || (oy + dy >= 0 && oy + dy < g_.Ho && ox + dx >= 0 && ox + dx < g_.Wo))
+                finish(out[i][j], dy * row + dx * Co + c, c);
+            }
         }
       }
     }
@@ -433,23 +503,31 @@ class WinogradConv {
   int64_t mr_ = 1, ldv_ = 0, ldv16_ = 0, ldm_ = 0, rows_ = 0;
 };
 
-// U = G g Gᵀ per (co, ci), in double, stored as pack_b's transposed input: row co, column
-// p·Ci + ci.
+// U = G k Gᵀ per (output column q, ci), in double, stored as pack_b's transposed input: row q,
+// column p·Ci + ci. k is the weight's kernel for sub-position q / Co (Tile::kernel) and output
+// channel q % Co; q = co for the plain convolution.
 template <typename Tile>
-void weight_rows(const float* w, int64_t Ci, int64_t co0, int64_t n, float* dst) {
-  constexpr int kAlpha = Tile::alpha;
+void weight_rows(const float* w, int64_t Ci, int64_t Co, int64_t q0, int64_t n, float* dst) {
+  constexpr int kAlpha = Tile::alpha, kR = Tile::r;
   for (int64_t r = 0; r < n; ++r) {
     float* row = dst + r * Tile::positions * Ci;
+    const int64_t q = q0 + r, s = q / Co, co = q % Co;
     for (int64_t ci = 0; ci < Ci; ++ci) {
-      const float* g = w + ((co0 + r) * Ci + ci) * 9;
-      double gg[kAlpha][3];  // G g
+      double k[kR][kR];
+      Tile::kernel(w + (co * Ci + ci) * 9, static_cast<int>(s), k);
+      double gk[kAlpha][kR];  // G k
       for (int i = 0; i < kAlpha; ++i)
-        for (int j = 0; j < 3; ++j)
-          gg[i][j] = Tile::G[i][0] * g[j] + Tile::G[i][1] * g[3 + j] + Tile::G[i][2] * g[6 + j];
+        for (int j = 0; j < kR; ++j) {
+          double v = Tile::G[i][0] * k[0][j];
+          for (int b = 1; b < kR; ++b) v += Tile::G[i][b] * k[b][j];
+          gk[i][j] = v;
+        }
       for (int i = 0; i < kAlpha; ++i)
-        for (int j = 0; j < kAlpha; ++j)
-          row[(i * kAlpha + j) * Ci + ci] =
-              static_cast<float>(gg[i][0] * Tile::G[j][0] + gg[i][1] * Tile::G[j][1] + gg[i][2] * Tile::G[j][2]);
+        for (int j = 0; j < kAlpha; ++j) {
+          double v = gk[i][0] * Tile::G[j][0];
+          for (int b = 1; b < kR; ++b) v += gk[i][b] * Tile::G[j][b];
+          row[(i * kAlpha + j) * Ci + ci] = static_cast<float>(v);
+        }
     }
   }
 }
@@ -457,27 +535,40 @@ void weight_rows(const float* w, int64_t Ci, int64_t co0, int64_t n, float* dst)
 }  // namespace
 
 int winograd_positions(ConvAlgorithm algorithm) {
-  return algorithm == ConvAlgorithm::Winograd4x4 ? F4x4::positions : F2x2::positions;
+  return algorithm == ConvAlgorithm::Winograd4x4 ? F4x4::positions : F2x2::positions;  // F3x3Up: 16 too
 }
 
-void winograd_weight_rows(ConvAlgorithm algorithm, const float* w, int64_t Ci, int64_t co0, int64_t n, float* dst) {
-  if (algorithm == ConvAlgorithm::Winograd4x4) return weight_rows<F4x4>(w, Ci, co0, n, dst);
-  weight_rows<F2x2>(w, Ci, co0, n, dst);
+void winograd_weight_rows(ConvAlgorithm algorithm, const float* w, int64_t Ci, int64_t Co, int64_t q0, int64_t n,
+                          float* dst) {
+  switch (algorithm) {
+    case ConvAlgorithm::Winograd4x4: return weight_rows<F4x4>(w, Ci, Co, q0, n, dst);
+    case ConvAlgorithm::WinogradUpsample2x: return weight_rows<F3x3Up>(w, Ci, Co, q0, n, dst);
+    default: return weight_rows<F2x2>(w, Ci, Co, q0, n, dst);
+  }
 }
 
 void conv2d_winograd(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w, float* y,
                      const float* residual, bool relu) {
   const int64_t Ci = w.in_channels, Co = w.out_channels;
   const int positions = winograd_positions(w.algorithm);
-  if (Ci % kLanes != 0 || Co % kLanes != 0 || w.packed.K() != positions * Ci || w.packed.N() != Co)
+  const int64_t columns = conv2d_packed_columns(Co, w.algorithm);
+  if (Ci % kLanes != 0 || Co % kLanes != 0 || w.packed.K() != positions * Ci || w.packed.N() != columns)
     fail(cat("internal: Winograd weight ", Co, "x", Ci, " packed as ", w.packed.K(), "x", w.packed.N()));
-  if (w.algorithm == ConvAlgorithm::Winograd4x4) {
-    if (w.packed.precision() != Precision::F32) fail("internal: a Winograd F(4x4, 3x3) weight packed as bf16");
-    const Geometry g{N, H, W, Ci, Co, (H + 3) / 4, (W + 3) / 4};
-    return WinogradConv<F4x4>(x, g, w, y, residual, relu).run();
+  switch (w.algorithm) {
+    case ConvAlgorithm::Winograd4x4: {
+      if (w.packed.precision() != Precision::F32) fail("internal: a Winograd F(4x4, 3x3) weight packed as bf16");
+      const Geometry g{N, H, W, Ci, Co, (H + 3) / 4, (W + 3) / 4, H, W};
+      return WinogradConv<F4x4>(x, g, w, y, residual, relu).run();
+    }
+    case ConvAlgorithm::WinogradUpsample2x: {  // window origins −1 … H−1: H + 1 of them
+      const Geometry g{N, H, W, Ci, Co, (H + 3) / 3, (W + 3) / 3, 2 * H, 2 * W};
+      return WinogradConv<F3x3Up>(x, g, w, y, residual, relu).run();
+    }
+    default: {
+      const Geometry g{N, H, W, Ci, Co, (H + 1) / 2, (W + 1) / 2, H, W};
+      return WinogradConv<F2x2>(x, g, w, y, residual, relu).run();
+    }
   }
-  const Geometry g{N, H, W, Ci, Co, (H + 1) / 2, (W + 1) / 2};
-  WinogradConv<F2x2>(x, g, w, y, residual, relu).run();
 }
 
 }  // namespace octodiff::kernels::detail

@@ -289,13 +289,15 @@ bool attention_by_columns_chosen(const AttentionShape& s);
 void attention_bf16(const float* q, const float* k, const float* v, float* out, const AttentionShape& s,
                     float scale, bool causal);
 
-// Winograd F(2×2, 3×3) and F(4×4, 3×3) (conv2d_winograd.cpp). winograd_positions: α², the
-// transformed tile's positions (16 or 36). winograd_weight_rows: rows co0 … co0 + n − 1 of the
-// OIHW 3×3 weight transformed (G g Gᵀ) as pack_b's transposed input, α²·Ci floats each
-// (position-major), into dst — one panel at a time, for pack_b_panels; conv2d_winograd: the
-// stride-1, padding-1 convolution with a weight packed from them.
+// Winograd F(2×2, 3×3), F(4×4, 3×3) and the upsampling F(3×3, 2×2) (conv2d_winograd.cpp).
+// winograd_positions: α², the transformed tile's positions (16 or 36). winograd_weight_rows: rows
+// q0 … q0 + n − 1 of the OIHW 3×3 weight (Co outputs) transformed (G g Gᵀ) as pack_b's transposed
+// input, α²·Ci floats each (position-major), into dst — one panel at a time, for pack_b_panels;
+// conv2d_winograd: the stride-1, padding-1 convolution (of the upsampled x for
+// WinogradUpsample2x) with a weight packed from them.
 int winograd_positions(ConvAlgorithm algorithm);
-void winograd_weight_rows(ConvAlgorithm algorithm, const float* w, int64_t Ci, int64_t co0, int64_t n, float* dst);
+void winograd_weight_rows(ConvAlgorithm algorithm, const float* w, int64_t Ci, int64_t Co, int64_t q0, int64_t n,
+                          float* dst);
 void conv2d_winograd(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w, float* y,
                      const float* residual, bool relu);
 

@@ -6,7 +6,6 @@
 #include "core/error.h"
 #include "kernels/activations.h"
 #include "kernels/conv2d.h"
-#include "kernels/tensor_ops.h"
 
 namespace octodiff {
 namespace {
@@ -44,15 +43,18 @@ std::vector<AutoencoderTiny::Layer> AutoencoderTiny::load_decoder(WeightSource& 
                                                                   kernels::Precision p) {
   const int64_t C = c.channels();
   std::vector<Layer> layers;
-  auto add_conv = [&](int64_t in, int64_t out, bool bias) {
+  // after_upsample: the Upsample2x before it runs inside this convolution (run()).
+  auto add_conv = [&](int64_t in, int64_t out, bool bias, bool after_upsample) {
     Layer l;
     l.kind = Layer::Kind::Conv;
-    l.conv = Conv2d::load_same(w, layer_name("decoder", layers.size()), in, out, 3, p, bias);
+    const std::string name = layer_name("decoder", layers.size());
+    l.conv = after_upsample ? Conv2d::load_after_upsample(w, name, in, out, p, bias)
+                            : Conv2d::load_same(w, name, in, out, 3, p, bias);
     layers.push_back(std::move(l));
   };
   auto add = [&](Layer::Kind kind) { layers.push_back(Layer{kind, {}, {}}); };
 
-  add_conv(c.latent_channels, C, true);
+  add_conv(c.latent_channels, C, true, false);
   add(Layer::Kind::Relu);
   const size_t stages = c.num_decoder_blocks.size();
   for (size_t s = 0; s < stages; ++s) {
@@ -61,7 +63,7 @@ std::vector<AutoencoderTiny::Layer> AutoencoderTiny::load_decoder(WeightSource& 
     }
     const bool last = s + 1 == stages;
     if (!last) add(Layer::Kind::Upsample2x);
-    add_conv(C, last ? c.out_channels : C, /*bias=*/last);
+    add_conv(C, last ? c.out_channels : C, /*bias=*/last, /*after_upsample=*/!last);
   }
   return layers;
 }
@@ -115,20 +117,17 @@ Tensor AutoencoderTiny::run(const std::vector<Layer>& layers, Tensor x) {
     const Layer& layer = layers[i];
     check_cancelled();
     switch (layer.kind) {
-      case Layer::Kind::Conv: {  // a ReLU right after it runs in its output pass
+      case Layer::Kind::Conv:        // a ReLU right after it runs in its output pass
+      case Layer::Kind::Upsample2x: {  // always followed by its convolution, which upsamples (load_decoder)
+        const bool upsample = layer.kind == Layer::Kind::Upsample2x;
+        const Conv2d& conv = upsample ? layers.at(++i).conv : layer.conv;
         const bool relu = i + 1 < layers.size() && layers[i + 1].kind == Layer::Kind::Relu;
-        x = layer.conv(x, nullptr, relu);
+        x = upsample ? conv.upsampled(x, nullptr, relu) : conv(x, nullptr, relu);
         i += relu ? 1 : 0;
         break;
       }
       case Layer::Kind::Relu: relu_in_place(x); break;
       case Layer::Kind::Block: x = layer.block(x); break;
-      case Layer::Kind::Upsample2x: {
-        Tensor up = Tensor::empty({x.dim(0), 2 * x.dim(1), 2 * x.dim(2), x.dim(3)});
-        kernels::upsample_nearest2x_nhwc(x.data(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), up.data());
-        x = std::move(up);
-        break;
-      }
     }
   }
   return x;

@@ -263,44 +263,76 @@ void Linear::forward_pair(const float* xu, const float* xc, int64_t n, float* yu
 
 Conv2d Conv2d::load(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, int k,
                     kernels::Conv2dGeometry geometry, kernels::Precision precision, bool has_bias) {
+  return load_as(w, prefix, in, out, k, geometry, precision, has_bias,
+                 kernels::conv2d_algorithm(out, in, k, k, geometry, precision));
+}
+
+Conv2d Conv2d::load_after_upsample(WeightSource& w, const std::string& prefix, int64_t in, int64_t out,
+                                   kernels::Precision precision, bool has_bias) {
+  return load_as(w, prefix, in, out, 3, kernels::Conv2dGeometry::same(3), precision, has_bias,
+                 kernels::conv2d_upsample2x_algorithm(out, in, precision));
+}
+
+Conv2d Conv2d::load_as(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, int k,
+                       kernels::Conv2dGeometry geometry, kernels::Precision precision, bool has_bias,
+                       kernels::ConvAlgorithm algorithm) {
   Conv2d c;
   c.geometry = geometry;
   const Shape shape{out, in, k, k};
   c.weight.out_channels = out;
   c.weight.in_channels = in;
   c.weight.kh = c.weight.kw = k;
-  c.weight.algorithm = kernels::conv2d_algorithm(out, in, k, k, geometry, precision);
-  const int64_t rows = kernels::conv2d_packed_rows(in, k, k, c.weight.algorithm);
-  c.weight.packed = packed_weight(w, {{prefix + ".weight", shape}}, rows, out, precision, [&] {
+  c.weight.algorithm = algorithm;
+  const int64_t rows = kernels::conv2d_packed_rows(in, k, k, algorithm);
+  const int64_t columns = kernels::conv2d_packed_columns(out, algorithm);
+  c.weight.packed = packed_weight(w, {{prefix + ".weight", shape}}, rows, columns, precision, [&] {
     Tensor weight = w.take_to_read(prefix + ".weight", shape);
-    return kernels::pack_conv2d(weight.data(), nullptr, out, in, k, k, precision, c.weight.algorithm).packed;
+    return kernels::pack_conv2d(weight.data(), nullptr, out, in, k, k, precision, algorithm).packed;
   });
   if (has_bias) c.weight.bias = to_vector(w.take(prefix + ".bias", {out}));
   return c;
 }
 
 Tensor Conv2d::operator()(const Tensor& x, const Tensor* residual, bool relu) const {
+  return apply(x, residual, relu, /*upsample=*/false);
+}
+
+Tensor Conv2d::upsampled(const Tensor& x, const Tensor* residual, bool relu) const {
+  return apply(x, residual, relu, /*upsample=*/true);
+}
+
+Tensor Conv2d::apply(const Tensor& x, const Tensor* residual, bool relu, bool upsample) const {
   if (x.rank() != 4 || x.dim(3) != weight.in_channels)
     fail("internal: Conv2d(", weight.in_channels, "->", weight.out_channels, ") applied to shape ",
          shape_str(x.shape()));
-  const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2);
+  const int64_t N = x.dim(0), H = upsample ? 2 * x.dim(1) : x.dim(1), W = upsample ? 2 * x.dim(2) : x.dim(2);
   const int64_t Ho = kernels::conv2d_out_size(H, weight.kh, geometry.stride, geometry.pad_top, geometry.pad_bottom);
   const int64_t Wo = kernels::conv2d_out_size(W, weight.kw, geometry.stride, geometry.pad_left, geometry.pad_right);
   Tensor y = Tensor::empty({N, Ho, Wo, weight.out_channels});
   if (residual && residual->shape() != y.shape()) fail("internal: Conv2d residual shape mismatch");
+  if (upsample && !(geometry == kernels::Conv2dGeometry::same(3)))
+    fail("internal: an upsampling Conv2d with another geometry than 3x3 same");
+  // One call of the kernel on n samples of x (from `in`) into y (at `out`).
+  const auto conv = [&](const float* in, int64_t n, float* out, const float* res, bool fused_relu) {
+    if (upsample)
+      kernels::conv2d_upsample2x_nhwc(in, n, x.dim(1), x.dim(2), weight, out, res, fused_relu);
+    else
+      kernels::conv2d_nhwc(in, n, H, W, weight, geometry, out, res, fused_relu);
+  };
   if (takes_pairs(x, weight.packed.precision())) {  // layers.h: ScopedGuidedPairs, as Linear::forward_pair
+    // (Upsampling commutes with the difference: the pairs of the upsampled image are its upsampled pairs.)
     const int64_t in_half = x.numel() / 2, out_half = y.numel() / 2;
     const float* r = residual ? residual->data() : nullptr;
-    kernels::conv2d_nhwc(x.data(), N / 2, H, W, weight, geometry, y.data(), r);
-    Tensor d = Tensor::empty({N / 2, H, W, weight.in_channels});
+    conv(x.data(), N / 2, y.data(), r, false);
+    Tensor d = Tensor::empty({N / 2, x.dim(1), x.dim(2), weight.in_channels});
     difference(x.data(), x.data() + in_half, in_half, d.data());
-    kernels::conv2d_nhwc(d.data(), N / 2, H, W, weight, geometry, y.data() + out_half, r ? r + out_half : nullptr);
+    conv(d.data(), N / 2, y.data() + out_half, r ? r + out_half : nullptr, false);
     add_first_half_products(y.data(), r, weight.bias.empty() ? nullptr : weight.bias.data(),
                             out_half / weight.out_channels, weight.out_channels, y.data() + out_half);
     if (relu) kernels::relu(y.data(), y.numel(), y.data());
     return y;
   }
-  kernels::conv2d_nhwc(x.data(), N, H, W, weight, geometry, y.data(), residual ? residual->data() : nullptr, relu);
+  conv(x.data(), N, y.data(), residual ? residual->data() : nullptr, relu);
   return y;
 }
 

@@ -56,9 +56,22 @@ struct Conv2d {
                           kernels::Precision precision, bool has_bias = true) {
     return load(w, prefix, in, out, k, kernels::Conv2dGeometry::same(k), precision, has_bias);
   }
+  // A 3×3 same convolution that is only ever applied to 2× nearest-upsampled inputs (upsampled()):
+  // packed for kernels::conv2d_upsample2x_nhwc's fused kernel where the loader's scopes allow it.
+  static Conv2d load_after_upsample(WeightSource& w, const std::string& prefix, int64_t in, int64_t out,
+                                    kernels::Precision precision, bool has_bias = true);
   // x: N × H × W × Cin -> N × Ho × Wo × Cout, plus `residual` when given; then ReLU when `relu`
   // (kernels::conv2d_nhwc: fused into a Winograd convolution's output transform).
   Tensor operator()(const Tensor& x, const Tensor* residual = nullptr, bool relu = false) const;
+  // The same of upsample_nearest2x(x): N × H × W × Cin -> N × 2H × 2W × Cout, without the upsampled
+  // copy for a weight loaded by load_after_upsample.
+  Tensor upsampled(const Tensor& x, const Tensor* residual = nullptr, bool relu = false) const;
+
+ private:
+  static Conv2d load_as(WeightSource& w, const std::string& prefix, int64_t in, int64_t out, int k,
+                        kernels::Conv2dGeometry geometry, kernels::Precision precision, bool has_bias,
+                        kernels::ConvAlgorithm algorithm);
+  Tensor apply(const Tensor& x, const Tensor* residual, bool relu, bool upsample) const;
 };
 
 // Classifier-free guidance pairs (bf16 layers only). A guided UNet call runs a batch whose first

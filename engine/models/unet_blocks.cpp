@@ -163,16 +163,11 @@ Conv2d load_downsample(WeightSource& w, const std::string& p, int64_t C, int pad
 
 Upsample2D Upsample2D::load(WeightSource& w, const std::string& p, int64_t C, kernels::Precision precision) {
   Upsample2D u;
-  u.conv_ = Conv2d::load_same(w, p + ".conv", C, C, 3, precision);
+  u.conv_ = Conv2d::load_after_upsample(w, p + ".conv", C, C, precision);
   return u;
 }
 
-Tensor Upsample2D::operator()(const Tensor& x) const {
-  const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), C = x.dim(3);
-  Tensor up = Tensor::empty({N, 2 * H, 2 * W, C});
-  kernels::upsample_nearest2x_nhwc(x.data(), N, H, W, C, up.data());
-  return conv_(up);
-}
+Tensor Upsample2D::operator()(const Tensor& x) const { return conv_.upsampled(x); }
 
 Tensor concat_channels(const Tensor& a, const Tensor& b) {
   if (a.rank() != 4 || b.rank() != 4 || a.dim(0) != b.dim(0) || a.dim(1) != b.dim(1) || a.dim(2) != b.dim(2))
