@@ -17,4 +17,9 @@ inline __m256i round_to_bf16(__m512i v) {
   return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
 }
 
+// VCVTNEPS2BF16: the same rounding except that subnormals become zero (see internal.h).
+inline __m256i round_to_bf16_dot(__m512i v) {
+  return (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(v));
+}
+
 }  // namespace octodiff::kernels::detail

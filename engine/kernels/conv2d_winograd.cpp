@@ -37,17 +37,10 @@
 #include "kernels/conv2d.h"
 #include "kernels/internal.h"
 #include "kernels/isa.h"
+#include "kernels/winograd_lanes.h"
 
 namespace octodiff::kernels::detail {
 namespace {
-
-// 16 channels at once: GCC vector extensions, so the same code is one AVX-512 register or two
-// AVX2 ones, whatever the build targets. aligned(4): rows are only float-aligned.
-typedef float Lanes __attribute__((vector_size(64), aligned(4)));
-constexpr int64_t kLanes = 16;
-
-inline Lanes load(const float* p) { return *reinterpret_cast<const Lanes*>(p); }
-inline void store(float* p, Lanes v) { *reinterpret_cast<Lanes*>(p) = v; }
 
 // H × W: the input; Ho × Wo: the output (2H × 2W when upsampling); tiles over the input.
 struct Geometry {
@@ -71,24 +64,12 @@ struct Plain3x3 {
 // position-p value at m + p·ms, into out[i][j] (output row 2ty+i, column 2tx+j).
 struct F2x2 : Plain3x3 {
   static constexpr int m = 2, alpha = 4, positions = 16;
+  static constexpr bool f2x2_input = true;  // winograd_input_bf16_fn applies
   static constexpr double G[alpha][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
 
+  // Bᵀ d B: winograd_lanes.h (shared with the bf16 input transforms of winograd_avx512.cpp).
   static void input(const float* d, int64_t row, int64_t col, float* v, int64_t vs) {
-    Lanes t[4][4];
-    for (int j = 0; j < 4; ++j) {
-      const float* dj = d + j * col;
-      const Lanes d0 = load(dj), d1 = load(dj + row), d2 = load(dj + 2 * row), d3 = load(dj + 3 * row);
-      t[0][j] = d0 - d2;
-      t[1][j] = d1 + d2;
-      t[2][j] = d2 - d1;
-      t[3][j] = d1 - d3;
-    }
-    for (int i = 0; i < 4; ++i) {
-      store(v + (i * 4 + 0) * vs, t[i][0] - t[i][2]);
-      store(v + (i * 4 + 1) * vs, t[i][1] + t[i][2]);
-      store(v + (i * 4 + 2) * vs, t[i][2] - t[i][1]);
-      store(v + (i * 4 + 3) * vs, t[i][1] - t[i][3]);
-    }
+    winograd_f2x2_input(d, row, col, [&](int p, Lanes x) { store(v + p * vs, x); });
   }
 
   static void output(const float* m, int64_t ms, Lanes out[2][2]) {
@@ -110,6 +91,7 @@ struct F2x2 : Plain3x3 {
 // column and then per row.
 struct F4x4 : Plain3x3 {
   static constexpr int m = 4, alpha = 6, positions = 36;
+  static constexpr bool f2x2_input = false;
   static constexpr double G[alpha][3] = {{1.0 / 4, 0, 0},
                                          {-1.0 / 6, -1.0 / 6, -1.0 / 6},
                                          {-1.0 / 6, 1.0 / 6, -1.0 / 6},
@@ -179,6 +161,7 @@ struct F4x4 : Plain3x3 {
 // weight is 64/9 the direct one's size.
 struct F3x3Up {
   static constexpr int m = 3, alpha = 4, positions = 16, r = 2, sub = 2;
+  static constexpr bool f2x2_input = true;
   static constexpr double G[alpha][2] = {{1, 0}, {0.5, 0.5}, {0.5, -0.5}, {0, -1}};
 
   // Sub-position s's 2×2 kernel from the 3×3 weight g.
@@ -299,6 +282,8 @@ class WinogradConv {
     convert_ = to_bf16_fn(isa, kernel_bf16_instructions());
     convert_low_ = to_bf16_low_fn(isa, kernel_bf16_instructions());
     halves_ = bf16_ && bf16_activations() == Bf16Activations::Split ? 2 : 1;
+    if (bf16_ && halves_ == 1 && Tile::f2x2_input)
+      input16_ = winograd_input_bf16_fn(isa, kernel_bf16_instructions());
     mr_ = bf16_ ? mk16_.mr : mk_.mr;
     ldv_ = scratch_lda(g.Ci);
     ldv16_ = scratch_lda_bf16(g.Ci);
@@ -399,6 +384,10 @@ class WinogradConv {
       const bool inside = iy0 >= 0 && ix0 >= 0 && iy0 + kAlpha <= g_.H && ix0 + kAlpha <= g_.W;
       const float* d = inside ? x_ + ((t.n * g_.H + iy0) * g_.W + ix0) * Ci : edge_patch(sc, t);
       const int64_t row = inside ? g_.W * Ci : kAlpha * Ci;
+      if (input16_) {  // bf16 rounded in registers, straight into the block's rows
+        input16_(d, row, Ci, Ci, sc.v16 + r * ldv16_, rows_ * ldv16_);
+        continue;
+      }
       // f32: straight into the block's rows; bf16: through one tile's f32 rows (sc.v), rounded.
       float* v = bf16_ ? sc.v : sc.v + r * ldv_;
       const int64_t vs = bf16_ ? ldv_ : rows_ * ldv_;
@@ -499,6 +488,7 @@ class WinogradConv {
   MicroKernel mk_;
   MicroKernelBf16 mk16_;
   ToBf16Fn convert_ = nullptr, convert_low_ = nullptr;
+  WinogradInputBf16Fn input16_ = nullptr;
   int halves_ = 1;
   int64_t mr_ = 1, ldv_ = 0, ldv16_ = 0, ldm_ = 0, rows_ = 0;
 };
@@ -533,6 +523,11 @@ void weight_rows(const float* w, int64_t Ci, int64_t Co, int64_t q0, int64_t n, 
 }
 
 }  // namespace
+
+WinogradInputBf16Fn winograd_input_bf16_fn(Isa isa, bool dot) {
+  if (isa != Isa::Avx512) return nullptr;
+  return dot ? &winograd_input_bf16_avx512_dot : &winograd_input_bf16_avx512;
+}
 
 int winograd_positions(ConvAlgorithm algorithm) {
   return algorithm == ConvAlgorithm::Winograd4x4 ? F4x4::positions : F2x2::positions;  // F3x3Up: 16 too

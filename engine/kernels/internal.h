@@ -300,6 +300,17 @@ void winograd_weight_rows(ConvAlgorithm algorithm, const float* w, int64_t Ci, i
                           float* dst);
 void conv2d_winograd(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w, float* y,
                      const float* residual, bool relu);
+// F(2×2, 3×3)'s input transform Bᵀ d B of one tile (the upsampling F(3×3, 2×2)'s too: the same
+// points) for all Ci channels, rounded to bf16 exactly as to_bf16_fn(isa, dot) rounds, position
+// p's Ci values at v + p·vs; the patch's element (i, j) at d + i·row + j·col. nullptr for an ISA
+// without one (the transform then goes through float32 rows and to_bf16_fn).
+using WinogradInputBf16Fn = void (*)(const float* d, int64_t row, int64_t col, int64_t Ci, uint16_t* v,
+                                     int64_t vs);
+WinogradInputBf16Fn winograd_input_bf16_fn(Isa isa, bool dot);
+void winograd_input_bf16_avx512(const float* d, int64_t row, int64_t col, int64_t Ci, uint16_t* v,
+                                int64_t vs);
+void winograd_input_bf16_avx512_dot(const float* d, int64_t row, int64_t col, int64_t Ci, uint16_t* v,
+                                    int64_t vs);
 
 // Scratch for the length of one kernel call, from the calling thread's allocator: in a compiled
 // plan that is its arena, which keeps the block for the next call (no fresh pages) and gives it

@@ -278,11 +278,6 @@ void pack_probability_pairs_avx512(const float* s, int nk, uint16_t* p) {
 
 namespace {
 
-// VCVTNEPS2BF16: the same rounding except that subnormals become zero (see internal.h).
-inline __m256i round_to_bf16_dot(__m512i v) {
-  return (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(v));
-}
-
 // softmax_update writing bf16 probabilities: the rounding is fused into the exp pass.
 template <__m256i (*Round)(__m512i)>
 float softmax_update_bf16_with(float* s, int n, float scale, float* m, float* l, uint16_t* p) {
