@@ -152,8 +152,10 @@ ConvAlgorithm conv2d_algorithm(int64_t out_channels, int64_t in_channels, int kh
 }
 
 ConvAlgorithm conv2d_upsample2x_algorithm(int64_t out_channels, int64_t in_channels, Precision precision) {
-  const ConvAlgorithm plain = conv2d_algorithm(out_channels, in_channels, 3, 3, Conv2dGeometry::same(3), precision);
-  const bool fused = plain != ConvAlgorithm::Direct && out_channels <= t_large_tiles_max_out && large_tiles_allowed();
+  const ConvAlgorithm plain =
+      conv2d_algorithm(out_channels, in_channels, 3, 3, Conv2dGeometry::same(3), precision);
+  const bool fused =
+      plain != ConvAlgorithm::Direct && out_channels <= t_large_tiles_max_out && large_tiles_allowed();
   return fused ? ConvAlgorithm::WinogradUpsample2x : plain;
 }
 
@@ -185,7 +187,8 @@ Conv2dWeights pack_conv2d(const float* w, const float* bias, int64_t out_channel
       fail("pack_conv2d: Winograd F(4x4, 3x3) is for float32 weights only");
     // Transformed one panel at a time into the packer's scratch, like the reorder below: the whole
     // transformed weight (16/9 or 4× the weight) was a fresh allocation per convolution.
-    auto rows = [w, in_channels, out_channels, algorithm](int64_t n0, int64_t n, float* scratch) -> const float* {
+    auto rows = [w, in_channels, out_channels, algorithm](int64_t n0, int64_t n,
+                                                          float* scratch) -> const float* {
       detail::winograd_weight_rows(algorithm, w, in_channels, out_channels, n0, n, scratch);
       return scratch;
     };
@@ -250,7 +253,8 @@ void conv2d_upsample2x_nhwc(const float* x, int64_t N, int64_t H, int64_t W, con
   if (w.packed.empty()) fail("conv2d: weights were never packed");
   if (w.kh != 3 || w.kw != 3) fail(cat("conv2d_upsample2x: a ", w.kh, "x", w.kw, " weight (3x3 only)"));
   if (N <= 0 || H <= 0 || W <= 0) fail(cat("conv2d_upsample2x: an empty ", N, "x", H, "x", W, " input"));
-  if (w.algorithm == ConvAlgorithm::WinogradUpsample2x) return detail::conv2d_winograd(x, N, H, W, w, y, residual, relu);
+  if (w.algorithm == ConvAlgorithm::WinogradUpsample2x)
+    return detail::conv2d_winograd(x, N, H, W, w, y, residual, relu);
   const detail::CallScratch up(static_cast<size_t>(N * 4 * H * W * w.in_channels) * sizeof(float));
   upsample_nearest2x_nhwc(x, N, H, W, w.in_channels, up.get<float>());
   conv2d_nhwc(up.get<float>(), N, 2 * H, 2 * W, w, Conv2dGeometry::same(3), y, residual, relu);

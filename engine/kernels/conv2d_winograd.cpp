@@ -341,11 +341,14 @@ class WinogradConv {
     TileIndex t(g_, t0);
     for (int64_t left = count; left > 0;) {
       const int64_t run = std::min(left, g_.tiles_x - t.tx);
-      const int64_t in0 = std::max<int64_t>(0, kM * t.tx - 1), in1 = std::min(g_.W, kM * (t.tx + run) - kM - 1 + kAlpha);
-      for (int64_t iy = std::max<int64_t>(0, kM * t.ty - 1); iy < std::min(g_.H, kM * t.ty - 1 + kAlpha); ++iy)
+      const int64_t in0 = std::max<int64_t>(0, kM * t.tx - 1),
+                    in1 = std::min(g_.W, kM * (t.tx + run) - kM - 1 + kAlpha);
+      for (int64_t iy = std::max<int64_t>(0, kM * t.ty - 1); iy < std::min(g_.H, kM * t.ty - 1 + kAlpha);
+           ++iy)
         ahead->add(x_ + ((t.n * g_.H + iy) * g_.W + in0) * Ci, (in1 - in0) * Ci, false);
       const int64_t x0 = std::max<int64_t>(0, out_origin(t.tx)), x1 = std::min(g_.Wo, out_origin(t.tx + run));
-      for (int64_t oy = std::max<int64_t>(0, out_origin(t.ty)); oy < std::min(g_.Ho, out_origin(t.ty + 1)); ++oy) {
+      for (int64_t oy = std::max<int64_t>(0, out_origin(t.ty)); oy < std::min(g_.Ho, out_origin(t.ty + 1));
+           ++oy) {
         const int64_t at = ((t.n * g_.Ho + oy) * g_.Wo + x0) * Co;
         ahead->add(y_ + at, (x1 - x0) * Co, true);
         if (residual_) ahead->add(residual_ + at, (x1 - x0) * Co, false);
@@ -440,7 +443,8 @@ class WinogradConv {
       // Output (i, j) of sub-position (ry, rx) is at row oy + kSub·i + ry, column ox + kSub·j + rx.
       const int64_t oy = out_origin(t.ty), ox = out_origin(t.tx);
       const bool whole = oy >= 0 && ox >= 0 && oy + kSub * kM <= g_.Ho && ox + kSub * kM <= g_.Wo;
-      const int64_t at = ((t.n * g_.Ho + oy) * g_.Wo + ox) * Co;  // before y's start at its edges: offsets only
+      const int64_t at =
+          ((t.n * g_.Ho + oy) * g_.Wo + ox) * Co;  // before y's start at its edges: offsets only
       const auto finish = [&](Lanes v, int64_t offset, int64_t c) {
         if constexpr (kBias) v += load(bias + c);
         if constexpr (kResidual) v += load(residual_ + (at + offset));
@@ -533,12 +537,15 @@ int winograd_positions(ConvAlgorithm algorithm) {
   return algorithm == ConvAlgorithm::Winograd4x4 ? F4x4::positions : F2x2::positions;  // F3x3Up: 16 too
 }
 
-void winograd_weight_rows(ConvAlgorithm algorithm, const float* w, int64_t Ci, int64_t Co, int64_t q0, int64_t n,
-                          float* dst) {
+void winograd_weight_rows(ConvAlgorithm algorithm, const float* w, int64_t Ci, int64_t Co, int64_t q0,
+                          int64_t n, float* dst) {
   switch (algorithm) {
-    case ConvAlgorithm::Winograd4x4: return weight_rows<F4x4>(w, Ci, Co, q0, n, dst);
-    case ConvAlgorithm::WinogradUpsample2x: return weight_rows<F3x3Up>(w, Ci, Co, q0, n, dst);
-    default: return weight_rows<F2x2>(w, Ci, Co, q0, n, dst);
+    case ConvAlgorithm::Winograd4x4:
+      return weight_rows<F4x4>(w, Ci, Co, q0, n, dst);
+    case ConvAlgorithm::WinogradUpsample2x:
+      return weight_rows<F3x3Up>(w, Ci, Co, q0, n, dst);
+    default:
+      return weight_rows<F2x2>(w, Ci, Co, q0, n, dst);
   }
 }
 
@@ -551,7 +558,8 @@ void conv2d_winograd(const float* x, int64_t N, int64_t H, int64_t W, const Conv
     fail(cat("internal: Winograd weight ", Co, "x", Ci, " packed as ", w.packed.K(), "x", w.packed.N()));
   switch (w.algorithm) {
     case ConvAlgorithm::Winograd4x4: {
-      if (w.packed.precision() != Precision::F32) fail("internal: a Winograd F(4x4, 3x3) weight packed as bf16");
+      if (w.packed.precision() != Precision::F32)
+        fail("internal: a Winograd F(4x4, 3x3) weight packed as bf16");
       const Geometry g{N, H, W, Ci, Co, (H + 3) / 4, (W + 3) / 4, H, W};
       return WinogradConv<F4x4>(x, g, w, y, residual, relu).run();
     }

@@ -296,8 +296,8 @@ void attention_bf16(const float* q, const float* k, const float* v, float* out, 
 // conv2d_winograd: the stride-1, padding-1 convolution (of the upsampled x for
 // WinogradUpsample2x) with a weight packed from them.
 int winograd_positions(ConvAlgorithm algorithm);
-void winograd_weight_rows(ConvAlgorithm algorithm, const float* w, int64_t Ci, int64_t Co, int64_t q0, int64_t n,
-                          float* dst);
+void winograd_weight_rows(ConvAlgorithm algorithm, const float* w, int64_t Ci, int64_t Co, int64_t q0,
+                          int64_t n, float* dst);
 void conv2d_winograd(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w, float* y,
                      const float* residual, bool relu);
 // F(2×2, 3×3)'s input transform Bᵀ d B of one tile (the upsampling F(3×3, 2×2)'s too: the same

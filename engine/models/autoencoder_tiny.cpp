@@ -117,7 +117,7 @@ Tensor AutoencoderTiny::run(const std::vector<Layer>& layers, Tensor x) {
     const Layer& layer = layers[i];
     check_cancelled();
     switch (layer.kind) {
-      case Layer::Kind::Conv:        // a ReLU right after it runs in its output pass
+      case Layer::Kind::Conv:          // a ReLU right after it runs in its output pass
       case Layer::Kind::Upsample2x: {  // always followed by its convolution, which upsamples (load_decoder)
         const bool upsample = layer.kind == Layer::Kind::Upsample2x;
         const Conv2d& conv = upsample ? layers.at(++i).conv : layer.conv;
@@ -127,7 +127,9 @@ Tensor AutoencoderTiny::run(const std::vector<Layer>& layers, Tensor x) {
         break;
       }
       case Layer::Kind::Relu: relu_in_place(x); break;
-      case Layer::Kind::Block: x = layer.block(x); break;
+      case Layer::Kind::Block:
+        x = layer.block(x);
+        break;
     }
   }
   return x;

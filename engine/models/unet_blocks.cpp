@@ -167,7 +167,9 @@ Upsample2D Upsample2D::load(WeightSource& w, const std::string& p, int64_t C, ke
   return u;
 }
 
-Tensor Upsample2D::operator()(const Tensor& x) const { return conv_.upsampled(x); }
+Tensor Upsample2D::operator()(const Tensor& x) const {
+  return conv_.upsampled(x);
+}
 
 Tensor concat_channels(const Tensor& a, const Tensor& b) {
   if (a.rank() != 4 || b.rank() != 4 || a.dim(0) != b.dim(0) || a.dim(1) != b.dim(1) || a.dim(2) != b.dim(2))

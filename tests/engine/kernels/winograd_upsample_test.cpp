@@ -99,7 +99,8 @@ TEST(WinogradUpsample, Bf16MatchesReferenceOnEveryPathBitIdentically) {
       std::printf("[winograd upsample bf16 %s] %-42s rel err %.3g (direct bf16 %.3g)\n", path.name().c_str(),
                   t.name, err, direct_err);
       if (first.empty()) first = y;
-      EXPECT_EQ(0, std::memcmp(first.data(), y.data(), y.size() * sizeof(float))) << path.name() << " " << t.name;
+      EXPECT_EQ(0, std::memcmp(first.data(), y.data(), y.size() * sizeof(float)))
+          << path.name() << " " << t.name;
     }
   }
 }
@@ -133,7 +134,8 @@ TEST(WinogradUpsample, FusedReluIsTheSeparatePassToTheBit) {
                 precision_name(p), negatives, fused.size(), nans);
     EXPECT_GT(negatives, 1000) << precision_name(p);
     EXPECT_GT(nans, 0) << precision_name(p);
-    EXPECT_EQ(0, std::memcmp(separate.data(), fused.data(), fused.size() * sizeof(float))) << precision_name(p);
+    EXPECT_EQ(0, std::memcmp(separate.data(), fused.data(), fused.size() * sizeof(float)))
+        << precision_name(p);
   }
 }
 
@@ -142,7 +144,8 @@ TEST(WinogradUpsample, BitIdenticalForAnyThreadCount) {
   const Data d(t);
   for (Precision p : {Precision::F32, Precision::BF16}) {
     const Conv2dWeights cw = d.pack(t, p, ConvAlgorithm::WinogradUpsample2x);
-    expect_thread_invariant(std::string("winograd upsample ") + precision_name(p), [&] { return run(t, d, cw); });
+    expect_thread_invariant(std::string("winograd upsample ") + precision_name(p),
+                            [&] { return run(t, d, cw); });
   }
 }
 
@@ -172,7 +175,8 @@ TEST(WinogradUpsample, ChosenWhereLargeTilesAreAllowed) {
 
 TEST(WinogradUpsample, RejectsWhatItCannotCompute) {
   auto w = random_vec(16 * 16 * 9, 2);
-  const Conv2dWeights cw = pack_conv2d(w.data(), nullptr, 16, 16, 3, 3, Precision::F32, ConvAlgorithm::WinogradUpsample2x);
+  const Conv2dWeights cw =
+      pack_conv2d(w.data(), nullptr, 16, 16, 3, 3, Precision::F32, ConvAlgorithm::WinogradUpsample2x);
   std::vector<float> x(4 * 4 * 16), y(8 * 8 * 16);
   // conv2d_nhwc is not the upsampling convolution.
   EXPECT_THROW(conv2d_nhwc(x.data(), 1, 4, 4, cw, Conv2dGeometry::same(3), y.data()), Error);
@@ -181,7 +185,8 @@ TEST(WinogradUpsample, RejectsWhatItCannotCompute) {
   const Conv2dWeights pointwise = pack_conv2d(w1.data(), nullptr, 16, 16, 1, 1);
   EXPECT_THROW(conv2d_upsample2x_nhwc(x.data(), 1, 4, 4, pointwise, y.data()), Error);
   auto w3 = random_vec(16 * 3 * 9, 4);
-  EXPECT_THROW(pack_conv2d(w3.data(), nullptr, 16, 3, 3, 3, Precision::F32, ConvAlgorithm::WinogradUpsample2x), Error);
+  EXPECT_THROW(
+      pack_conv2d(w3.data(), nullptr, 16, 3, 3, 3, Precision::F32, ConvAlgorithm::WinogradUpsample2x), Error);
 }
 
 }  // namespace
