@@ -59,9 +59,24 @@ struct Plain3x3 {
   }
 };
 
+// Aᵀ m A for one tile, 16 channels: Tile::at (Aᵀ x for one column or row of α) on each column of
+// the α×α positions (position p = i·α + j at m + p·ms), then on each row.
+template <typename Tile>
+void output_transform(const float* m, int64_t ms, Lanes out[Tile::m][Tile::m]) {
+  constexpr int kAlpha = Tile::alpha, kM = Tile::m;
+  Lanes s[kM][kAlpha];  // s[i][j] = (Aᵀ m)[i][j]
+  for (int j = 0; j < kAlpha; ++j) {
+    Lanes x[kAlpha], sc[kM];
+    for (int i = 0; i < kAlpha; ++i) x[i] = load(m + (i * kAlpha + j) * ms);
+    Tile::at(x, sc);
+    for (int i = 0; i < kM; ++i) s[i][j] = sc[i];
+  }
+  for (int i = 0; i < kM; ++i) Tile::at(s[i], out[i]);
+}
+
 // F(2×2, 3×3). input: Bᵀ d B for 16 channels of one tile into v + p·vs, p = i·4 + j, the patch's
-// element (i, j) (input row 2ty−1+i, column 2tx−1+j) at d + i·row + j·col. output: Aᵀ m A, the
-// position-p value at m + p·ms, into out[i][j] (output row 2ty+i, column 2tx+j).
+// element (i, j) (input row 2ty−1+i, column 2tx−1+j) at d + i·row + j·col. at: Aᵀ for
+// output_transform, whose out[i][j] is output row 2ty+i, column 2tx+j.
 struct F2x2 : Plain3x3 {
   static constexpr int m = 2, alpha = 4, positions = 16;
   static constexpr bool f2x2_input = true;  // winograd_input_bf16_fn applies
@@ -72,18 +87,10 @@ struct F2x2 : Plain3x3 {
     winograd_f2x2_input(d, row, col, [&](int p, Lanes x) { store(v + p * vs, x); });
   }
 
-  static void output(const float* m, int64_t ms, Lanes out[2][2]) {
-    Lanes s[2][4];
-    for (int j = 0; j < 4; ++j) {
-      const Lanes m0 = load(m + j * ms), m1 = load(m + (4 + j) * ms), m2 = load(m + (8 + j) * ms),
-                  m3 = load(m + (12 + j) * ms);
-      s[0][j] = m0 + m1 + m2;
-      s[1][j] = m1 - m2 - m3;
-    }
-    for (int i = 0; i < 2; ++i) {
-      out[i][0] = s[i][0] + s[i][1] + s[i][2];
-      out[i][1] = s[i][1] - s[i][2] - s[i][3];
-    }
+  // Aᵀ x for one column or row of four.
+  static void at(const Lanes x[4], Lanes o[2]) {
+    o[0] = x[0] + x[1] + x[2];
+    o[1] = x[1] - x[2] - x[3];
   }
 };
 
@@ -134,16 +141,6 @@ struct F4x4 : Plain3x3 {
     }
   }
 
-  static void output(const float* m, int64_t ms, Lanes out[4][4]) {
-    Lanes s[4][6];  // s[i][j] = (Aᵀ m)[i][j]
-    for (int j = 0; j < 6; ++j) {
-      Lanes x[6], sc[4];
-      for (int i = 0; i < 6; ++i) x[i] = load(m + (i * 6 + j) * ms);
-      at(x, sc);
-      for (int i = 0; i < 4; ++i) s[i][j] = sc[i];
-    }
-    for (int i = 0; i < 4; ++i) at(s[i], out[i]);
-  }
 };
 
 // The 3×3 convolution (padding 1) of x upsampled 2× by nearest neighbour, computed on x itself: an
@@ -183,20 +180,11 @@ struct F3x3Up {
     F2x2::input(d, row, col, v, vs);
   }
 
-  static void output(const float* m, int64_t ms, Lanes out[3][3]) {
-    Lanes s[3][4];
-    for (int j = 0; j < 4; ++j) {
-      const Lanes m0 = load(m + j * ms), m1 = load(m + (4 + j) * ms), m2 = load(m + (8 + j) * ms),
-                  m3 = load(m + (12 + j) * ms);
-      s[0][j] = m0 + m1 + m2;
-      s[1][j] = m1 - m2;
-      s[2][j] = m1 + m2 + m3;
-    }
-    for (int i = 0; i < 3; ++i) {
-      out[i][0] = s[i][0] + s[i][1] + s[i][2];
-      out[i][1] = s[i][1] - s[i][2];
-      out[i][2] = s[i][1] + s[i][2] + s[i][3];
-    }
+  // Aᵀ x for one column or row of four.
+  static void at(const Lanes x[4], Lanes o[3]) {
+    o[0] = x[0] + x[1] + x[2];
+    o[1] = x[1] - x[2];
+    o[2] = x[1] + x[2] + x[3];
   }
 };
 
@@ -456,7 +444,7 @@ class WinogradConv {
         const float* m = sc.m + r * ldm_ + s * Co;
         for (int64_t c = 0; c < Co; c += kLanes) {
           Lanes out[kM][kM];
-          Tile::output(m + c, ms, out);
+          output_transform<Tile>(m + c, ms, out);
           for (int i = 0; i < kM; ++i)
             for (int j = 0; j < kM; ++j) {
               const int64_t dy = kSub * i + ry, dx = kSub * j + rx;
