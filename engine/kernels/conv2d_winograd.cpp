@@ -445,10 +445,15 @@ class WinogradConv {
         for (int64_t c = 0; c < Co; c += kLanes) {
           Lanes out[kM][kM];
           output_transform<Tile>(m + c, ms, out);
+          if (whole) {
+            for (int i = 0; i < kM; ++i)
+              for (int j = 0; j < kM; ++j) finish(out[i][j], (kSub * i + ry) * row + (kSub * j + rx) * Co + c, c);
+            continue;
+          }
           for (int i = 0; i < kM; ++i)
             for (int j = 0; j < kM; ++j) {
               const int64_t dy = kSub * i + ry, dx = kSub * j + rx;
-              if (whole || (oy + dy >= 0 && oy + dy < g_.Ho && ox + dx >= 0 && ox + dx < g_.Wo))
+              if (oy + dy >= 0 && oy + dy < g_.Ho && ox + dx >= 0 && ox + dx < g_.Wo)
                 finish(out[i][j], dy * row + dx * Co + c, c);
             }
         }
