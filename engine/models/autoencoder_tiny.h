@@ -76,6 +76,7 @@ class AutoencoderTiny {
   };
   // One entry of the nn.Sequential.
   struct Layer {
+    // Upsample2x holds nothing: the Conv after it applies it (Conv2d::upsampled, run()).
     enum class Kind { Conv, Relu, Block, Upsample2x } kind = Kind::Relu;
     Conv2d conv;  // Kind::Conv
     Block block;  // Kind::Block

@@ -102,7 +102,8 @@ class VaeAttention {
 Conv2d load_downsample(WeightSource& w, const std::string& prefix, int64_t channels, int padding,
                        kernels::Precision precision);
 
-// Nearest 2× upsampling followed by a 3×3 convolution.
+// Nearest 2× upsampling followed by a 3×3 convolution (Conv2d::upsampled: computed on the image
+// before upsampling where the loader allows large Winograd weights — the VAE).
 class Upsample2D {
  public:
   static Upsample2D load(WeightSource& w, const std::string& prefix, int64_t channels,
