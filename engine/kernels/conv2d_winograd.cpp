@@ -188,6 +188,15 @@ struct F3x3Up {
   }
 };
 
+// The geometry of a convolution of N × H × W × Ci into Co channels with Tile: kM outputs per tile
+// and axis over the output positions 0 … H−1, or for the upsampling tile over the window origins
+// −1 … H−1 (H + 1 of them); the output Tile::sub times the input's size.
+template <typename Tile>
+Geometry tiled(int64_t N, int64_t H, int64_t W, int64_t Ci, int64_t Co) {
+  const auto tiles = [](int64_t n) { return (n + Tile::sub - 1 + Tile::m - 1) / Tile::m; };
+  return {N, H, W, Ci, Co, tiles(H), tiles(W), Tile::sub * H, Tile::sub * W};
+}
+
 // One thread's scratch: the block's transformed input (α² positions × T rows: f32, or for bf16
 // weights bf16 with one tile's f32 rows before rounding), the GEMM outputs (α² × T rows) and one
 // α×α input patch with its padding (for the tiles at the image's edges).
@@ -553,17 +562,12 @@ void conv2d_winograd(const float* x, int64_t N, int64_t H, int64_t W, const Conv
     case ConvAlgorithm::Winograd4x4: {
       if (w.packed.precision() != Precision::F32)
         fail("internal: a Winograd F(4x4, 3x3) weight packed as bf16");
-      const Geometry g{N, H, W, Ci, Co, (H + 3) / 4, (W + 3) / 4, H, W};
-      return WinogradConv<F4x4>(x, g, w, y, residual, relu).run();
+      return WinogradConv<F4x4>(x, tiled<F4x4>(N, H, W, Ci, Co), w, y, residual, relu).run();
     }
-    case ConvAlgorithm::WinogradUpsample2x: {  // window origins −1 … H−1: H + 1 of them
-      const Geometry g{N, H, W, Ci, Co, (H + 3) / 3, (W + 3) / 3, 2 * H, 2 * W};
-      return WinogradConv<F3x3Up>(x, g, w, y, residual, relu).run();
-    }
-    default: {
-      const Geometry g{N, H, W, Ci, Co, (H + 1) / 2, (W + 1) / 2, H, W};
-      return WinogradConv<F2x2>(x, g, w, y, residual, relu).run();
-    }
+    case ConvAlgorithm::WinogradUpsample2x:
+      return WinogradConv<F3x3Up>(x, tiled<F3x3Up>(N, H, W, Ci, Co), w, y, residual, relu).run();
+    default:
+      return WinogradConv<F2x2>(x, tiled<F2x2>(N, H, W, Ci, Co), w, y, residual, relu).run();
   }
 }
 
