@@ -220,6 +220,8 @@ void conv2d_nhwc(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWe
     if (!(g == Conv2dGeometry::same(3))) fail("internal: a Winograd conv2d weight applied with another geometry");
     return detail::conv2d_winograd(x, N, H, W, w, y, residual, relu);
   }
+  if (detail::conv2d_few_outputs_applies(w))
+    return detail::conv2d_few_outputs(x, N, H, W, w, g, Ho, Wo, y, residual, relu);
   Epilogue ep;
   ep.bias = w.bias.empty() ? nullptr : w.bias.data();
   ep.residual = residual;

@@ -312,6 +312,20 @@ void winograd_input_bf16_avx512(const float* d, int64_t row, int64_t col, int64_
 void winograd_input_bf16_avx512_dot(const float* d, int64_t row, int64_t col, int64_t Ci, uint16_t* v,
                                     int64_t vs);
 
+// A convolution with at most kFewOutputChannels output channels and input channels in whole
+// 16-lane vectors, with a Direct weight (any kernel size, stride and padding): one dot product per
+// output pixel and channel over (tap, input channel), 16 lanes wide, the lanes summed in a fixed
+// order, so every ISA gives the same bits (conv2d_few_outputs.cpp; not for Split activations).
+// Ho × Wo: conv2d_out_size's output.
+constexpr int64_t kFewOutputChannels = 8;
+struct FewOutputsRow;
+bool conv2d_few_outputs_applies(const Conv2dWeights& w);
+void conv2d_few_outputs(const float* x, int64_t N, int64_t H, int64_t W, const Conv2dWeights& w,
+                        const Conv2dGeometry& g, int64_t Ho, int64_t Wo, float* y, const float* residual,
+                        bool relu);
+void few_outputs_row_avx2(const FewOutputsRow& r, int out_channels);
+void few_outputs_row_avx512(const FewOutputsRow& r, int out_channels);
+
 // Scratch for the length of one kernel call, from the calling thread's allocator: in a compiled
 // plan that is its arena, which keeps the block for the next call (no fresh pages) and gives it
 // back when the plan trims between phases — unlike a per-thread buffer, which would hold the
