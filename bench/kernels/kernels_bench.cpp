@@ -118,8 +118,11 @@ void conv_shapes(benchmark::internal::Benchmark* b) {
       ->Args({1, 512, 128, 128, 3})  // VAE decoder, last up block
       ->Args({1, 256, 256, 256, 3})
       ->Args({1, 128, 512, 512, 3})
-      ->Args({2, 64, 320, 320, 1})   // proj_in / proj_out
-      ->Args({2, 64, 640, 320, 1});  // conv_shortcut
+      ->Args({2, 64, 320, 320, 1})  // proj_in / proj_out
+      ->Args({2, 64, 640, 320, 1})  // conv_shortcut
+      ->Args({2, 64, 320, 4, 3})    // UNet conv_out (few output channels: conv2d_few_outputs.cpp)
+      ->Args({1, 512, 128, 3, 3})   // VAE decoder conv_out
+      ->Args({1, 512, 64, 3, 3});   // TAESD decoder's last convolution
   timing(b);
 }
 BENCHMARK(BM_Conv)->Apply(conv_shapes);
