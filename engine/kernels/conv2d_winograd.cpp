@@ -25,7 +25,9 @@
 // is fetched into L2 while this block's GEMMs run (BlockPrefetch): at 512×512 × 64 channels,
 // TAESD's top level, that made F(4×4) 1.06–1.14× faster on Zen 4 (bf16: no gain, not done). Each output
 // element's arithmetic is fixed by the tile alone (K in fixed chunks, in order), so results do not depend on
-// the block size or the thread count.
+// the block size or the thread count. An output larger than the L3 (kernel_tuning().winograd_stream_kib:
+// the autoencoders' 512² levels) is written with non-temporal stores: it would not be in the caches
+// when the next layer reads it, and on its way it would evict the blocks' transformed tiles.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -282,6 +284,7 @@ class WinogradConv {
     if (bf16_ && halves_ == 1 && Tile::f2x2_input)
       input16_ = winograd_input_bf16_fn(isa, kernel_bf16_instructions());
     mr_ = bf16_ ? mk16_.mr : mk_.mr;
+    stream_ = winograd_streams_output(g.N * g.Ho * g.Wo * g.Co * static_cast<int64_t>(sizeof(float)), y);
     ldv_ = scratch_lda(g.Ci);
     ldv16_ = scratch_lda_bf16(g.Ci);
     ldm_ = scratch_lda(kSub * kSub * g.Co);
@@ -326,6 +329,7 @@ class WinogradConv {
           multiply(sc, count, &ahead);
           transform_out(sc, t0, count);
         }
+        if (stream_) stream_fence();
       }
     });
   }
@@ -446,7 +450,10 @@ class WinogradConv {
         if constexpr (kBias) v += load(bias + c);
         if constexpr (kResidual) v += load(residual_ + (at + offset));
         if constexpr (kRelu) v = v < 0.0f ? Lanes{} : v;
-        store(y_ + (at + offset), v);
+        if (stream_)
+          stream(y_ + (at + offset), v);
+        else
+          store(y_ + (at + offset), v);
       };
       for (int s = 0; s < kSub * kSub; ++s) {
         const int ry = s / kSub, rx = s % kSub;
@@ -496,6 +503,7 @@ class WinogradConv {
   ToBf16Fn convert_ = nullptr, convert_low_ = nullptr;
   WinogradInputBf16Fn input16_ = nullptr;
   int halves_ = 1;
+  bool stream_ = false;  // the output bypasses the caches (winograd_streams_output)
   int64_t mr_ = 1, ldv_ = 0, ldv16_ = 0, ldm_ = 0, rows_ = 0;
 };
 
@@ -529,6 +537,11 @@ void weight_rows(const float* w, int64_t Ci, int64_t Co, int64_t q0, int64_t n, 
 }
 
 }  // namespace
+
+bool winograd_streams_output(int64_t bytes, const float* y) {
+  const int64_t kib = kernel_tuning().winograd_stream_kib;
+  return kib > 0 && bytes > kib * 1024 && reinterpret_cast<uintptr_t>(y) % 64 == 0;
+}
 
 WinogradInputBf16Fn winograd_input_bf16_fn(Isa isa, bool dot) {
   if (isa != Isa::Avx512) return nullptr;

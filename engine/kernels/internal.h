@@ -307,6 +307,9 @@ void conv2d_winograd(const float* x, int64_t N, int64_t H, int64_t W, const Conv
 using WinogradInputBf16Fn = void (*)(const float* d, int64_t row, int64_t col, int64_t Ci, uint16_t* v,
                                      int64_t vs);
 WinogradInputBf16Fn winograd_input_bf16_fn(Isa isa, bool dot);
+// Whether a Winograd convolution writes its output (`bytes` long at y) with non-temporal stores:
+// more than kernel_tuning().winograd_stream_kib, and y 64-byte aligned (tensors are).
+bool winograd_streams_output(int64_t bytes, const float* y);
 void winograd_input_bf16_avx512(const float* d, int64_t row, int64_t col, int64_t Ci, uint16_t* v,
                                 int64_t vs);
 void winograd_input_bf16_avx512_dot(const float* d, int64_t row, int64_t col, int64_t Ci, uint16_t* v,

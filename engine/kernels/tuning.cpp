@@ -50,13 +50,15 @@ int64_t derived_gemm_kc(const CacheSizes& c) {
 }
 
 // The blocking derived from cache sizes. The bf16 chunk takes the bytes an f32 chunk of half
-// its length does (gemm_bf16.cpp), up to what the A-block stride kBlockLdaBf16 holds. The row,
+// its length does (gemm_bf16.cpp), up to what the A-block stride kBlockLdaBf16 holds; Winograd
+// outputs larger than the L3 bypass the caches. The row,
 // column, Winograd and attention blocks have no cache rule yet: today's values (the sweep,
 // bench/tune_kernels.sh, is how a new core should set them).
 KernelTuning derived_tuning(const CacheSizes& caches) {
   KernelTuning t;
   t.gemm_kc = derived_gemm_kc(caches);
   t.bf16_kc = std::min(2 * t.gemm_kc, detail::kBlockLdaBf16 - 32);
+  if (caches.l3 > 0) t.winograd_stream_kib = caches.l3 / kKiB;
   return t;
 }
 
@@ -117,23 +119,31 @@ KernelTuning choose_kernel_tuning(const CpuIdentity& cpu, const CacheSizes& cach
 const std::vector<TuningKey>& kernel_tuning_keys() {
   static const std::vector<TuningKey> keys = {
       {"gemm_kc", &KernelTuning::gemm_kc, 16, 4096, 1, "f32 GEMM K chunk"},
-      {"gemm_mc_micro_rows", &KernelTuning::gemm_mc_micro_rows, 1, 64, 1, "GEMM row block, micro-rows (mr >= 8)"},
+      {"gemm_mc_micro_rows", &KernelTuning::gemm_mc_micro_rows, 1, 64, 1,
+       "GEMM row block, micro-rows (mr >= 8)"},
       {"gemm_mc_micro_rows_narrow", &KernelTuning::gemm_mc_micro_rows_narrow, 1, 64, 1,
        "GEMM row block, micro-rows (mr < 8)"},
       {"gemm_nc_panels", &KernelTuning::gemm_nc_panels, 1, 1024, 1, "GEMM column block, 32-column panels"},
-      {"gemm_stream_b_mib", &KernelTuning::gemm_stream_b_mib, 1, 65536, 1, "weight size (MiB) above which B streams"},
+      {"gemm_stream_b_mib", &KernelTuning::gemm_stream_b_mib, 1, 65536, 1,
+       "weight size (MiB) above which B streams"},
       {"gemm_stream_panels", &KernelTuning::gemm_stream_panels, 1, 256, 1, "panels per streaming-B tile"},
-      {"gemm_prefetch_b", &KernelTuning::gemm_prefetch_b, 0, 2, 1, "f32 micro-kernel prefetches B: no (0), its slice ahead (1), the next slice shared (2)"},
+      {"gemm_prefetch_b", &KernelTuning::gemm_prefetch_b, 0, 2, 1,
+       "f32 micro-kernel prefetches B: no (0), its slice ahead (1), the next slice shared (2)"},
       {"avx512_mr", &KernelTuning::avx512_mr, 1, 14, 1, "rows of the f32 AVX-512 micro-kernel"},
       {"avx512_bf16_mr", &KernelTuning::avx512_bf16_mr, 1, 14, 1, "rows of the bf16 AVX-512 micro-kernel"},
       {"bf16_kc", &KernelTuning::bf16_kc, 32, detail::kBlockLdaBf16 - 32, 2, "bf16 GEMM K chunk"},
-      {"winograd_micro_rows", &KernelTuning::winograd_micro_rows, 1, 256, 1, "Winograd block of tiles, micro-rows"},
-      {"attention_key_tile", &KernelTuning::attention_key_tile, 32, 4096, detail::kPanel, "attention key tile Bc"},
+      {"winograd_micro_rows", &KernelTuning::winograd_micro_rows, 1, 256, 1,
+       "Winograd block of tiles, micro-rows"},
+      {"winograd_stream_kib", &KernelTuning::winograd_stream_kib, 0, int64_t{1} << 30, 1,
+       "Winograd outputs above this size (KiB) bypass the caches (0: never)"},
+      {"attention_key_tile", &KernelTuning::attention_key_tile, 32, 4096, detail::kPanel,
+       "attention key tile Bc"},
       {"attention_query_micro_rows", &KernelTuning::attention_query_micro_rows, 1, 64, 1,
        "attention query block Br, micro-rows"},
       {"attention_columns", &KernelTuning::attention_columns, 0, 1, 1,
        "attention scores in columns (1: the shapes where that paid) or rows (0)"},
-      {"bf16_dot", &KernelTuning::bf16_dot, 0, 1, 1, "bf16 products by VDPBF16PS (1) or widened to f32 FMA (0)"},
+      {"bf16_dot", &KernelTuning::bf16_dot, 0, 1, 1,
+       "bf16 products by VDPBF16PS (1) or widened to f32 FMA (0)"},
   };
   return keys;
 }

@@ -59,6 +59,11 @@ struct KernelTuning {
   // Winograd: a thread's block of F(2×2) tiles, in micro-rows (its transformed input and the 16
   // GEMM outputs stay in its caches through the three stages); F(4×4) blocks take 16/36 as many.
   int64_t winograd_micro_rows = 8;
+  // Winograd: an output of more than this many KiB is written with non-temporal stores, around the
+  // caches (it would be evicted before the next layer reads it, after evicting the block's
+  // transformed tiles): 32 MiB, Zen 4's L3 — only the autoencoders' 512² levels; elsewhere the L3
+  // the OS reports. 0: never. The same bits either way.
+  int64_t winograd_stream_kib = 32768;
   // Flash attention: key tile Bc (a multiple of 32, the panel width) and query block Br in
   // micro-rows (Br = mr × this): the Br × Bc score tile stays in L1/L2.
   int64_t attention_key_tile = 256;

@@ -5,7 +5,12 @@
 // a file compiled for AVX-512 never lends its code to one compiled for the baseline.
 #pragma once
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 #include <cstdint>
+#include <cstring>
 
 namespace octodiff::kernels::detail {
 
@@ -18,6 +23,28 @@ static inline Lanes load(const float* p) {
 }
 static inline void store(float* p, Lanes v) {
   *reinterpret_cast<Lanes*>(p) = v;
+}
+// A non-temporal store (p 64-byte aligned) where the file's ISA has one, else store(); and the
+// fence a thread issues after its non-temporal stores, before others may read them.
+static inline void stream(float* p, Lanes v) {
+#if defined(__AVX512F__)
+  __m512 m;
+  std::memcpy(&m, &v, sizeof m);
+  _mm512_stream_ps(p, m);
+#elif defined(__AVX__)
+  __m256 lo, hi;
+  std::memcpy(&lo, &v, sizeof lo);
+  std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof lo, sizeof hi);
+  _mm256_stream_ps(p, lo);
+  _mm256_stream_ps(p + 8, hi);
+#else
+  store(p, v);
+#endif
+}
+static inline void stream_fence() {
+#if defined(__SSE__)
+  _mm_sfence();
+#endif
 }
 
 // Bᵀ d B of F(2×2, 3×3), Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], for 16 channels of one

@@ -1,10 +1,13 @@
 // Kernel blocking per core (kernels/tuning.h): which tuning each CPU gets, the
 // OCTODIFF_KERNEL_TUNING syntax and its refusals, and that GEMM (f32, bf16), Winograd convolution
 // and attention stay accurate and thread-invariant under very different blockings.
+#include "kernels/tuning.h"
+
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -14,9 +17,9 @@
 #include "kernels/attention.h"
 #include "kernels/conv2d.h"
 #include "kernels/gemm.h"
+#include "kernels/internal.h"
 #include "kernels/isa.h"
 #include "kernels/throughput_probe.h"
-#include "kernels/tuning.h"
 
 namespace octodiff::kernels::test {
 namespace {
@@ -509,6 +512,44 @@ TEST(KernelTuningKernels, WinogradBlockSizeChangesNoBit) {
                    {{"Winograd F(2x2) f32", [&] { return run_conv(cd, ConvAlgorithm::Winograd, Precision::F32); }},
                     {"Winograd F(2x2) bf16", [&] { return run_conv(cd, ConvAlgorithm::Winograd, Precision::BF16); }},
                     {"Winograd F(4x4)", [&] { return run_conv(cd, ConvAlgorithm::Winograd4x4, Precision::F32); }}});
+}
+
+// The convolution into a 64-byte aligned output, as tensors are (non-temporal stores need it),
+// copied out; with upsample, of the 2× upsampled input (conv2d_upsample2x_nhwc).
+std::vector<float> run_conv_aligned(const ConvData& d, ConvAlgorithm algorithm, Precision precision,
+                                    bool upsample = false) {
+  const Conv2dWeights cw = pack_conv2d(d.w.data(), d.bias.data(), kCo, kCi, 3, 3, precision, algorithm);
+  const int64_t n = kCN * kCH * kCW * kCo * (upsample ? 4 : 1);
+  std::shared_ptr<float> y(static_cast<float*>(aligned_alloc_or_throw(n * sizeof(float))), aligned_free);
+  if (upsample)
+    conv2d_upsample2x_nhwc(d.x.data(), kCN, kCH, kCW, cw, y.get());
+  else
+    conv2d_nhwc(d.x.data(), kCN, kCH, kCW, cw, Conv2dGeometry::same(3), y.get());
+  return std::vector<float>(y.get(), y.get() + n);
+}
+
+// Outputs above winograd_stream_kib written with non-temporal stores change no bit: F(2×2) f32 and
+// bf16, F(4×4) and the upsampling F(3×3, 2×2), streamed at 1 KiB (their outputs are 19–76 KiB) and
+// not at 0; winograd_streams_output says so, and never for an output that is not 64-byte aligned.
+TEST(KernelTuningKernels, WinogradStreamedOutputChangesNoBit) {
+  const ConvData cd;
+  const int64_t bytes = kCN * kCH * kCW * kCo * static_cast<int64_t>(sizeof(float));
+  std::shared_ptr<float> y(static_cast<float*>(aligned_alloc_or_throw(bytes)), aligned_free);
+  for (int64_t kib : {0, 1, 1024}) {
+    KernelTuning t = kernel_tuning();
+    t.winograd_stream_kib = kib;
+    ScopedKernelTuning scope(t);
+    EXPECT_EQ(detail::winograd_streams_output(bytes, y.get()), kib == 1) << kib;
+    EXPECT_FALSE(detail::winograd_streams_output(bytes, y.get() + 4)) << kib;
+  }
+  expect_same_bits(
+      &KernelTuning::winograd_stream_kib, "winograd_stream_kib", {0, 1},
+      {{"Winograd F(2x2) f32", [&] { return run_conv_aligned(cd, ConvAlgorithm::Winograd, Precision::F32); }},
+       {"Winograd F(2x2) bf16",
+        [&] { return run_conv_aligned(cd, ConvAlgorithm::Winograd, Precision::BF16); }},
+       {"Winograd F(4x4)", [&] { return run_conv_aligned(cd, ConvAlgorithm::Winograd4x4, Precision::F32); }},
+       {"upsampling F(3x3, 2x2) bf16",
+        [&] { return run_conv_aligned(cd, ConvAlgorithm::WinogradUpsample2x, Precision::BF16, true); }}});
 }
 
 // B prefetching (gemm_prefetch_b: each slice ahead, or the next slice shared by the micro-rows)
