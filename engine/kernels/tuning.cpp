@@ -51,9 +51,9 @@ int64_t derived_gemm_kc(const CacheSizes& c) {
 
 // The blocking derived from cache sizes. The bf16 chunk takes the bytes an f32 chunk of half
 // its length does (gemm_bf16.cpp), up to what the A-block stride kBlockLdaBf16 holds; Winograd
-// outputs larger than the L3 bypass the caches. The row,
-// column, Winograd and attention blocks have no cache rule yet: today's values (the sweep,
-// bench/tune_kernels.sh, is how a new core should set them).
+// outputs larger than the L3 bypass the caches. The row, column, Winograd and attention blocks
+// have no cache rule yet: today's values (the sweep, bench/tune_kernels.sh, is how a new core
+// should set them).
 KernelTuning derived_tuning(const CacheSizes& caches) {
   KernelTuning t;
   t.gemm_kc = derived_gemm_kc(caches);
