@@ -25,8 +25,8 @@ struct FewOutputsRow {
   const float* residual = nullptr;  // or null
   bool relu = false;
   float* y = nullptr;
-  // The input row the next output row reads first (W × Ci floats), or null: fetched into L2 a
-  // piece at a time while this row computes, so that it does not wait for memory.
+  // The input row the next output row adds to its window (its last, W × Ci floats), or null:
+  // fetched into L2 a piece at a time while this row computes, so that it does not wait for memory.
   const float* next = nullptr;
 };
 
