@@ -29,6 +29,7 @@
 // the autoencoders' 512² levels) is written with non-temporal stores: it would not be in the caches
 // when the next layer reads it, and on its way it would evict the blocks' transformed tiles.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -295,7 +296,8 @@ class WinogradConv {
     const int64_t slots = std::max<int64_t>(1, current_device().threads);
     // Blocks of up to winograd_micro_rows micro-rows (8 on Zen 4, the GEMM drivers' row block) of
     // F(2×2) tiles, and of F(4×4) tiles as many as hold about as many transformed rows (16/36 of
-    // them), as many blocks as a multiple of the thread count so that the threads finish together.
+    // them), as many blocks as a multiple of the thread count so that equally fast threads finish
+    // together; the threads claim blocks as they go, so a slowed one takes fewer.
     const int64_t micro_rows = std::max<int64_t>(1, (kernel_tuning().winograd_micro_rows * 16 + kP - 1) / kP);
     const int64_t block_rows = micro_rows * mr_;
     int64_t blocks = (tiles + block_rows - 1) / block_rows;
@@ -311,6 +313,7 @@ class WinogradConv {
         (v_floats + m_floats + patch_floats) * sizeof(float) + (v16_halves * sizeof(uint16_t) + 63) / 64 * 64;
     const CallScratch buffer(per_slot * static_cast<size_t>(slots));
     char* base = buffer.get<char>();
+    std::atomic<int64_t> next_block{0};
     parallel_for(slots, [&](int64_t s0, int64_t s1) {
       for (int64_t s = s0; s < s1; ++s) {
         char* p = base + per_slot * s;
@@ -320,14 +323,18 @@ class WinogradConv {
         sc.patch = sc.m + m_floats;
         sc.v16 = bf16_ ? reinterpret_cast<uint16_t*>(sc.patch + patch_floats) : nullptr;
         BlockPrefetch ahead;
-        for (int64_t b = s; b < blocks; b += slots) {
+        // Blocks are claimed one at a time (a thread the OS or another tenant slows takes fewer),
+        // each the next one claimed ahead so that its memory can be fetched meanwhile.
+        for (int64_t b = next_block.fetch_add(1); b < blocks;) {
+          const int64_t following = next_block.fetch_add(1);
           const int64_t t0 = b * rows_, count = std::min(rows_, tiles - t0);
           transform_in(sc, t0, count);
           ahead.clear();
-          if (!bf16_ && b + slots < blocks)
-            plan_prefetch(&ahead, (b + slots) * rows_, std::min(rows_, tiles - (b + slots) * rows_));
+          if (!bf16_ && following < blocks)
+            plan_prefetch(&ahead, following * rows_, std::min(rows_, tiles - following * rows_));
           multiply(sc, count, &ahead);
           transform_out(sc, t0, count);
+          b = following;
         }
         if (stream_) stream_fence();
       }
