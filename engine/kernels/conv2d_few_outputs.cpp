@@ -16,6 +16,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/half.h"
 #include "core/parallel.h"
 #include "kernels/internal.h"
 #include "kernels/isa.h"
@@ -70,14 +71,9 @@ std::vector<float> unpacked_weight(const Conv2dWeights& w) {
   const bool bf16 = w.packed.precision() == Precision::BF16;
   for (int64_t co = 0; co < Co; ++co)
     for (int64_t k = 0; k < K; ++k) {
-      float v;
-      if (bf16) {
-        const uint32_t bits = uint32_t{w.packed.bf16_data()[(k / 2) * kPairRow + 2 * co + k % 2]} << 16;
-        std::memcpy(&v, &bits, sizeof v);
-      } else {
-        v = w.packed.data()[k * kPanel + co];
-      }
-      out[static_cast<size_t>(co * K + k)] = v;
+      out[static_cast<size_t>(co * K + k)] =
+          bf16 ? bf16_to_f32(w.packed.bf16_data()[(k / 2) * kPairRow + 2 * co + k % 2])
+               : w.packed.data()[k * kPanel + co];
     }
   return out;
 }
@@ -103,8 +99,7 @@ class RoundedRows {
     if (tags_[slot] != key) {
       uint16_t* h = halves_.get<uint16_t>();
       convert_(x_ + key * length_, length_, h);
-      uint32_t* bits = reinterpret_cast<uint32_t*>(row);
-      for (int64_t i = 0; i < length_; ++i) bits[i] = uint32_t{h[i]} << 16;
+      for (int64_t i = 0; i < length_; ++i) row[i] = bf16_to_f32(h[i]);
       tags_[slot] = key;
     }
     return row;
