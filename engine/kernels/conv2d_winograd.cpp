@@ -305,9 +305,10 @@ class WinogradConv {
     rows_ = ((tiles + blocks - 1) / blocks + mr_ - 1) / mr_ * mr_;
     blocks = (tiles + rows_ - 1) / rows_;
 
-    const size_t v_floats = static_cast<size_t>(kP * (bf16_ ? 1 : rows_) * ldv_);
-    const size_t v16_halves = bf16_ ? static_cast<size_t>(halves_ * kP * rows_ * ldv16_) : 0;
-    const size_t m_floats = static_cast<size_t>(kP * rows_ * ldm_);
+    lay_out_scratch();
+    const size_t v_floats = static_cast<size_t>(bf16_ ? kP * ldv_ : v_.size(rows_, kP));
+    const size_t v16_halves = bf16_ ? static_cast<size_t>(v16_.size(rows_, halves_ * kP)) : 0;
+    const size_t m_floats = static_cast<size_t>(m_.size(rows_, kP));
     const size_t patch_floats = static_cast<size_t>(kP * g_.Ci);
     const size_t per_slot =
         (v_floats + m_floats + patch_floats) * sizeof(float) + (v16_halves * sizeof(uint16_t) + 63) / 64 * 64;
@@ -342,6 +343,25 @@ class WinogradConv {
   }
 
  private:
+  // Where the block's transformed tiles (v_ f32, v16_ bf16) and GEMM outputs (m_) go: by tile, a
+  // tile's α² positions side by side in one row (the transforms read and write a tile as one run:
+  // Zen 4, paired, TAESD decode ×1.00–1.03 and encode ×1.01–1.07, F(4×4) at 512² × 128 ×1.05–1.08,
+  // bf16 F(2×2) at 256² × 256 ×1.01–1.02 and 64² × 320 ×1.03), or for more input channels than
+  // kernel_tuning().winograd_tilewise_channels by position, each position's rows together (a
+  // GEMM's operand as one run: f32 F(2×2) with 1920 channels ×0.97–0.99 by tile).
+  void lay_out_scratch() {
+    const int64_t columns = kSub * kSub * g_.Co;
+    if (g_.Ci <= kernel_tuning().winograd_tilewise_channels) {
+      v_ = {scratch_lda(kP * g_.Ci), g_.Ci};
+      v16_ = {scratch_lda_bf16(halves_ * kP * g_.Ci), g_.Ci};
+      m_ = {scratch_lda(kP * columns), columns};
+    } else {
+      v_ = {ldv_, rows_ * ldv_};
+      v16_ = {ldv16_, rows_ * ldv16_};
+      m_ = {ldm_, rows_ * ldm_};
+    }
+  }
+
   // What tiles t0 … t0 + count − 1 read (input rows, with the halo) and write (output and
   // residual rows), one segment per image row of each run of tiles in one tile row.
   void plan_prefetch(BlockPrefetch* ahead, int64_t t0, int64_t count) const {
@@ -396,17 +416,18 @@ class WinogradConv {
       const float* d = inside ? x_ + ((t.n * g_.H + iy0) * g_.W + ix0) * Ci : edge_patch(sc, t);
       const int64_t row = inside ? g_.W * Ci : kAlpha * Ci;
       if (input16_) {  // bf16 rounded in registers, straight into the block's rows
-        input16_(d, row, Ci, Ci, sc.v16 + r * ldv16_, rows_ * ldv16_);
+        input16_(d, row, Ci, Ci, sc.v16 + r * v16_.tile, v16_.position);
         continue;
       }
       // f32: straight into the block's rows; bf16: through one tile's f32 rows (sc.v), rounded.
-      float* v = bf16_ ? sc.v : sc.v + r * ldv_;
-      const int64_t vs = bf16_ ? ldv_ : rows_ * ldv_;
+      float* v = bf16_ ? sc.v : sc.v + r * v_.tile;
+      const int64_t vs = bf16_ ? ldv_ : v_.position;
       for (int64_t c = 0; c < Ci; c += kLanes) Tile::input(d + c, row, Ci, v + c, vs);
       if (bf16_)
-        for (int p = 0; p < kP; ++p) convert_(v + p * vs, Ci, sc.v16 + (p * rows_ + r) * ldv16_);
+        for (int p = 0; p < kP; ++p) convert_(v + p * vs, Ci, sc.v16 + r * v16_.tile + p * v16_.position);
       if (halves_ == 2)  // Split activations: the low halves after the high ones (gemm.h)
-        for (int p = 0; p < kP; ++p) convert_low_(v + p * vs, Ci, sc.v16 + ((kP + p) * rows_ + r) * ldv16_);
+        for (int p = 0; p < kP; ++p)
+          convert_low_(v + p * vs, Ci, sc.v16 + r * v16_.tile + (kP + p) * v16_.position);
     }
   }
 
@@ -419,7 +440,7 @@ class WinogradConv {
     const int64_t slices = kP * ((count + mr_ - 1) / mr_);
     const int64_t lines_per_slice = (ahead->lines() + slices - 1) / slices;
     for (int p = 0; p < kP; ++p) {
-      float* m = sc.m + p * rows_ * ldm_;
+      float* m = sc.m + p * m_.position;
       for (int64_t i0 = 0; i0 < count; i0 += mr_) {
         ahead->issue(lines_per_slice);
         const int64_t rows = std::min(mr_, count - i0);
@@ -427,12 +448,12 @@ class WinogradConv {
           const int64_t kc = std::min(kc_max, Ci - k0);
           if (bf16_) {
             for (int half = 0; half < halves_; ++half)
-              block_gemm_bf16(mk16_, sc.v16 + ((half * kP + p) * rows_ + i0) * ldv16_ + k0, ldv16_, rows,
+              block_gemm_bf16(mk16_, sc.v16 + (half * kP + p) * v16_.position + i0 * v16_.tile + k0, v16_.tile, rows,
                               kc / 2, w_.packed.bf16_data() + (p * Ci + k0) / 2 * kPairRow,
-                              bf16_pairs(K) * kPairRow, Co, m + i0 * ldm_, ldm_, k0 > 0 || half > 0);
+                              bf16_pairs(K) * kPairRow, Co, m + i0 * m_.tile, m_.tile, k0 > 0 || half > 0);
           } else {
-            block_gemm(mk_, sc.v + (p * rows_ + i0) * ldv_ + k0, ldv_, rows, kc,
-                       w_.packed.data() + (p * Ci + k0) * kPanel, K * kPanel, Co, m + i0 * ldm_, ldm_,
+            block_gemm(mk_, sc.v + p * v_.position + i0 * v_.tile + k0, v_.tile, rows, kc,
+                       w_.packed.data() + (p * Ci + k0) * kPanel, K * kPanel, Co, m + i0 * m_.tile, m_.tile,
                        k0 > 0);
           }
         }
@@ -444,7 +465,7 @@ class WinogradConv {
   // a < 0 ? 0 : a, lane by lane), each compiled in only where the call has it.
   template <bool kBias, bool kResidual, bool kRelu>
   void transform_out_with(const Scratch& sc, int64_t t0, int64_t count) const {
-    const int64_t Co = g_.Co, row = g_.Wo * Co, ms = rows_ * ldm_;
+    const int64_t Co = g_.Co, row = g_.Wo * Co, ms = m_.position;
     const float* bias = w_.bias.data();
     TileIndex t(g_, t0);
     for (int64_t r = 0; r < count; ++r, t.next(g_)) {
@@ -464,7 +485,7 @@ class WinogradConv {
       };
       for (int s = 0; s < kSub * kSub; ++s) {
         const int ry = s / kSub, rx = s % kSub;
-        const float* m = sc.m + r * ldm_ + s * Co;
+        const float* m = sc.m + r * m_.tile + s * Co;
         for (int64_t c = 0; c < Co; c += kLanes) {
           Lanes out[kM][kM];
           output_transform<Tile>(m + c, ms, out);
@@ -511,7 +532,15 @@ class WinogradConv {
   WinogradInputBf16Fn input16_ = nullptr;
   int halves_ = 1;
   bool stream_ = false;  // the output bypasses the caches (winograd_streams_output)
+  // ld*: row strides of one position's rows (ldv_ also of the bf16 path's one tile of f32 rows);
+  // rows_: tiles per block.
   int64_t mr_ = 1, ldv_ = 0, ldv16_ = 0, ldm_ = 0, rows_ = 0;
+  // Row r, position p of a scratch array at r·tile + p·position (lay_out_scratch).
+  struct Strides {
+    int64_t tile = 0, position = 0;
+    int64_t size(int64_t rows, int64_t positions) const { return std::max(rows * tile, positions * position); }
+  };
+  Strides v_, v16_, m_;
 };
 
 // U = G k Gᵀ per (output column q, ci), in double, stored as pack_b's transposed input: row q,

@@ -136,6 +136,8 @@ const std::vector<TuningKey>& kernel_tuning_keys() {
        "Winograd block of tiles, micro-rows"},
       {"winograd_stream_kib", &KernelTuning::winograd_stream_kib, 0, int64_t{1} << 30, 1,
        "Winograd outputs above this size (KiB) bypass the caches (0: never)"},
+      {"winograd_tilewise_channels", &KernelTuning::winograd_tilewise_channels, 0, 1 << 20, 1,
+       "Winograd scratch by tile for at most this many input channels, else by position (0: never)"},
       {"attention_key_tile", &KernelTuning::attention_key_tile, 32, 4096, detail::kPanel,
        "attention key tile Bc"},
       {"attention_query_micro_rows", &KernelTuning::attention_query_micro_rows, 1, 64, 1,

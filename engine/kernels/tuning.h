@@ -64,6 +64,11 @@ struct KernelTuning {
   // transformed tiles): 32 MiB, Zen 4's L3 — only the autoencoders' 512² levels; elsewhere the L3
   // the OS reports. 0: never. The same bits either way.
   int64_t winograd_stream_kib = 32768;
+  // Winograd: convolutions of at most this many input channels keep each tile's transformed input
+  // and GEMM outputs together (all positions of a tile in one row of the scratch), so that the
+  // transforms read and write a tile as one run; more channels keep each position's rows
+  // together, the GEMMs' operands as one run. 0: never. The same bits either way.
+  int64_t winograd_tilewise_channels = 512;
   // Flash attention: key tile Bc (a multiple of 32, the panel width) and query block Br in
   // micro-rows (Br = mr × this): the Br × Bc score tile stays in L1/L2.
   int64_t attention_key_tile = 256;

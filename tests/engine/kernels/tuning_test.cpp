@@ -552,6 +552,26 @@ TEST(KernelTuningKernels, WinogradStreamedOutputChangesNoBit) {
         [&] { return run_conv_aligned(cd, ConvAlgorithm::WinogradUpsample2x, Precision::BF16, true); }}});
 }
 
+// The Winograd scratch by tile or by position (winograd_tilewise_channels: 96 input channels here,
+// by tile at 512 and by position at 0) changes no bit: only where the transformed tiles and GEMM
+// outputs are kept, not what is computed. F(2×2) f32, bf16 and bf16 with Split activations (the
+// low halves beside the high ones), F(4×4), the upsampling F(3×3, 2×2) bf16.
+TEST(KernelTuningKernels, WinogradScratchByTileOrPositionChangesNoBit) {
+  const ConvData cd;
+  expect_same_bits(
+      &KernelTuning::winograd_tilewise_channels, "winograd_tilewise_channels", {512, 0, 96, 95},
+      {{"Winograd F(2x2) f32", [&] { return run_conv(cd, ConvAlgorithm::Winograd, Precision::F32); }},
+       {"Winograd F(2x2) bf16", [&] { return run_conv(cd, ConvAlgorithm::Winograd, Precision::BF16); }},
+       {"Winograd F(2x2) bf16, Split activations",
+        [&] {
+          ScopedBf16Activations split(Bf16Activations::Split);
+          return run_conv(cd, ConvAlgorithm::Winograd, Precision::BF16);
+        }},
+       {"Winograd F(4x4)", [&] { return run_conv(cd, ConvAlgorithm::Winograd4x4, Precision::F32); }},
+       {"upsampling F(3x3, 2x2) bf16",
+        [&] { return run_conv_aligned(cd, ConvAlgorithm::WinogradUpsample2x, Precision::BF16, true); }}});
+}
+
 // B prefetching (gemm_prefetch_b: each slice ahead, or the next slice shared by the micro-rows)
 // adds prefetches, not arithmetic: every f32 path that uses the micro-kernel — GEMM (above),
 // implicit-GEMM and Winograd F(2×2)/F(4×4) convolutions, attention — gives the same bits with
