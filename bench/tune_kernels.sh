@@ -23,7 +23,7 @@ set -eu
 bench=build/bench/octodiff-kernel-bench
 reps=3
 min_time=0.2
-grid="gemm_kc=256,384,512,576,768;bf16_kc=384,512,640,768;attention_key_tile=128,256,512;attention_columns=0,1;winograd_micro_rows=2,4,8,16;winograd_stream_kib=0,32768;gemm_mc_micro_rows=4,8,12;bf16_dot=0,1;gemm_prefetch_b=0,1,2"
+grid="gemm_kc=256,384,512,576,768;bf16_kc=384,512,640,768;attention_key_tile=128,256,512;attention_columns=0,1;winograd_micro_rows=2,4,8,16;winograd_stream_kib=0,32768;winograd_tilewise_channels=0,128,512,4096;gemm_mc_micro_rows=4,8,12;bf16_dot=0,1;gemm_prefetch_b=0,1,2"
 filter=""
 out="tune-$(date -u +%Y%m%d-%H%M%S)"
 paired=0
