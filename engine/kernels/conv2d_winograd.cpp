@@ -346,7 +346,7 @@ class WinogradConv {
   // Where the block's transformed tiles (v_ f32, v16_ bf16) and GEMM outputs (m_) go: by tile, a
   // tile's α² positions side by side in one row (the transforms read and write a tile as one run:
   // Zen 4, paired, TAESD decode ×1.00–1.03 and encode ×1.01–1.07, F(4×4) at 512² × 128 ×1.05–1.08,
-  // bf16 F(2×2) at 256² × 256 ×1.01–1.02 and 64² × 320 ×1.03), or for more input channels than
+  // bf16 F(2×2) at 256² × 256 ×1.01–1.02 and 64² × 320 ×1.03–1.04), or for more input channels than
   // kernel_tuning().winograd_tilewise_channels by position, each position's rows together (a
   // GEMM's operand as one run: f32 F(2×2) with 1920 channels ×0.97–0.99 by tile).
   void lay_out_scratch() {
