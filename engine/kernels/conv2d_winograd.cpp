@@ -287,8 +287,6 @@ class WinogradConv {
     mr_ = bf16_ ? mk16_.mr : mk_.mr;
     stream_ = winograd_streams_output(g.N * g.Ho * g.Wo * g.Co * static_cast<int64_t>(sizeof(float)), y);
     ldv_ = scratch_lda(g.Ci);
-    ldv16_ = scratch_lda_bf16(g.Ci);
-    ldm_ = scratch_lda(kSub * kSub * g.Co);
   }
 
   void run() {
@@ -356,9 +354,10 @@ class WinogradConv {
       v16_ = {scratch_lda_bf16(halves_ * kP * g_.Ci), g_.Ci};
       m_ = {scratch_lda(kP * columns), columns};
     } else {
+      const int64_t ldv16 = scratch_lda_bf16(g_.Ci), ldm = scratch_lda(columns);
       v_ = {ldv_, rows_ * ldv_};
-      v16_ = {ldv16_, rows_ * ldv16_};
-      m_ = {ldm_, rows_ * ldm_};
+      v16_ = {ldv16, rows_ * ldv16};
+      m_ = {ldm, rows_ * ldm};
     }
   }
 
@@ -532,9 +531,9 @@ class WinogradConv {
   WinogradInputBf16Fn input16_ = nullptr;
   int halves_ = 1;
   bool stream_ = false;  // the output bypasses the caches (winograd_streams_output)
-  // ld*: row strides of one position's rows (ldv_ also of the bf16 path's one tile of f32 rows);
+  // ldv_: the row stride of Ci floats (the bf16 path's one tile of f32 rows, and v_ by position);
   // rows_: tiles per block.
-  int64_t mr_ = 1, ldv_ = 0, ldv16_ = 0, ldm_ = 0, rows_ = 0;
+  int64_t mr_ = 1, ldv_ = 0, rows_ = 0;
   // Row r, position p of a scratch array at r·tile + p·position (lay_out_scratch).
   struct Strides {
     int64_t tile = 0, position = 0;
