@@ -107,9 +107,7 @@ ControlNetModel ControlNetModel::load(WeightSource& w, const ControlNetConfig& c
   m.config_ = config;
   m.precision_ = precision;
   const UNetConfig& c = config.unet;
-  // The UNet's Winograd policy (UNet2DCondition::load) for the same layers.
-  const int64_t level2 = c.block_out_channels[std::min<size_t>(1, c.block_out_channels.size() - 1)];
-  const kernels::ScopedWinogradLimit winograd(level2, precision == kernels::Precision::BF16 ? level2 : 0);
+  const kernels::ScopedWinogradLimit winograd = unet_winograd_convolutions(c);  // as the UNet's
   const auto& boc = c.block_out_channels;
   const int n = static_cast<int>(boc.size());
   const int64_t T = c.time_embed_dim();

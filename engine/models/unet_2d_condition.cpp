@@ -21,15 +21,7 @@ UNet2DCondition UNet2DCondition::load(WeightSource& w, const UNetConfig& c, kern
   UNet2DCondition u;
   u.config_ = c;
   u.precision_ = precision;
-  // Winograd convolutions: in f32 for the two upper levels (their weights grow 16/9, +200 MB for
-  // SD 1.5; the 1280-channel levels would add 0.8 GB). In bf16 for the second level only: the
-  // first gained nothing measurable there (fewer channels: the tile transforms weigh more), the
-  // second made a guided step 6–10 % faster (5.09 → 4.77 s and 5.17 → 4.65 s, alternating calls)
-  // for +77 MB. Rounding transformed tiles to bf16 costs more than the direct kernel's rounding:
-  // on the tiny goldens' pipeline (where both levels qualify) the images move up to 7.9e-3 from
-  // f32 instead of 6.9e-3, with the first call's activations split (sharded_pipeline.cpp).
-  const int64_t level2 = c.block_out_channels[std::min<size_t>(1, c.block_out_channels.size() - 1)];
-  const kernels::ScopedWinogradLimit winograd(level2, precision == kernels::Precision::BF16 ? level2 : 0);
+  const kernels::ScopedWinogradLimit winograd = unet_winograd_convolutions(c);
   const auto& boc = c.block_out_channels;
   const int n = static_cast<int>(boc.size());
   const int64_t T = c.time_embed_dim(), X = c.cross_attention_dim, G = c.norm_num_groups;

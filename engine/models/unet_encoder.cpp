@@ -1,5 +1,6 @@
 #include "models/unet_encoder.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/device.h"
@@ -10,6 +11,20 @@ namespace {
 std::string idx(const std::string& prefix, int i) { return prefix + "." + std::to_string(i); }
 
 }  // namespace
+
+// The two upper levels, in f32 and bf16 (their weights grow 16/9: +200 MB for SD 1.5 in f32; the
+// 1280-channel levels would add 0.8 GB). In bf16 the second level came first (a guided SD 1.5 step
+// 6–10 % faster for +77 MB); the first, which then gained nothing measurable, joined it once the
+// Winograd transforms had been reworked (session 25, Zen 4: 2 × 64² × 320 → 320 in 19.3–19.6 ms
+// against 37.6–39.0 ms direct; a guided SD 1.5 step 4.11–4.20 → 3.73–3.94 s, an SD-Turbo UNet call
+// 1.96–2.15 → 1.85–1.92 s; peak RSS +20 MB). Rounding transformed tiles to bf16 costs more accuracy
+// than the direct kernel's rounding: the tiny goldens' bf16 images moved 3–5 % further from f32 on
+// average (tests/engine/pipeline/bf16_test.cpp and image_to_image_test.cpp give the figures).
+kernels::ScopedWinogradLimit unet_winograd_convolutions(const UNetConfig& c) {
+  const auto& boc = c.block_out_channels;
+  const int64_t level2 = boc[std::min<size_t>(1, boc.size() - 1)];
+  return kernels::ScopedWinogradLimit(level2, 0);
+}
 
 UNetEncoder UNetEncoder::load(WeightSource& w, const UNetConfig& c, kernels::Precision precision) {
   UNetEncoder e;

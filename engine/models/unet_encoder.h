@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/conv2d.h"
 #include "models/configs.h"
 #include "models/distinct_samples.h"
 #include "models/numerics.h"
@@ -27,6 +28,10 @@ struct UNetDownLevel {
   std::vector<Transformer2D> attentions;  // empty for DownBlock2D
   std::optional<Conv2d> downsample;       // absent on the last level
 };
+
+// The convolutions of a UNet or ControlNet with `c`'s channels that run as Winograd convolutions
+// while the returned limit lives (the loaders hold it over their whole load; see the .cpp).
+kernels::ScopedWinogradLimit unet_winograd_convolutions(const UNetConfig& c);
 
 class UNetEncoder {
  public:
