@@ -93,18 +93,18 @@ INSTANTIATE_TEST_SUITE_P(PndmAndEuler, ImageToImageParity,
 //   stage alone in bf16                      pndm 0.5          euler 0.5
 //   VAE encode                               5.2e-4            7.6e-4
 //   every UNet call (first split), pairs     6.2e-3 (3.7e-3)   6.7e-3 (4.4e-3)
-//     the same, the UNet's first level direct 5.1e-3 (3.2e-3)  5.8e-3 (3.8e-3)
-//     the same without pairs (before)        1.12e-2 (8.1e-3)  1.18e-2 (7.6e-3)
+//     the UNet's first level direct          5.1e-3 (3.2e-3)   5.8e-3 (3.8e-3)
+//     without pairs                          1.30e-2 (9.6e-3)  1.06e-2 (8.1e-3)
 //   VAE decode                               7.3e-3 (4.9e-3)   6.8e-3 (5.1e-3)
 //   whole bf16 run (= the pipeline's)        9.9e-3 (6.0e-3)   9.96e-3 (6.7e-3)
-//     the same, the UNet's first level direct 9.1e-3 (5.9e-3)  8.0e-3 (6.2e-3)
-//     the same without pairs (before)        1.24e-2 (9.5e-3)  1.10e-2 (8.1e-3)
-//     with pairs but no split first call     1.02e-2 (5.9e-3)  8.9e-3 (6.7e-3)
+//     the UNet's first level direct          9.1e-3 (5.9e-3)   8.0e-3 (6.2e-3)
+//     without pairs                          1.57e-2 (1.09e-2) 1.56e-2 (1.03e-2)
+//     with pairs but no split first call     8.2e-3 (6.2e-3)   9.7e-3 (6.9e-3)
 //   weights rounded to bf16, f32 arithmetic  4.5e-3            4.7e-3
 //
-// (Zen 4, session 25: since the bf16 UNet runs its first level's 3×3 convolutions as Winograd too —
-// a guided SD 1.5 step ~8 % faster — the whole run's maximum at strength 0.5 is 0.99–0.996 of 1e-2;
-// its 99.9th percentile is 0.6–0.7 of it.)
+// (Zen 4, session 25. The UNet runs its first level's 3×3 convolutions as Winograd in bf16 too
+// since then — a guided SD 1.5 step ~8 % faster — which leaves the whole run's maximum at strength
+// 0.5 at 0.99–0.996 of 1e-2, its 99.9th percentile at 0.6–0.7 of it.)
 //
 // With pairs the UNet's share is near what split (~16-bit) activations in every call give (4.6e-3
 // / 5.9e-3) at a rounded call's cost, and the decoder's rounding is the largest single term.
