@@ -10,6 +10,7 @@
 
 #include "bench_context.h"
 #include "bench_timing.h"
+#include "core/arena.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "kernels/tuning.h"
@@ -67,6 +68,13 @@ double adjacent_probe(kernels::Precision precision) {
 
 void iterate(benchmark::State& state, double flops_per_iter, kernels::Precision precision,
              const std::function<void()>& call) {
+  // The kernels' scratch (CallScratch) from a caching arena, as a network's layers get it from
+  // the pipeline's: mapped and zeroed by one untimed call, reused by the timed ones. (Without it
+  // every call paid for faulting its scratch in: a bf16 Winograd convolution at 64² × 64 spent a
+  // fifth of its time in the kernel's page faults.)
+  CachingArena arena;
+  AllocatorScope arena_scope(&arena);
+  call();
   const std::optional<kernels::KernelTuning>& versus = versus_tuning();
   static const bool adjacent = std::getenv("OCTODIFF_BENCH_ADJACENT_PEAK") != nullptr;
   if (!versus && !adjacent) {

@@ -144,7 +144,11 @@ void winograd_shapes(benchmark::internal::Benchmark* b) {
       ->Args({2, 32, 1920, 640, 3})  // up block's first resnet
       ->Args({1, 512, 128, 128, 3})
       ->Args({1, 256, 256, 256, 3})
-      ->Args({1, 128, 512, 512, 3});
+      ->Args({1, 128, 512, 512, 3})
+      ->Args({1, 512, 64, 64, 3})  // TAESD decoder: its blocks at each level (512x512 image)
+      ->Args({1, 256, 64, 64, 3})
+      ->Args({1, 128, 64, 64, 3})
+      ->Args({1, 64, 64, 64, 3});
   timing(b);
 }
 BENCHMARK(BM_ConvWinograd)->Apply(winograd_shapes);

@@ -15,7 +15,6 @@
 #include <random>
 #include <unistd.h>
 
-#include "core/arena.h"
 #include "core/device.h"
 #include "io/safetensors.h"
 #include "io/weight_source.h"
@@ -65,12 +64,9 @@ Tensor random_tensor(const Shape& shape, float lo, float hi) {
 // Runs `call` per iteration (bench::iterate: FLOP/s, the fraction of the peak, and the paired and
 // adjacent-peak modes), after one warm-up call, with activations from a caching arena as the
 // pipeline's (its blocks are faulted in by the warm-up call and reused, not returned to the
-// system after each call and faulted in again).
+// system after each call and faulted in again): both bench::iterate's.
 template <typename Call>
 void run(benchmark::State& state, kernels::Precision precision, double flops, Call call) {
-  CachingArena arena;
-  AllocatorScope arena_scope(&arena);
-  call();
   bench::iterate(state, flops, precision, [&] { benchmark::DoNotOptimize(call()); });
   state.counters["GFLOP"] = flops / 1e9;
   state.counters["peak_GFLOPS"] = peak_gflops(precision);

@@ -12,7 +12,6 @@
 #include <memory>
 #include <unistd.h>
 
-#include "core/arena.h"
 #include "io/safetensors.h"
 #include "io/weight_source.h"
 #include "models/clip_text_model.h"
@@ -63,10 +62,8 @@ void BM_TextEncoderLayers(benchmark::State& state) {
   const ClipTextModel& model = text_encoder(tower);
   std::vector<int32_t> ids(batch * length);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7919) % 49408);
-  // Activations from a caching arena, as the pipeline's: faulted in by a warm-up call, then reused.
-  CachingArena arena;
-  AllocatorScope arena_scope(&arena);
-  model.forward(ids, batch, length);
+  // Activations from bench::iterate's caching arena, as the pipeline's: faulted in by its
+  // warm-up call, then reused.
   bench::iterate(state, clip_text_flops(model.config(), batch, length), kernels::Precision::F32,
                  [&] { benchmark::DoNotOptimize(model.forward(ids, batch, length)); });
   state.counters["layers"] = kLayers;
