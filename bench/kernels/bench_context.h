@@ -26,9 +26,10 @@ bool cpu_time_clock();
 double now_seconds();
 
 // The benchmark's loop: `call` once untimed, then once per iteration, with the kernels' scratch
-// from a caching arena as in a network's calls (bench_main.cpp); then set_flops. Two opt-in modes for machines
-// whose speed changes from second to second (a shared VM: one Emerald Rapids VM core gave 87 or
-// 170 GFLOP/s of FMAs from one run to the next), where separate runs compare different machines:
+// from a caching arena as in a network's calls (bench_main.cpp); then set_flops. Two opt-in
+// modes for machines whose speed changes from second to second (a shared VM: one Emerald Rapids
+// VM core gave 87 or 170 GFLOP/s of FMAs from one run to the next), where separate runs compare
+// different machines:
 // - OCTODIFF_BENCH_VERSUS="key=value,…": each iteration also runs `call` under that tuning (the
 //   tuning in use with these overrides), the benchmark's clock paused, the two in alternating
 //   order; "versus_speedup" is the median over the iterations of (time in use / time with

@@ -8,20 +8,20 @@
 // with OCTODIFF_THREADS=1, what the model achieves while it has a core on a shared machine.
 // OCTODIFF_BENCH_VERSUS and OCTODIFF_BENCH_ADJACENT_PEAK work as for the kernels (bench_context.h).
 #include <benchmark/benchmark.h>
-
-#include <map>
-#include <memory>
-#include <filesystem>
-#include <random>
 #include <unistd.h>
 
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+
+#include "bench_context.h"
 #include "core/device.h"
 #include "io/safetensors.h"
 #include "io/weight_source.h"
 #include "models/autoencoder_tiny.h"
 #include "models/flop_count.h"
 #include "models/parameter_catalog.h"
-#include "bench_context.h"
 
 namespace {
 

@@ -6,18 +6,18 @@
 // on as many threads (bench/peak_flops.h). Issue 20: a new prompt's encoding is what a one-step
 // image pays on top of its UNet call.
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <unistd.h>
 
+#include "bench_context.h"
 #include "io/safetensors.h"
 #include "io/weight_source.h"
 #include "models/clip_text_model.h"
 #include "models/flop_count.h"
 #include "models/parameter_catalog.h"
-#include "bench_context.h"
 
 namespace {
 
