@@ -3,7 +3,9 @@ weights are rounded to bf16 (what a bf16 GEMM over them takes), against a float6
 convolution; a direct convolution with bf16 inputs and weights for reference. 64 -> 64 channels
 (TAESD's width), 24x24 output, N(0,1) input, N(0, 1/24^2) weights. Errors are relative to the
 output's max |value|. Decided whether F(4x4,3x3) could speed up TAESD's bf16 decode (it cannot:
-bench/results/README.md, session 8).
+bench/results/README.md, session 8), and F(3x3,3x3) in between, its matrices built by Toom-Cook
+from four interpolation points and infinity (toom_cook below; it reproduces F2 and F4 from their
+points): 2.2e-2 at best, six times F(2x2)'s (session 26).
 
   /usr/bin/python3 tools/winograd_bf16_error.py
 """
@@ -57,10 +59,32 @@ F4 = (4, np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 
                 [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]]),
       np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]], float))
 
+
+
+def toom_cook(m, points):
+    """F(m, 3)'s (m, BT, G, AT) from the m + 1 finite interpolation points and infinity: AT's
+    columns are the points' powers, G's rows the kernel's values at the points over the Lagrange
+    denominators, BT's rows the coefficients of the products of (x - other points)."""
+    n = m + 2
+    AT, G, BT = np.zeros((m, n)), np.zeros((n, 3)), np.zeros((n, n))
+    for j, a in enumerate(points):
+        others = [b for i, b in enumerate(points) if i != j]
+        AT[:, j] = [a ** i for i in range(m)]
+        G[j] = [a ** k / np.prod([a - b for b in others]) for k in range(3)]
+        c = np.poly(others)[::-1] if others else np.ones(1)
+        BT[j, :len(c)] = c
+    AT[m - 1, n - 1] = G[n - 1, 2] = 1
+    BT[n - 1] = np.poly(points)[::-1]
+    return m, BT, G, AT
+
+
 ref = direct(x, w)
 scale = np.abs(ref).max()
 print(f"direct, bf16 inputs and weights: relative error {np.abs(direct(bf16(x), bf16(w)) - ref).max() / scale:.1e}")
-for name, f in (("F(2x2,3x3)", F2), ("F(4x4,3x3)", F4)):
+for name, f in (("F(2x2,3x3)", F2), ("F(4x4,3x3)", F4), ("F(2x2,3x3) by toom_cook", toom_cook(2, [0, 1, -1])),
+                ("F(4x4,3x3) by toom_cook", toom_cook(4, [0, 1, -1, 2, -2])),
+                ("F(3x3,3x3), points 0, 1, -1, 2", toom_cook(3, [0, 1, -1, 2])),
+                ("F(3x3,3x3), points 0, 1, -1, -1/2", toom_cook(3, [0, 1, -1, -0.5]))):
     e32 = np.abs(winograd(*f, lambda v: v) - ref).max() / scale
     e16 = np.abs(winograd(*f, bf16) - ref).max() / scale
     print(f"Winograd {name}: relative error {e32:.1e} in f32, {e16:.1e} with bf16 tiles and weights")
