@@ -60,11 +60,11 @@ F4 = (4, np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 
       np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]], float))
 
 
-
 def toom_cook(m, points):
     """F(m, 3)'s (m, BT, G, AT) from the m + 1 finite interpolation points and infinity: AT's
     columns are the points' powers, G's rows the kernel's values at the points over the Lagrange
-    denominators, BT's rows the coefficients of the products of (x - other points)."""
+    denominators, BT's rows the coefficients of the products of (x - other points), and infinity's
+    row of (x - every point)."""
     n = m + 2
     AT, G, BT = np.zeros((m, n)), np.zeros((n, 3)), np.zeros((n, n))
     for j, a in enumerate(points):
