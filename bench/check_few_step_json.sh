@@ -28,9 +28,12 @@ for key in text_encode_seconds unet_b1_seconds unet_b1_first_call_seconds unet_b
            one_step_image_vs_unet_b1 taesd_decode_vs_unet_b1 grid_2x4_vs_one_step_image \
            one_step_image_vs_its_unet_phase seconds_over_denoise call_denoise_seconds \
            one_step_image_vs_unet_b1_in_pairs image_over_unet_call median_ratio \
-           taesd_decode_vs_unet_b1_in_pairs taesd_decode_over_unet_call median_taesd_ratio; do
+           taesd_decode_vs_unet_b1_in_pairs taesd_decode_over_unet_call median_taesd_ratio \
+           image_text_encode_seconds image_text_rows_encoded; do
   need "      " "$key"
 done
+# The paired images (issue 20's ratios) each encoded a prompt of their own, none from the cache.
+need "      " every_image_encoded_its_prompt true
 need "    " arch "\"$arch\""
 need "    " steps "$steps"
 # One UNet pass a step (no classifier-free-guidance batch): the image makes STEPS calls, the

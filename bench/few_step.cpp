@@ -1,6 +1,8 @@
 #include "few_step.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
 
 #include "bench_timing.h"
 #include "core/arena.h"
@@ -149,9 +151,12 @@ json time_networks(const StableDiffusionModel& model, const FewStepOptions& o) {
 // TAESD decode and right after them a one-step image of a new prompt with TAESD, `repeats`
 // rounds after one warm-up round. A shared VM's speed drifts by more than the text and decode
 // budget between the networks' timing and the images' minutes apart; within a round (seconds
-// apart) much less.
+// apart) much less. Each round's prompt is one the pipeline has not seen, so the image encodes
+// it (until 2026-11-28 every round reused kPrompt's cached encoding, so these ratios left the text
+// encoder out); the pipeline's encoding cache counts the rows each image encoded, and the JSON
+// says whether every image encoded its prompt.
 json time_image_unet_pairs(ShardedPipeline& pipe, const StableDiffusionModel& model, const FewStepOptions& o) {
-  const GenerationRequest req = image_request(o, 1, 1, Decoder::Tiny);
+  GenerationRequest req = image_request(o, 1, 1, Decoder::Tiny);
   const int vsf = model.vae_scale_factor();
   const UNetConfig& uc = model.unet().config();
   const Tensor x = pseudo_random({1, o.height / vsf, o.width / vsf, uc.in_channels}, 7);
@@ -159,7 +164,8 @@ json time_image_unet_pairs(ShardedPipeline& pipe, const StableDiffusionModel& mo
   if (uc.time_cond_proj_dim > 0) cond = lcm_guidance_embedding({o.guidance}, uc.time_cond_proj_dim);
   const Tensor z = pseudo_random({1, o.height / vsf, o.width / vsf, model.vae().config().latent_channels}, 11);
   std::fprintf(stderr, "UNet call, TAESD decode and one-step image in pairs...\n");
-  std::vector<double> unet, taesd, image, image_denoise, ratio, taesd_ratio;
+  std::vector<double> unet, taesd, image, image_denoise, image_text, ratio, taesd_ratio;
+  std::vector<int64_t> rows_encoded;
   CachingArena arena;  // the UNet call's activations, kept across pairs as the pipeline keeps its own
   for (int r = 0; r <= o.repeats; ++r) {
     double u = 0, d = 0;
@@ -174,13 +180,21 @@ json time_image_unet_pairs(ShardedPipeline& pipe, const StableDiffusionModel& mo
       });
       d = steady_median_seconds(1, [&] { model.tiny_autoencoder()->decode_nhwc(z); });
     }
-    double denoise = 0;
-    const double i = steady_median_seconds(1, [&] { denoise = pipe.run(req).timings.denoise; });
+    req.prompts = {std::string(kPrompt) + ", round " + std::to_string(r) + " of the pairs"};
+    const size_t misses_before = pipe.text_encodings().misses();
+    double denoise = 0, text = 0;
+    const double i = steady_median_seconds(1, [&] {
+      const Timings t = pipe.run(req).timings;
+      denoise = t.denoise;
+      text = t.text_encode;
+    });
     if (r == 0) continue;  // the warm-up pair
     unet.push_back(u);
     taesd.push_back(d);
     image.push_back(i);
     image_denoise.push_back(denoise);
+    image_text.push_back(text);
+    rows_encoded.push_back(static_cast<int64_t>(pipe.text_encodings().misses() - misses_before));
     ratio.push_back(i / u);
     taesd_ratio.push_back(d / u);
   }
@@ -189,7 +203,11 @@ json time_image_unet_pairs(ShardedPipeline& pipe, const StableDiffusionModel& mo
           {"taesd_decode_over_unet_call", taesd_ratio},
           {"median_taesd_ratio", median(taesd_ratio)},
           {"image_call_seconds", image},
-          {"image_denoise_seconds", image_denoise},  // each image's own UNet phase
+          {"image_denoise_seconds", image_denoise},   // each image's own UNet phase
+          {"image_text_encode_seconds", image_text},  // each image's text phase
+          {"image_text_rows_encoded", rows_encoded},  // 77-token rows each image encoded (not reused)
+          {"every_image_encoded_its_prompt",
+           std::all_of(rows_encoded.begin(), rows_encoded.end(), [](int64_t n) { return n >= 1; })},
           {"image_over_unet_call", ratio},
           {"median_ratio", median(ratio)}};
 }
