@@ -582,6 +582,24 @@ size_t ShardedPipeline::plans_holding_activations() const {
   return n;
 }
 
+double ShardedPipeline::encode_prompts(const GenerationRequest& request, const CancelToken* cancel) {
+  std::lock_guard<std::mutex> lock(run_mutex_);
+  if (!reuse_text_encodings_) return 0;
+  const ResolvedRequest r = resolve(request);
+  const StableDiffusionModel& m = *model_;
+  GenerationResult unused;  // tokenize_run's warnings: the run says them
+  const Plan& plan = plan_for(r, &unused.compiled, &unused.timings.compile);
+  const RunTokens tokens = tokenize_run(r, m, unused);
+  release_activations_of_other_plans(plan);
+  DeviceRunner devices(r.signature.devices, plan.threads_per_worker, plan.arenas, cancel);
+  RunPhases phases(m, devices, [](Phase) {});  // before `work`, as in run()
+  std::vector<DeviceWork> work(r.signature.devices);
+  double seconds = 0;
+  phases.run(std::nullopt, ModelComponent::TextEncoder, &seconds,
+             [&](int d) { encode_device_prompts_into(m, tokens, r, d, work[d], &text_cache_); });
+  return seconds;
+}
+
 GenerationResult ShardedPipeline::run(const GenerationRequest& request, const ProgressCallback& progress,
                                       const PreviewCallback& preview, const CancelToken* cancel) {
   std::lock_guard<std::mutex> lock(run_mutex_);

@@ -85,6 +85,12 @@ class ShardedPipeline {
   // prompts (benchmarks that time the encoder).
   void set_reuse_text_encodings(bool on);
   const TextEncodingCache& text_encodings() const { return text_cache_; }
+  // A run's text phase alone: the request's prompts and negative prompts encoded into the cache
+  // above (compiling its plan if needed), so that a run of them soon after finds every row there —
+  // what the app's live mode does while the user pauses, before the run starts. The same rows, so
+  // the same bits, as the run would encode; nothing when reuse is off. The seconds it took; throws
+  // as run() for a bad request or when `cancel` is set.
+  double encode_prompts(const GenerationRequest& request, const CancelToken* cancel = nullptr);
 
  private:
   struct Plan;

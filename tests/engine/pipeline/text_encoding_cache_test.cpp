@@ -200,3 +200,35 @@ TEST(TextEncodingCache, PipelinesReusingEncodingsMakeTheSameImages) {
     }
   }
 }
+
+// encode_prompts (the app's live mode, before a run) fills the cache with the rows a run of the
+// same request then takes — every one of them, nothing encoded again — and that run's images are
+// those of a pipeline that encodes everything itself; with reuse off it encodes nothing; a bad
+// request is the run's error.
+TEST(TextEncodingCache, EncodingPromptsAheadLeavesTheRunNothingToEncode) {
+  for (const bool xl : {false, true}) {
+    SCOPED_TRACE(xl ? "SDXL" : "SD");
+    const auto model = xl ? tiny_sdxl() : tiny_model();
+    ShardedPipeline ahead(model), afresh(model);
+    afresh.set_reuse_text_encodings(false);
+    const GenerationRequest req = request({"a red circle", "a blue square"}, 9, PromptSyntax::Plain);
+    EXPECT_GE(ahead.encode_prompts(req), 0.0);
+    // Two prompts and the negative prompt (the two devices may both encode the latter at once).
+    const size_t encoded = ahead.text_encodings().misses(), hits_ahead = ahead.text_encodings().hits();
+    EXPECT_GE(encoded, 3u);
+    EXPECT_LE(encoded, 4u);
+    const GenerationResult got = ahead.run(req), want = afresh.run(req);
+    EXPECT_EQ(ahead.text_encodings().misses(), encoded) << "the run encoded a row again";
+    const size_t taken = ahead.text_encodings().hits() - hits_ahead;
+    EXPECT_EQ(taken, 4u) << "each device's prompt and negative prompt from the cache";
+    EXPECT_TRUE(same_images(got.images, want.images));
+    std::printf("[encode ahead %s] %zu rows encoded ahead, %zu taken by the run\n", xl ? "SDXL" : "SD",
+                encoded, taken);
+
+    EXPECT_EQ(afresh.encode_prompts(req), 0.0);
+    EXPECT_EQ(afresh.text_encodings().misses(), 0u);
+    GenerationRequest bad = req;
+    bad.width = 33;
+    EXPECT_THROW(ahead.encode_prompts(bad), Error);
+  }
+}
