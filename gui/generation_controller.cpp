@@ -2,6 +2,7 @@
 
 #include <QtConcurrent/QtConcurrent>
 #include <chrono>
+#include <utility>
 
 #include "core/error.h"
 #include "failure_message.h"
@@ -41,6 +42,7 @@ GenerationController::GenerationController(QObject* parent) : QObject(parent) {
           &GenerationController::onLoadFinished);
   connect(&sheet_watcher_, &QFutureWatcher<std::shared_ptr<const SheetResult>>::finished, this,
           &GenerationController::onSheetFinished);
+  connect(&ahead_watcher_, &QFutureWatcher<double>::finished, this, &GenerationController::onAheadFinished);
 }
 
 GenerationController::~GenerationController() {
@@ -160,6 +162,7 @@ bool GenerationController::start(const Job& job) {
     emit errorOccurred(QStringLiteral("No model is loaded. Choose a model folder or file and press Load."));
     return false;
   }
+  ahead_waiting_.reset();  // the job encodes what it needs; one encoding in flight finishes first
   auto state = std::make_shared<JobState>();
   state->first_number = runs_completed_ + 1;
   state->kind = job.kind;
@@ -224,9 +227,32 @@ void GenerationController::cancel() {
 }
 
 void GenerationController::waitForIdle() {
+  ahead_waiting_.reset();
   job_watcher_.waitForFinished();
   load_watcher_.waitForFinished();
   sheet_watcher_.waitForFinished();
+  ahead_watcher_.waitForFinished();
+}
+
+bool GenerationController::encodePromptsAhead(const GenerationRequest& request) {
+  if (isBusy() || !pipeline_) return false;
+  if (isEncodingAhead()) {
+    ahead_waiting_ = request;  // the newest inputs replace any waiting ones
+    return true;
+  }
+  ahead_watcher_.setFuture(QtConcurrent::run(&pool_, [pipe = pipeline_, request] {
+    try {
+      return pipe->encode_prompts(request);
+    } catch (...) {
+      return -1.0;  // e.g. a size the model cannot make: the run says so
+    }
+  }));
+  return true;
+}
+
+void GenerationController::onAheadFinished() {
+  emit promptsEncodedAhead(ahead_watcher_.result());
+  if (auto next = std::exchange(ahead_waiting_, std::nullopt)) encodePromptsAhead(*next);
 }
 
 void GenerationController::onRunStarted(int index, int runs, int devices, int batch, int steps,

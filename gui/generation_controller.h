@@ -14,6 +14,7 @@
 #include <QObject>
 #include <QThreadPool>
 #include <memory>
+#include <optional>
 
 #include "pipeline/comparison_sheet.h"
 #include "pipeline/sharded_pipeline.h"
@@ -74,8 +75,18 @@ class GenerationController : public QObject {
   // cells[d]), then sheetFinished or sheetStopped.
   bool startSheet(const SheetPlan& plan);
   void cancel();
-  // Blocks until no load or job is running (used when the window closes, after cancel()).
+  // Blocks until no load, job or encoding ahead is running (used when the window closes, after
+  // cancel()).
   void waitForIdle();
+
+  // Encodes a request's prompts into the pipeline's text-encoding cache on the worker, ahead of a
+  // run of them (ShardedPipeline::encode_prompts; live mode does it while the user pauses, so the
+  // run that follows has no text phase left); false when busy or no model is loaded. One at a time:
+  // a request made while one is encoding waits, replacing any other waiting; a job started
+  // meanwhile runs after the encoding in flight and drops the waiting one (it encodes what it needs
+  // itself). Not part of isBusy(). Failures are left to the run to report.
+  bool encodePromptsAhead(const GenerationRequest& request);
+  bool isEncodingAhead() const { return ahead_watcher_.isRunning(); }
 
  signals:
   void modelLoading(const QString& path);
@@ -95,6 +106,8 @@ class GenerationController : public QObject {
   void sheetRunFinished(int index, const std::vector<int>& cells, const octodiff::gui::RunPtr& run);
   void sheetFinished(const std::shared_ptr<const octodiff::SheetResult>& sheet);
   void sheetStopped(octodiff::gui::JobOutcome outcome);  // cancelled or failed (errorOccurred says why)
+  // An encoding ahead ended: the seconds its text phase took (negative: it failed).
+  void promptsEncodedAhead(double seconds);
 
  private:
   struct JobState;
@@ -107,6 +120,7 @@ class GenerationController : public QObject {
   struct SheetJob;
   void onSheetFinished();
   void cancelSheet();
+  void onAheadFinished();
 
   QThreadPool pool_;       // loads and jobs, one at a time
   QThreadPool hash_pool_;  // the model hash, beside them
@@ -117,6 +131,8 @@ class GenerationController : public QObject {
   QFutureWatcher<LoadOutcome> load_watcher_;
   QFutureWatcher<std::shared_ptr<const SheetResult>> sheet_watcher_;
   std::shared_ptr<SheetJob> sheet_job_;
+  QFutureWatcher<double> ahead_watcher_;
+  std::optional<GenerationRequest> ahead_waiting_;
   ProgressTracker tracker_;
   QElapsedTimer clock_;
   int runs_completed_ = 0;

@@ -161,6 +161,7 @@ QWidget* MainWindow::buildFormColumn() {
   live_ = new LiveMode(controller_, this);
   connect(live_box_, &QCheckBox::toggled, live_, &LiveMode::setActive);
   connect(live_, &LiveMode::regenerateRequested, this, &MainWindow::generateKeepingSeed);
+  connect(live_, &LiveMode::encodeAheadRequested, this, &MainWindow::encodeLivePromptsAhead);
   connect(prompts_, &PromptPanel::promptsChanged, live_, &LiveMode::inputsChanged);
   connect(prompts_->negativeField(), &QLineEdit::textChanged, live_, &LiveMode::inputsChanged);
   connect(settings_panel_->guidanceBox(), &QDoubleSpinBox::valueChanged, this, &MainWindow::updateNegativePromptUse);
@@ -309,6 +310,20 @@ bool MainWindow::generateFromForm(bool live) {
     return loadControlNetsThen(request->dtype, [this, live] { generateFromForm(live); });
   if (!live && !settings_panel_->seedLocked()) request->seed = settings_panel_->randomizeSeed();
   return startJob(Job{JobKind::Generate, *request, {request->seed}});
+}
+
+bool MainWindow::encodeLivePromptsAhead() {
+  const ModelPtr m = controller_->model();
+  if (!m || controller_->isBusy()) return false;
+  QString error;
+  auto request = requestFromForm(&error);
+  std::vector<LoraSpec> loras;
+  if (!request || !takePromptLoras(&*request, &loras, &error)) return false;
+  // A run that reloads the model or merges LoRAs first encodes with another pipeline.
+  if (m->dtype() != request->dtype || !controller_->hasLoras(loras) ||
+      !ControlNetPanel::modelsLoaded(*request))
+    return false;
+  return controller_->encodePromptsAhead(*request);
 }
 
 bool MainWindow::runSeedComparison(JobKind kind, const std::vector<int64_t>& seeds) {

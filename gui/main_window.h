@@ -82,6 +82,10 @@ class MainWindow : public QMainWindow {
   bool generate();
   // A run with the form as it is, keeping the seed (live mode's regenerations).
   bool generateKeepingSeed();
+  // Live mode's encoding ahead: the form's prompts into the pipeline's text-encoding cache, when
+  // a run of the form would use this model as it is (same dtype, LoRAs and loaded ControlNets);
+  // false when it did not start (a half-written form is the run's to report).
+  bool encodeLivePromptsAhead();
   void cancel();
   bool runSeedComparison(octodiff::gui::JobKind kind, const std::vector<int64_t>& seeds);
   // The form's first prompt and settings as an X/Y(/Z) sheet (main_window_sheet.cpp).

@@ -80,12 +80,44 @@ class LiveModeTest : public QObject {
     w_->liveBox()->setChecked(false);
   }
 
+  // A short pause encodes the new prompt ahead (before the run's longer pause is over) and the run
+  // then takes its encoding from the pipeline's cache: it encodes nothing itself.
+  void aPauseEncodesThePromptAheadAndTheRunTakesIt() {
+    fillForm(*w_, {"a red circle"}, /*seed=*/3, /*steps=*/2);
+    QVERIFY(waitUntilSettled());
+    w_->liveMode()->setDelayMs(3000);
+    QCOMPARE(w_->liveMode()->aheadDelayMs(), LiveMode::kAheadDelayMs);
+    w_->liveBox()->setChecked(true);
+    QVERIFY(waitUntilSettled());
+    const auto pipe = w_->controller()->pipeline();
+    const size_t misses = pipe->text_encodings().misses(), hits = pipe->text_encodings().hits();
+    QSignalSpy ahead(w_->controller(), &GenerationController::promptsEncodedAhead);
+    QSignalSpy started(w_->controller(), &GenerationController::jobStarted);
+    w_->promptPanel()->promptField(0)->setText("a green triangle");
+    QVERIFY(ahead.wait(2500));  // well before the 3 s pause ends
+    QCOMPARE(started.count(), 0);
+    QVERIFY(ahead.at(0).at(0).toDouble() >= 0);  // no failure
+    const size_t encoded = pipe->text_encodings().misses() - misses;
+    QVERIFY(encoded >= 1);
+    QVERIFY(waitUntilSettled());
+    QCOMPARE(started.count(), 1);
+    QCOMPARE(pipe->text_encodings().misses() - misses, encoded);  // the run encoded no row itself
+    QVERIFY(pipe->text_encodings().hits() > hits);
+    QCOMPARE(w_->resultGrid()->tile(0)->promptText(), QString("a green triangle"));
+    std::printf("[live ahead] %zu row(s) encoded ahead in %.4f s; the run took them from the cache\n",
+                encoded, ahead.at(0).at(0).toDouble());
+    w_->liveBox()->setChecked(false);
+    w_->liveMode()->setDelayMs(150);
+  }
+
   void nothingRunsWhileLiveModeIsOff() {
     QVERIFY(waitUntilSettled());
     QSignalSpy started(w_->controller(), &GenerationController::jobStarted);
+    QSignalSpy ahead(w_->controller(), &GenerationController::promptsEncodedAhead);
     w_->promptPanel()->promptField(0)->setText("a yellow ring");
     QTest::qWait(3 * w_->liveMode()->delayMs());
     QCOMPARE(started.count(), 0);
+    QCOMPARE(ahead.count(), 0);
     QVERIFY(!w_->liveMode()->isPending());
   }
 };
