@@ -253,14 +253,16 @@ void StableDiffusionModel::load_tiny_autoencoder(const ModelLoadOptions& options
         "convolutions need fewer of them (autoencoder_tiny_loader.h)");
 }
 
+WeightResidency auto_weight_residency(uint64_t weight_bytes, double ram_bytes) {
+  return static_cast<double>(weight_bytes) <= kResidentWeightsFractionOfRam * ram_bytes
+             ? WeightResidency::Resident
+             : WeightResidency::Minimal;
+}
+
 void StableDiffusionModel::decide_residency(const ModelLoadOptions& options) {
   WeightResidency r = options.residency;
   if (const char* env = std::getenv("OCTODIFF_WEIGHT_RESIDENCY"); env && *env) r = parse_weight_residency(env);
-  if (r == WeightResidency::Auto) {
-    const double ram = physical_memory_bytes();
-    r = static_cast<double>(cached_weight_bytes()) <= kResidentWeightsFractionOfRam * ram ? WeightResidency::Resident
-                                                                                          : WeightResidency::Minimal;
-  }
+  if (r == WeightResidency::Auto) r = auto_weight_residency(cached_weight_bytes(), physical_memory_bytes());
   resident_ = r == WeightResidency::Resident;
 }
 

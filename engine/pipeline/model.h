@@ -34,10 +34,16 @@ namespace octodiff {
 //              (ShardedPipeline, "Activation memory").
 //   Auto     — Resident when the weights of all networks together take at most
 //              kResidentWeightsFractionOfRam of the machine's physical memory, else Minimal
-//              (e.g. on 24 GiB: SD 1.5 in f32 (4.3 GB) and bf16 (2.2 GB) stay resident; on a
-//              16 GB laptop only bf16 does).
+//              (auto_weight_residency): on 24 GiB SD 1.x/2.x in either dtype and SDXL with a bf16
+//              UNet (8.3 GB packed) stay resident, SDXL in f32 (13.4 GB) does not; on a 16 GB
+//              laptop SD 1.x/2.x do, SDXL does not. Half the RAM, not less: the weights are clean
+//              file-backed pages, which the page cache holds in the minimal mode too and the kernel
+//              can reclaim in either; dropping them made a one-step SDXL bf16 image at 512² 1.10 ×
+//              slower on 24 GiB (medians; 1.04–1.19 × by round: bench/results, session 27).
 enum class WeightResidency { Auto, Minimal, Resident };
-constexpr double kResidentWeightsFractionOfRam = 0.25;
+constexpr double kResidentWeightsFractionOfRam = 0.5;
+// What Auto decides for `weight_bytes` of packed weights on a machine with `ram_bytes`.
+WeightResidency auto_weight_residency(uint64_t weight_bytes, double ram_bytes);
 WeightResidency parse_weight_residency(const std::string& name);  // "auto", "minimal", "resident"
 std::string weight_residency_name(WeightResidency r);
 
