@@ -34,14 +34,14 @@ namespace octodiff {
 //              (ShardedPipeline, "Activation memory").
 //   Auto     — Resident when the weights of all networks together take at most
 //              kResidentWeightsFractionOfRam of the machine's physical memory, else Minimal
-//              (auto_weight_residency): on 24 GiB SD 1.x/2.x in either dtype and SDXL with a bf16
-//              UNet (8.3 GB packed) stay resident, SDXL in f32 (13.4 GB) does not; on a 16 GB
-//              laptop SD 1.x/2.x do, SDXL does not. Half the RAM, not less: the weights are clean
-//              file-backed pages, which the page cache holds in the minimal mode too and the kernel
-//              can reclaim in either; dropping them made a one-step SDXL bf16 image at 512² 1.10 ×
-//              slower on 24 GiB (medians; 1.04–1.19 × by round: bench/results, session 27).
+//              (auto_weight_residency): on 24 GiB SD 1.x/2.x in either dtype stay resident, SDXL
+//              (8.3 GB packed with a bf16 UNet, 13.4 GB in f32) does not; on a 16 GB laptop only
+//              SD 1.x/2.x in bf16 do. Half the RAM was measured and not kept: SDXL bf16 would stay
+//              resident on 24 GiB (a one-step 512² image 1.10 × faster, medians) but peak at 9.9 GB
+//              already at 512², over issue 23's 8 GB bar for bf16 SDXL; OCTODIFF_WEIGHT_RESIDENCY=
+//              resident asks for it (bench/results, session 27).
 enum class WeightResidency { Auto, Minimal, Resident };
-constexpr double kResidentWeightsFractionOfRam = 0.5;
+constexpr double kResidentWeightsFractionOfRam = 0.25;
 // What Auto decides for `weight_bytes` of packed weights on a machine with `ram_bytes`.
 WeightResidency auto_weight_residency(uint64_t weight_bytes, double ram_bytes);
 WeightResidency parse_weight_residency(const std::string& name);  // "auto", "minimal", "resident"
