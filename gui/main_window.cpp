@@ -283,6 +283,13 @@ std::optional<GenerationRequest> MainWindow::requestFromForm(QString* error) con
   return r;
 }
 
+std::optional<GenerationRequest> MainWindow::runRequestFromForm(std::vector<LoraSpec>* loras,
+                                                                QString* error) const {
+  auto request = requestFromForm(error);
+  if (request && !takePromptLoras(&*request, loras, error)) request.reset();
+  return request;
+}
+
 bool MainWindow::generate() {
   if (init_panel_->seedComparisonWanted()) return runInitSeedComparison();
   return generateFromForm(/*live=*/false);
@@ -293,9 +300,8 @@ bool MainWindow::generateKeepingSeed() { return generateFromForm(/*live=*/true);
 bool MainWindow::generateFromForm(bool live) {
   if (controller_->isBusy()) return false;
   QString error;
-  auto request = requestFromForm(&error);
   std::vector<LoraSpec> loras;
-  if (request && !takePromptLoras(&*request, &loras, &error)) request.reset();
+  auto request = runRequestFromForm(&loras, &error);
   if (!request) {
     if (live)
       statusBar()->showMessage(tr("Live: %1").arg(error));  // mid-typing: no banner for a half-written form
@@ -316,9 +322,9 @@ bool MainWindow::encodeLivePromptsAhead() {
   const ModelPtr m = controller_->model();
   if (!m || controller_->isBusy()) return false;
   QString error;
-  auto request = requestFromForm(&error);
   std::vector<LoraSpec> loras;
-  if (!request || !takePromptLoras(&*request, &loras, &error)) return false;
+  auto request = runRequestFromForm(&loras, &error);
+  if (!request) return false;
   // A run that reloads the model or merges LoRAs first encodes with another pipeline.
   if (m->dtype() != request->dtype || !controller_->hasLoras(loras) ||
       !ControlNetPanel::modelsLoaded(*request))
@@ -329,9 +335,9 @@ bool MainWindow::encodeLivePromptsAhead() {
 bool MainWindow::runSeedComparison(JobKind kind, const std::vector<int64_t>& seeds) {
   if (controller_->isBusy()) return false;
   QString error;
-  auto request = requestFromForm(&error);
   std::vector<LoraSpec> loras;
-  if (!request || !takePromptLoras(&*request, &loras, &error)) {
+  auto request = runRequestFromForm(&loras, &error);
+  if (!request) {
     reportError(error);
     return false;
   }

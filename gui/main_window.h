@@ -77,6 +77,9 @@ class MainWindow : public QMainWindow {
   // <lora:NAME:STRENGTH> tags resolved against the panel's folder (removed from the prompts; a
   // tag's strength wins over the panel's for the same file). False and `error` for a bad tag.
   bool takePromptLoras(GenerationRequest* request, std::vector<LoraSpec>* loras, QString* error) const;
+  // requestFromForm with its prompts' LoRA tags taken (takePromptLoras): what a run of the form
+  // asks for and the LoRAs it needs; nothing and `error` when either fails.
+  std::optional<GenerationRequest> runRequestFromForm(std::vector<LoraSpec>* loras, QString* error) const;
 
  public slots:
   bool generate();

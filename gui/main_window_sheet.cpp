@@ -44,9 +44,9 @@ void MainWindow::connectSheet() {
 bool MainWindow::runSheet(const SheetSpec& spec) {
   if (controller_->isBusy()) return false;
   QString error;
-  auto request = requestFromForm(&error);
   std::vector<LoraSpec> loras;
-  if (!request || !takePromptLoras(&*request, &loras, &error)) {
+  auto request = runRequestFromForm(&loras, &error);
+  if (!request) {
     reportError(error);
     return false;
   }
