@@ -20,8 +20,8 @@ out); with --guided-step the UNet on the batch of 2 (negative and prompt) a guid
 --vae the folder's AutoencoderKL decoding 64×64 latents.
 
 What runs: diffusers v0.31.0's UNet2DConditionModel, AutoencoderTiny and AutoencoderKL (eager
-PyTorch, as in StableDiffusionPipeline); the text encoder is tools/goldens/clip_text_reference.py, the same
-operations as transformers' eager CLIPTextModel (transformers is not available here), run to the
+PyTorch, as in StableDiffusionPipeline); the text encoder is tools/goldens/clip_text_reference.py,
+the same operations as transformers' eager CLIPTextModel (transformers is not available here), run to the
 layer count the folder's config gives, in float32 in both modes (as octodiff and the Flax pipeline
 compute it). bf16: the UNet's, TAESD's and the VAE's weights and activations in torch.bfloat16
 (model.to(torch.bfloat16)), as a PyTorch user runs bf16 on a CPU.
@@ -42,7 +42,7 @@ import time
 
 def parse_args():
     p = argparse.ArgumentParser()
-    p.add_argument("--model", required=True, help="a diffusers SD 2.x / SD-Turbo folder")
+    p.add_argument("--model", required=True, help="a diffusers SD 1.x / 2.x folder (SD-Turbo, SD 1.5, …)")
     p.add_argument("--taesd", help="a diffusers AutoencoderTiny folder: its decode and the one-step image")
     p.add_argument("--guided-step", action="store_true",
                    help="also the UNet on [negative; prompt] (batch 2), a classifier-free guided step")
@@ -131,9 +131,7 @@ def main():
         state["eps"] = unet(latents, t, encoder_hidden_states=state["context"]).sample
 
     def guided_step():  # the UNet on [negative; prompt] at once, as StableDiffusionPipeline's CFG
-        context = text_encoder(ids)["last_hidden_state"].to(DTYPE) if "pair" not in state else state["pair"]
-        state["pair"] = context
-        state["eps2"] = unet(torch.cat([latents, latents]), t, encoder_hidden_states=context).sample
+        state["eps2"] = unet(torch.cat([latents, latents]), t, encoder_hidden_states=state["pair"]).sample
 
     def decode():
         state["image"] = taesd.decode(state["eps"]).sample
@@ -153,7 +151,8 @@ def main():
               "seconds": "first_call_seconds: the first call alone; median_seconds: the median of the later ones"}
     runs = [("text_encode", encode), ("unet_b1", unet_call)]
     if ARGS.guided_step:
-        guided_step()  # encodes the pair once, outside the timing
+        with torch.inference_mode():  # the pair's encoding, outside the timing
+            state["pair"] = text_encoder(ids)["last_hidden_state"].to(DTYPE)
         runs.append(("unet_guided_step", guided_step))
     if taesd:
         runs += [("taesd_decode", decode), ("one_step_image_taesd", image)]
