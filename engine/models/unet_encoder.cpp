@@ -14,13 +14,14 @@ std::string idx(const std::string& prefix, int i) { return prefix + "." + std::t
 
 // The two upper levels, in f32 and bf16 (their weights grow 16/9: +200 MB for SD 1.5 in f32; the
 // 1280-channel levels would add 0.8 GB, and in bf16 they were no faster: an SD-Turbo UNet call
-// 1.83 s as here against 1.86 s with them, +0.7 GiB; bench/results, session 26). In bf16 the
-// second level came first (a guided SD 1.5 step 6–10 % faster for +77 MB); the first, which then gained nothing measurable, joined it once the
-// Winograd transforms had been reworked (session 25, Zen 4: 2 × 64² × 320 → 320 in 19.3–19.6 ms
-// against 37.6–39.0 ms direct; a guided SD 1.5 step 4.11–4.20 → 3.73–3.94 s, an SD-Turbo UNet call
-// 1.96–2.15 → 1.85–1.92 s; peak RSS +20 MB). Rounding transformed tiles to bf16 costs more accuracy
-// than the direct kernel's rounding: the tiny goldens' bf16 images moved 3–5 % further from f32 on
-// average (tests/engine/pipeline/bf16_test.cpp and image_to_image_test.cpp give the figures).
+// 1.83 s as here against 1.86 s with them, +0.7 GiB; bench/results, session 26). In bf16 the second
+// level came first (a guided SD 1.5 step 6–10 % faster for +77 MB); the first, which then gained
+// nothing measurable, joined it once the Winograd transforms had been reworked (session 25, Zen 4:
+// 2 × 64² × 320 → 320 in 19.3–19.6 ms against 37.6–39.0 ms direct; a guided SD 1.5 step 4.11–4.20 →
+// 3.73–3.94 s, an SD-Turbo UNet call 1.96–2.15 → 1.85–1.92 s; peak RSS +20 MB). Rounding
+// transformed tiles to bf16 costs more accuracy than the direct kernel's rounding: the tiny
+// goldens' bf16 images moved 3–5 % further from f32 on average (tests/engine/pipeline/bf16_test.cpp
+// and image_to_image_test.cpp give the figures).
 kernels::ScopedWinogradLimit unet_winograd_convolutions(const UNetConfig& c) {
   const auto& boc = c.block_out_channels;
   const int64_t level2 = boc[std::min<size_t>(1, boc.size() - 1)];
